@@ -1,0 +1,349 @@
+"""Every verdict of a history, as Spark DataFrame expressions (no Python UDFs).
+
+This module is the one place the metric logic lives; docs/history-format.md defines each
+figure and tests/oracle.py re-implements them in plain Python to check this one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+SPARK_SCHEMA = (
+    "run string, client string, seq long, t_ns long, type string, producer string, "
+    "value long, offset string, node string, detail string"
+)
+MESSAGE_TYPES = ["send", "ack", "nack", "unknown", "recv"]
+PERCENTILES = [0.5, 0.99, 0.999]
+# Exact percentiles hold every latency of a run in one aggregation buffer; past this many
+# history rows we switch to Spark's percentile_approx and say so (latency_exact = false).
+EXACT_PERCENTILE_ROW_LIMIT = 6_000_000
+SEQ_BUCKET = 1 << 16  # consumer events per ordering bucket
+TIME_BUCKET_NS = 1_000_000_000  # acks per gap bucket: one second
+MS = 1_000_000.0
+
+JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
+
+
+def read_history(spark: SparkSession, *paths: str) -> DataFrame:
+    """Every `*.parquet` file at any depth below each path, in format v1."""
+    return (
+        spark.read.schema(SPARK_SCHEMA)
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .parquet(*[str(p) for p in paths])
+    )
+
+
+def _count(cond) -> Any:
+    return F.sum(F.when(cond, 1).otherwise(0))
+
+
+def with_previous(df: DataFrame, keys: list[str], order: str, value: str, bucket: int) -> DataFrame:
+    """Adds `prev`: `value` of the previous row in `order` within `keys`.
+
+    A plain lag() over Window.partitionBy(keys) puts a whole stream in one task; with one
+    producer and one consumer that is one core. Instead the order is cut into buckets, lag()
+    runs per bucket in parallel, and the first row of each bucket takes the last value of
+    the previous non-empty bucket from a (small) per-bucket table.
+    """
+    d = df.withColumn("_b", F.floor(F.col(order) / F.lit(bucket)))
+    w = Window.partitionBy(*keys, "_b").orderBy(order)
+    d = d.withColumn("_lag", F.lag(value).over(w))
+    last = d.groupBy(*keys, "_b").agg(F.max_by(value, order).alias("_last"))
+    carry = last.withColumn(
+        "_carry", F.lag("_last").over(Window.partitionBy(*keys).orderBy("_b"))
+    ).drop("_last")
+    return (
+        d.join(carry, [*keys, "_b"])
+        .withColumn("prev", F.coalesce(F.col("_lag"), F.col("_carry")))
+        .drop("_lag", "_carry", "_b")
+    )
+
+
+def message_table(df: DataFrame) -> DataFrame:
+    """One row per message identity (run, producer, value) with its outcomes and timings.
+
+    recv rows whose payload was not ours have a null identity and land in one row that was
+    never sent: they are stowaways, counted, not dropped.
+    """
+    t = F.col("type")
+    ts = F.col("t_ns")
+    return (
+        df.where(t.isin(MESSAGE_TYPES))
+        .groupBy("run", "producer", "value")
+        .agg(
+            F.max((t == "send").cast("int")).alias("sent"),
+            F.max((t == "ack").cast("int")).alias("acked"),
+            F.max((t == "nack").cast("int")).alias("nacked"),
+            F.max((t == "unknown").cast("int")).alias("unk"),
+            F.sum((t == "recv").cast("long")).alias("recv_n"),
+            F.min(F.when(t == "send", ts)).alias("t_send"),
+            F.min(F.when(t == "ack", ts)).alias("t_ack"),
+            F.min(F.when(t == "recv", ts)).alias("t_recv"),
+        )
+    )
+
+
+def message_verdicts(m: DataFrame, exact: bool) -> DataFrame:
+    sent = F.col("sent") == 1
+    acked = F.col("acked") == 1
+    nacked = F.col("nacked") == 1
+    unk = F.col("unk") == 1
+    r = F.col("recv_n")
+    ack_lat = F.when(sent & acked, (F.col("t_ack") - F.col("t_send")) / MS)
+    e2e_lat = F.when(sent & (r > 0), (F.col("t_recv") - F.col("t_send")) / MS)
+    if exact:
+        pct = lambda c: F.percentile(c, PERCENTILES)  # noqa: E731
+    else:
+        pct = lambda c: F.percentile_approx(c, PERCENTILES, 10_000)  # noqa: E731
+    return m.groupBy("run").agg(
+        _count(sent).alias("send_count"),
+        _count(sent & acked).alias("pos_ack_count"),
+        _count(sent & nacked & ~acked).alias("neg_ack_count"),
+        _count(sent & unk & ~acked & ~nacked).alias("unknown_count"),
+        F.sum(F.when(sent, r).otherwise(0)).alias("received"),
+        F.sum(F.when(~sent, r).otherwise(0)).alias("stowaways"),
+        _count(sent & acked & (r == 0)).alias("acked_missing"),
+        _count(sent & (r == 0)).alias("missing"),
+        _count(sent & (r > 0) & ~acked).alias("received_no_ack"),
+        _count(sent & (r > 0) & ~acked & nacked).alias("received_after_nack"),
+        _count(sent & (r > 0) & ~acked & ~nacked & unk).alias("received_after_unknown"),
+        _count(sent & (r > 1)).alias("msgs_with_dups"),
+        F.sum(F.when(sent & (r > 0), r - 1).otherwise(0)).alias("duplicate_deliveries"),
+        pct(ack_lat).alias("_ack_p"),
+        F.max(ack_lat).alias("_ack_max"),
+        pct(e2e_lat).alias("_e2e_p"),
+        F.max(e2e_lat).alias("_e2e_max"),
+    )
+
+
+def run_frame(df: DataFrame) -> DataFrame:
+    """Per-run facts the other verdicts need: the end of the run, when sending stopped,
+    whether a consumer read while producers were still sending, and how reads ended."""
+    t = F.col("type")
+    ts = F.col("t_ns")
+    return df.groupBy("run").agg(
+        F.max(ts).alias("t_end"),
+        F.max(F.when(t == "send", ts)).alias("t_last_send"),
+        F.max(F.when(t == "ack", ts)).alias("t_last_ack"),
+        F.min(F.when(t == "recv", ts)).alias("t_first_recv"),
+        _count(t == "recv").alias("recv_rows"),
+        F.collect_list(F.when(t == "read_end", F.col("detail"))).alias("read_ends"),
+    )
+
+
+def jumps(df: DataFrame) -> DataFrame:
+    """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes."""
+    t = F.col("type")
+    keys = ["run", "client", "producer"]
+    r = df.where((t == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull()).select(
+        "run", "client", "seq", "producer", "value"
+    )
+    first = r.groupBy(*keys, "value").agg(F.min("seq").alias("first_seq"))
+    r = with_previous(r.join(first, [*keys, "value"]), keys, "seq", "value", SEQ_BUCKET)
+    dup = F.col("seq") > F.col("first_seq")
+    v, p = F.col("value"), F.col("prev")
+    cls = (
+        F.when(p.isNull(), F.lit(None))
+        .when(v > p + 1, F.when(dup, "DJF").otherwise("JF"))
+        .when(v <= p, F.when(dup, "DJB").otherwise("JB"))
+    )
+    return (
+        r.withColumn("class", cls)
+        .where(F.col("class").isNotNull())
+        .select(
+            "run",
+            F.col("client").alias("consumer"),
+            "producer",
+            "class",
+            F.col("prev").alias("from_value"),
+            F.col("value").alias("to_value"),
+            F.abs(v - p).alias("size"),
+            "seq",
+        )
+    )
+
+
+def jump_counts(j: DataFrame) -> DataFrame:
+    c = F.col("class")
+    return j.groupBy("run").agg(*[_count(c == k).alias(k.lower()) for k in JUMP_CLASSES])
+
+
+def gaps(rows: DataFrame) -> DataFrame:
+    """Intervals between consecutive rows of a run in time: (run, gap_start, gap_end)."""
+    g = with_previous(rows.select("run", "t_ns"), ["run"], "t_ns", "t_ns", TIME_BUCKET_NS)
+    return g.where(F.col("prev").isNotNull()).select(
+        "run", F.col("prev").alias("gap_start"), F.col("t_ns").alias("gap_end")
+    )
+
+
+def duplicates(df: DataFrame) -> DataFrame:
+    """Messages delivered more than once, with every (consumer, offset) they were seen at."""
+    t = F.col("type")
+    r = df.where((t == "recv") & F.col("value").isNotNull())
+    seen = F.sort_array(F.collect_list(F.struct("client", "seq", "offset")))
+    return (
+        r.groupBy("run", "producer", "value")
+        .agg(F.count(F.lit(1)).alias("deliveries"), seen.alias("_seen"))
+        .where(F.col("deliveries") > 1)
+        .select(
+            "run",
+            "producer",
+            "value",
+            "deliveries",
+            F.concat_ws(" ", F.transform("_seen", lambda s: F.concat_ws("@", s["client"], s["offset"]))).alias(
+                "offsets"
+            ),
+        )
+    )
+
+
+@dataclass
+class Analysis:
+    verdicts: list[dict]
+    jumps: DataFrame
+    duplicates: DataFrame
+    latency_exact: bool
+    meta: dict = field(default_factory=dict)
+
+
+def _fault_windows(nemesis: list, ends: dict[str, int]) -> list[tuple]:
+    """(run, index, t_fault, t_window_end, node, detail): a fault lasts until the next heal
+    (any heal at or after it) or the end of the run."""
+    by_run: dict[str, list] = {}
+    for row in nemesis:
+        by_run.setdefault(row["run"], []).append(row)
+    out = []
+    for run, rows in by_run.items():
+        rows.sort(key=lambda r: (r["t_ns"], r["type"] != "fault"))
+        heals = [r["t_ns"] for r in rows if r["type"] == "heal"]
+        i = 0
+        for r in rows:
+            if r["type"] != "fault":
+                continue
+            end = next((h for h in heals if h >= r["t_ns"]), ends.get(run, r["t_ns"]))
+            out.append((run, i, r["t_ns"], end, r["node"], r["detail"]))
+            i += 1
+    return out
+
+
+def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Optional[int], t_end: int) -> Optional[int]:
+    """Fault to the ack that ends the longest ack-free interval overlapping the window.
+
+    `closed` is (length, end) of the longest interval between two acks, clipped at the
+    fault. The interval after the run's last ack has no ack to end it: when it overlaps the
+    window and is the longest, the outage never ended (None).
+    """
+    open_len = None
+    if t_last_ack is None or t_last_ack <= t_wend:
+        open_len = t_end - max(t_last_ack if t_last_ack is not None else t_fault, t_fault)
+    if closed is None:
+        return None
+    if open_len is not None and open_len > closed[0]:
+        return None
+    return closed[1] - t_fault
+
+
+def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
+    if arr is None or mx is None:
+        return None
+    return {"p50": arr[0], "p99": arr[1], "p999": arr[2], "max": mx}
+
+
+def result_of(v: dict) -> str:
+    """pass / fail / unknown; a run that could not decide is never a pass."""
+    if v["received_after_nack"] > 0:
+        return "fail"
+    if v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0):
+        return "unknown"
+    if v["acked_missing"] > 0:
+        return "fail"
+    return "pass"
+
+
+def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
+    n_rows = df.count()
+    exact = n_rows <= EXACT_PERCENTILE_ROW_LIMIT
+
+    frames = {r["run"]: r.asDict() for r in run_frame(df).collect()}
+    msgs = {r["run"]: r.asDict() for r in message_verdicts(message_table(df), exact).collect()}
+    j = jumps(df)
+    jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
+
+    t = F.col("type")
+    nemesis = [r.asDict() for r in df.where(t.isin("fault", "heal")).select("run", "t_ns", "type", "node", "detail").collect()]
+    windows = _fault_windows(nemesis, {k: f["t_end"] for k, f in frames.items()})
+
+    ack_gaps = gaps(df.where(t == "ack"))
+    max_ack_gap = {r["run"]: r["g"] for r in ack_gaps.groupBy("run").agg(F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+
+    outages: dict[tuple, Optional[int]] = {}
+    max_recv_gap: dict[str, int] = {}
+    if windows:
+        w = spark.createDataFrame(
+            [(r, i, tf, te) for r, i, tf, te, _, _ in windows],
+            "run string, w int, t_fault long, t_wend long",
+        )
+        eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
+        o = (
+            ack_gaps.join(F.broadcast(w), "run")
+            .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
+            .groupBy("run", "w", "t_fault")
+            .agg(F.max_by("gap_end", eff).alias("end"), F.max(eff).alias("eff"))
+        )
+        closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
+        for run, i, tf, te, _, _ in windows:
+            outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"], frames[run]["t_end"])
+        # consumers that read while a fault was in effect: their delivery gaps are outages too
+        recv = df.where(t == "recv").select("run", "client", "t_ns")
+        live = (
+            recv.join(F.broadcast(w), "run")
+            .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
+            .select("run", "client")
+            .distinct()
+        )
+        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]))
+        max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+
+    verdicts = []
+    zero_msgs = {k: 0 for k in (
+        "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
+        "acked_missing", "missing", "received_no_ack", "received_after_nack",
+        "received_after_unknown", "msgs_with_dups", "duplicate_deliveries")}
+    for run in sorted(frames):
+        f = frames[run]
+        m = msgs.get(run) or {**zero_msgs, "_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None}
+        v: dict[str, Any] = {"run": run}
+        for k in zero_msgs:
+            v[k] = int(m[k] or 0)
+        v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
+        counts = jc.get(run, {})
+        for k in JUMP_CLASSES:
+            v[k.lower()] = int(counts.get(k.lower()) or 0)
+        v["out_of_order"] = v["jb"]
+        ends = f["read_ends"]
+        v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
+        v["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
+        v["recv_rows"] = int(f["recv_rows"])
+        g = max_ack_gap.get(run)
+        v["max_ack_gap_ms"] = None if g is None else g / MS
+        g = max_recv_gap.get(run)
+        v["max_recv_gap_ms"] = None if g is None else g / MS
+        run_windows = [x for x in windows if x[0] == run]
+        v["faults"] = [
+            {"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail}
+            for _, _, tf, te, node, detail in run_windows
+        ]
+        v["fault_outages_ms"] = [
+            None if outages.get((run, i)) is None else outages[(run, i)] / MS for _, i, *_ in run_windows
+        ]
+        v["ack_latency_ms"] = _pct(m["_ack_p"], m["_ack_max"])
+        live_reader = f["t_first_recv"] is not None and f["t_last_send"] is not None and f["t_first_recv"] < f["t_last_send"]
+        v["e2e_latency_ms"] = _pct(m["_e2e_p"], m["_e2e_max"]) if live_reader else None
+        v["latency_exact"] = exact
+        v["result"] = result_of(v)
+        verdicts.append(v)
+    return Analysis(verdicts, j, duplicates(df), exact)

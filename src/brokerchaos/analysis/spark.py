@@ -1,0 +1,91 @@
+"""One SparkSession per process, started once and reused by every run of a session.
+
+Local mode by default; `--spark-master URL` or BROKERCHAOS_SPARK_MASTER sends the same job
+to a standalone/YARN/k8s master, and an `sc://` URL to a Spark Connect endpoint.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+_lock = threading.Lock()
+_session = None
+_master: Optional[str] = None
+
+JAVA17 = "/usr/lib/jvm/java-17-openjdk-amd64"
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def _java_home() -> None:
+    # Spark 4 needs Java 17 or 21; machines here also carry a newer JDK it does not support.
+    if not os.environ.get("JAVA_HOME") and os.path.isdir(JAVA17):
+        os.environ["JAVA_HOME"] = JAVA17
+
+
+def default_master() -> str:
+    return os.environ.get("BROKERCHAOS_SPARK_MASTER") or "local[*]"
+
+
+def get_spark(master: Optional[str] = None):
+    """The process's SparkSession (created on first use)."""
+    global _session, _master
+    master = master or default_master()
+    with _lock:
+        if _session is not None:
+            if master != _master:
+                raise RuntimeError(f"a Spark session for {_master} is already running; cannot switch to {master}")
+            return _session
+        _java_home()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        if master.startswith("sc://"):
+            spark = SparkSession.builder.remote(master).getOrCreate()
+        else:
+            cores = os.cpu_count() or 2
+            quiet = f"-Dlog4j2.configurationFile=file:{LOG4J}"
+            spark = (
+                SparkSession.builder.master(master)
+                .appName("brokerchaos")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.driver.memory", os.environ.get("BROKERCHAOS_SPARK_DRIVER_MEMORY", "4g"))
+                .config("spark.driver.extraJavaOptions", quiet)
+                .config("spark.executor.extraJavaOptions", quiet)
+                # small histories: few shuffle partitions, and let AQE coalesce/split the rest
+                .config("spark.sql.shuffle.partitions", str(max(4, cores * 2)))
+                .config("spark.sql.adaptive.enabled", "true")
+                .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
+                .config("spark.sql.session.timeZone", "UTC")
+                .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "brokerchaos-spark-warehouse"))
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+        _session, _master = spark, master
+        return spark
+
+
+def warm_up_async(master: Optional[str] = None) -> threading.Thread:
+    """Start the JVM in the background while the first run is under way."""
+
+    def body() -> None:
+        try:
+            get_spark(master)
+        except Exception:  # noqa: BLE001 - the real call reports it
+            pass
+
+    t = threading.Thread(target=body, name="spark-warm-up", daemon=True)
+    t.start()
+    return t
+
+
+def stop() -> None:
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None

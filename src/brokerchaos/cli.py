@@ -1,0 +1,176 @@
+"""brokerchaos: run chaos tests against message brokers and analyse their histories on Spark."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def _bool(text: str) -> bool:
+    t = text.lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="brokerchaos", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a scenario: N runs, each with a fresh cluster, a fault and a verdict",
+                       description="Run a scenario file, flags, or both (flags win). Results go to "
+                                   "OUT/<name>-<time>/: one directory per run with its history, plus "
+                                   "results.csv, jumps.csv, duplicates.csv and summary.json.")
+    r.add_argument("scenario", nargs="?", help="scenario YAML file (see scenarios/)")
+    r.add_argument("--system", help="broker under test (default nats; see `brokerchaos faults`)")
+    r.add_argument("--fault", help="fault action, optionally with its target: kill, kill-leader, kill-follower, none")
+    r.add_argument("--target", help="fault target: leader, follower, random, or a node name (n1, n2, …)")
+    r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
+    r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
+    r.add_argument("--duration", type=float, help="heal the fault this many seconds after injecting it")
+    r.add_argument("--heal", choices=["before-read", "after-read"], help="when a fault without duration is healed")
+    r.add_argument("--runs", type=int, help="number of runs (default 5)")
+    r.add_argument("--messages", type=int, help="messages per producer per run (default 100000)")
+    r.add_argument("--in-flight", type=int, help="max unanswered messages per producer (default 10000)")
+    r.add_argument("--producers", type=int, help="concurrent producers (default 1)")
+    r.add_argument("--message-size", type=int, help="pad payloads to this many bytes")
+    r.add_argument("--retries", type=int, help="resends after a nack or unknown outcome (default 0)")
+    r.add_argument("--dedup", type=_bool, metavar="BOOL", help="broker-side deduplication (default false)")
+    r.add_argument("--ack-timeout", type=float, help="seconds before an unanswered send is unknown (default 5)")
+    r.add_argument("--write-timeout", type=float, help="bound on the write phase, seconds (default 600)")
+    r.add_argument("--read-timeout", type=float, help="bound on the read phase, seconds (default 300)")
+    r.add_argument("--nodes", type=int, help="broker nodes (default 3)")
+    r.add_argument("--replicas", type=int, help="replicas of the stream (default 3)")
+    r.add_argument("--seed", type=int, help="seed for random choices (targets, schedules)")
+    r.add_argument("--name", help="session name (default: the scenario file's name)")
+    r.add_argument("--sandbox", choices=["auto", "netns", "loopback"], help="where nodes run (default auto)")
+    r.add_argument("--out", default="results", help="results directory (default results/)")
+    r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+
+    a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
+                       description="Reads every *.parquet below PATH (history format v1, see "
+                                   "docs/history-format.md), prints the per-run verdicts and writes "
+                                   "results.csv, jumps.csv, duplicates.csv and summary.json.")
+    a.add_argument("path", help="a history: one run's directory, a whole session, or any tree of Parquet files")
+    a.add_argument("--format", choices=["table", "json"], default="table")
+    a.add_argument("--out", help="where to write the session outputs (default: PATH)")
+    a.add_argument("--no-write", action="store_true", help="print only")
+    a.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+
+    sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
+
+    c = sub.add_parser("clean", help="remove namespaces, processes and state left by crashed sessions")
+    c.add_argument("--all", action="store_true", help="also remove those of sessions still running")
+    return p
+
+
+FLAG_KEYS = ["system", "fault", "target", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
+             "in_flight", "producers", "message_size", "retries", "dedup", "ack_timeout", "write_timeout",
+             "read_timeout", "nodes", "replicas", "seed", "name", "sandbox"]
+
+
+def cmd_run(args) -> int:
+    from . import scenario as sc
+
+    overrides = {k: getattr(args, k) for k in FLAG_KEYS}
+    if overrides["after_acks"] is not None and overrides["at_seconds"] is not None:
+        print("brokerchaos: error: give only one of --after-acks, --at-seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        scenario = sc.load(args.scenario, overrides)
+    except sc.ScenarioError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from .runner import Session, Terminated
+    from .sandbox import SandboxError
+    from .systems import SystemError_
+
+    try:
+        result = Session(scenario, Path(args.out), spark_master=args.spark_master).run()
+    except (SystemError_, SandboxError) as e:
+        print(f"brokerchaos: run failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Terminated):
+        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
+        return 130
+    return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
+
+
+def cmd_analyze(args) -> int:
+    path = Path(args.path)
+    if not path.exists():
+        print(f"brokerchaos: error: path '{path}' does not exist", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not any(path.rglob("*.parquet")) and not (path.is_file() and path.suffix == ".parquet"):
+        print(f"brokerchaos: error: path '{path}' holds no .parquet history files", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from .analysis import metrics
+    from .analysis.spark import get_spark
+    from .report import console, files
+
+    spark = get_spark(args.spark_master)
+    analysis = metrics.analyze(spark, metrics.read_history(spark, str(path)))
+    root = path if path.is_dir() else path.parent
+    metas = files.load_metas(root)
+    summary = files.summarize(analysis.verdicts)
+    if not args.no_write:
+        summary = files.write_session(analysis, Path(args.out) if args.out else root, metas)
+    if args.format == "json":
+        print(json.dumps(analysis.verdicts, indent=2, default=str))
+    else:
+        for v in analysis.verdicts:
+            print(f"\n=== {v['run']} ===")
+            print(console.run_block(v, metas.get(v["run"])))
+        print("\n" + console.summary_table(analysis.verdicts, metas))
+        print(console.summary_lines(summary))
+    return 0
+
+
+def cmd_faults(args) -> int:
+    from .faults import FAULTS, TARGETS
+    from .systems import SYSTEMS
+
+    print("Fault actions (use as --fault ACTION or ACTION-TARGET, e.g. kill-leader):")
+    for name, cls in FAULTS.items():
+        systems = [s for s, scls in SYSTEMS.items() if name in scls.supported_faults]
+        net = " [needs network namespaces]" if cls.needs_netns else ""
+        print(f"  {name:<12} {cls.description}{net}  (systems: {', '.join(systems) or '-'})")
+    print("\nTargets (--target), resolved when the fault fires:")
+    for name, fn in TARGETS.items():
+        print(f"  {name:<12} {(fn.__doc__ or '').strip()}")
+    print("  n1, n2, …    that node")
+    print("\nSystems:")
+    for name, cls in SYSTEMS.items():
+        print(f"  {name:<12} {cls.description}")
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from .sandbox.sandbox import clean
+
+    removed = clean(all_sessions=args.all)
+    for line in removed:
+        print(f"removed {line}")
+    if not removed:
+        print("nothing to clean")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return {"run": cmd_run, "analyze": cmd_analyze, "faults": cmd_faults, "clean": cmd_clean}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

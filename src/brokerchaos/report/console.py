@@ -1,0 +1,84 @@
+"""What a person sees in the terminal: the seeds' result block per run and a summary table."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:,.0f} ms" if x >= 10 else f"{x:.1f} ms"
+
+
+def _lat(d: Optional[dict]) -> str:
+    if not d:
+        return "-"
+    return f"p50 {d['p50']:.1f} / p99 {d['p99']:.1f} / p99.9 {d['p999']:.1f} / max {d['max']:.1f} ms"
+
+
+def run_block(v: dict, meta: Optional[dict] = None) -> str:
+    meta = meta or {}
+    lines = []
+    fault = meta.get("fault") or {}
+    if fault.get("action", "none") != "none":
+        if fault.get("nodes"):
+            lines.append(
+                f"Fault: {fault['action']} {fault['target']} -> {', '.join(fault['nodes'])}"
+                f" (at ack {fault.get('acks_at_effect')}, {fault.get('delay_ms', 0):.1f} ms after the trigger)"
+            )
+        elif fault.get("error"):
+            lines.append(f"Fault: {fault['action']} {fault['target']} FAILED: {fault['error']}")
+        else:
+            lines.append(f"Fault: {fault['action']} {fault['target']} never fired ({fault.get('why', 'trigger not reached')})")
+    rows = [
+        ("Final send count", v["send_count"]),
+        ("Final ack count", v["ack_count"]),
+        ("Final positive ack count", v["pos_ack_count"]),
+        ("Final negative ack count", v["neg_ack_count"]),
+        ("Unknown outcome", v["unknown_count"]),
+        ("Messages received", v["received"]),
+        ("Acked messages missing", v["acked_missing"]),
+        ("Non-acked messages received", v["received_no_ack"]),
+        ("  after a nack / after unknown", f"{v['received_after_nack']} / {v['received_after_unknown']}"),
+        ("Out-of-order", v["out_of_order"]),
+        ("Duplicates", v["msgs_with_dups"]),
+        ("JF / JB / DJF / DJB", f"{v['jf']} / {v['jb']} / {v['djf']} / {v['djb']}"),
+        ("Stowaways", v["stowaways"]),
+        ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
+        ("Outage per fault", ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
+        ("Ack latency", _lat(v["ack_latency_ms"])),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines += [f"{k + ':':<{width + 1}} {val}" for k, val in rows]
+    if v["read_complete"] is False:
+        lines.append(f"Read INCOMPLETE: {v['read_status']}  (missing messages are unproven, not lost)")
+    if meta.get("write_stopped_early"):
+        lines.append(f"Write phase stopped early: {meta['write_stopped_early']}")
+    lines.append(f"Result: {v['result'].upper()}")
+    return "\n".join(lines)
+
+
+def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
+    head = ["run", "killed", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage", "result"]
+    body = []
+    for v in verdicts:
+        f = (metas.get(v["run"]) or {}).get("fault") or {}
+        outs = [o for o in v["fault_outages_ms"] if o is not None]
+        body.append([
+            v["run"], ",".join(f.get("nodes") or []) or "-", v["send_count"], v["pos_ack_count"],
+            v["neg_ack_count"], v["unknown_count"], v["received"], v["acked_missing"],
+            v["msgs_with_dups"], v["out_of_order"], _ms(max(outs)) if outs else "-", v["result"].upper(),
+        ])
+    cells = [head] + [[str(c) for c in r] for r in body]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    out = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def summary_lines(summary: dict) -> str:
+    lines = [f"Session result: {summary['result'].upper()}  ({summary['runs']} runs: "
+             f"{summary['results']['pass']} pass, {summary['results']['fail']} fail, {summary['results']['unknown']} unknown)"]
+    for name, s in summary["verdicts"].items():
+        lo, hi = s["wilson95"]
+        ci = "-" if lo is None else f"{100 * lo:.1f}%..{100 * hi:.1f}%"
+        lines.append(f"  runs with {name:<18} {s['runs']:>5} of {s['of']:<5} (95% CI {ci})")
+    return "\n".join(lines)

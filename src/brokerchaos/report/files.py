@@ -1,0 +1,101 @@
+"""Session outputs written next to the histories: results.csv, jumps.csv, duplicates.csv,
+summary.json. The logs stream from Spark row by row, so a run with millions of jumps
+neither fills memory nor gets truncated."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Optional
+
+from ..analysis.metrics import Analysis
+from .stats import merge, wilson
+
+SEED_COLUMNS = [
+    ("DedupEnabled", None), ("TestRun", None), ("SendCount", "send_count"), ("AckCount", "ack_count"),
+    ("PosAckCount", "pos_ack_count"), ("NegAckCount", "neg_ack_count"), ("Received", "received"),
+    ("NotReceived", "acked_missing"), ("ReceivedNoAck", "received_no_ack"), ("MsgsWithDups", "msgs_with_dups"),
+    ("DJF", "djf"), ("DJB", "djb"), ("JF", "jf"), ("JB", "jb"),
+]
+EXTRA_COLUMNS = [
+    "run", "result", "unknown_count", "stowaways", "missing", "received_after_nack", "received_after_unknown",
+    "duplicate_deliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
+    "fault_outages_ms", "fault_nodes", "ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
+]
+
+
+def load_metas(root: Path) -> dict[str, dict]:
+    """run.json sidecars written by `brokerchaos run` (scenario, fault precision); optional."""
+    metas = {}
+    for p in sorted(root.rglob("run.json")):
+        try:
+            m = json.loads(p.read_text())
+            metas[m["run"]] = m
+        except (OSError, ValueError, KeyError):
+            continue
+    return metas
+
+
+def _csv_row(i: int, v: dict, meta: dict) -> dict:
+    dedup = (meta.get("scenario") or {}).get("workload", {}).get("dedup")
+    row = {"DedupEnabled": "" if dedup is None else str(dedup).lower(), "TestRun": i}
+    for col, key in SEED_COLUMNS[2:]:
+        row[col] = v[key]
+    lat = v.get("ack_latency_ms") or {}
+    row.update({k: v.get(k) for k in EXTRA_COLUMNS if k in v})
+    row["fault_outages_ms"] = " ".join("none" if o is None else f"{o:.1f}" for o in v["fault_outages_ms"])
+    row["fault_nodes"] = " ".join(f["node"] or "" for f in v["faults"])
+    for p in ("p50", "p99", "p999", "max"):
+        row[f"ack_{p}_ms"] = lat.get(p)
+    return row
+
+
+def summarize(verdicts: list[dict]) -> dict:
+    decided = [v for v in verdicts if v["read_complete"] is not False]
+    checks = {
+        "acked loss": (decided, lambda v: v["acked_missing"] > 0),
+        "nack then received": (verdicts, lambda v: v["received_after_nack"] > 0),
+        "duplicates": (verdicts, lambda v: v["msgs_with_dups"] > 0),
+        "reordering": (verdicts, lambda v: v["jb"] > 0),
+        "incomplete read": (verdicts, lambda v: v["read_complete"] is False),
+    }
+    out = {}
+    for name, (pool, pred) in checks.items():
+        k = sum(1 for v in pool if pred(v))
+        lo, hi = wilson(k, len(pool))
+        out[name] = {"runs": k, "of": len(pool), "wilson95": [lo, hi]}
+    totals = {}
+    for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
+                "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stowaways",
+                "jf", "jb", "djf", "djb"):
+        totals[key] = sum(v[key] for v in verdicts)
+    results = {r: sum(1 for v in verdicts if v["result"] == r) for r in ("pass", "fail", "unknown")}
+    return {"runs": len(verdicts), "result": merge([v["result"] for v in verdicts]), "results": results,
+            "totals": totals, "verdicts": out}
+
+
+def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    metas = metas if metas is not None else load_metas(out)
+    verdicts = analysis.verdicts
+    cols = [c for c, _ in SEED_COLUMNS] + EXTRA_COLUMNS
+    with open(out / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for i, v in enumerate(verdicts, 1):
+            w.writerow(_csv_row(i, v, metas.get(v["run"], {})))
+    with open(out / "jumps.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "consumer", "producer", "class", "from", "to", "size", "line"])
+        names = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS", "DJB": "DUPLICATE JUMP BACKWARDS"}
+        for r in analysis.jumps.orderBy("run", "consumer", "seq").toLocalIterator():
+            w.writerow([r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"],
+                        f"{r['to_value']} {names[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])
+    with open(out / "duplicates.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "producer", "value", "deliveries", "seen_at"])
+        for r in analysis.duplicates.orderBy("run", "producer", "value").toLocalIterator():
+            w.writerow([r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"]])
+    summary = summarize(verdicts)
+    (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
+    return summary

@@ -1,0 +1,258 @@
+"""A session: N runs of one scenario, each on a fresh cluster inside one sandbox.
+
+Per run: start the cluster, create the stream, produce while the nemesis waits for its
+trigger, heal, read everything back, stop the cluster, analyse the history on Spark.
+Every fault is healed in `finally`; every process and namespace goes with the sandbox.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+from .analysis import metrics, spark as spark_mod
+from .faults import FAULTS, FaultContext
+from .faults.targets import resolve
+from .history import Recorder
+from .report import console, files
+from .sandbox import Sandbox
+from .scenario import Scenario
+from .systems import SYSTEMS, System
+from .workload import ProducerLoop, read_all
+
+
+class Observer:
+    """Hooks for callers that want to watch a run (the tests use `before_fault`)."""
+
+    def line(self, text: str) -> None:
+        print(text, flush=True)
+
+    async def before_fault(self, system: System, nodes: list[str]) -> None:
+        pass
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so that every `finally` (heal, teardown) runs."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+@dataclass
+class SessionResult:
+    dir: Path
+    verdicts: list[dict] = field(default_factory=list)
+    metas: dict[str, dict] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+
+class Session:
+    def __init__(
+        self,
+        scenario: Scenario,
+        out: Path,
+        spark_master: Optional[str] = None,
+        observer: Optional[Observer] = None,
+    ) -> None:
+        self.s = scenario
+        self.out = Path(out)
+        self.spark_master = spark_master
+        self.obs = observer or Observer()
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.dir = self.out / f"{scenario.name}-{stamp}"
+
+    def run(self) -> SessionResult:
+        s = self.s
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
+        result = SessionResult(self.dir)
+        spark_mod.warm_up_async(self.spark_master)
+        old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+        try:
+            with Sandbox([f"n{i}" for i in range(1, s.cluster.nodes + 1)], s.sandbox) as sb:
+                self._announce(sb)
+                for i in range(1, s.runs + 1):
+                    run_id = f"run-{i:03d}"
+                    self.obs.line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, sandbox {sb.mode} ===")
+                    meta = self._run_one(sb, run_id, i)
+                    result.metas[run_id] = meta
+                    v = self.analyze_run(run_id)
+                    if v is not None:
+                        result.verdicts.append(v)
+                        self.obs.line(console.run_block(v, meta))
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
+        spark = spark_mod.get_spark(self.spark_master)
+        analysis = metrics.analyze(spark, metrics.read_history(spark, str(self.dir)))
+        result.verdicts = analysis.verdicts
+        result.summary = files.write_session(analysis, self.dir, result.metas)
+        self.obs.line("\n" + console.summary_table(result.verdicts, result.metas))
+        self.obs.line(console.summary_lines(result.summary))
+        self.obs.line(f"Results: {self.dir}")
+        return result
+
+    def _announce(self, sb: Sandbox) -> None:
+        if sb.mode != "netns":
+            self.obs.line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
+                          " and network faults are unavailable")
+
+    def analyze_run(self, run_id: str) -> Optional[dict]:
+        spark = spark_mod.get_spark(self.spark_master)
+        df = metrics.read_history(spark, str(self.dir / run_id / "history"))
+        verdicts = metrics.analyze(spark, df).verdicts
+        return verdicts[0] if verdicts else None
+
+    # -- one run ---------------------------------------------------------------
+    def _run_one(self, sb: Sandbox, run_id: str, index: int) -> dict:
+        s = self.s
+        run_dir = self.dir / run_id
+        meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
+                      "scenario": s.model_dump(), "started": time.time()}
+        system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
+        try:
+            t0 = time.monotonic()
+            system.start()
+            meta.update(sb.run_client(lambda: self._client_side(system, run_id, run_dir, meta, t0),
+                                      timeout=self._run_bound()))
+        finally:
+            try:
+                system.stop()
+            finally:
+                meta["finished"] = time.time()
+                (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
+        return meta
+
+    def _run_bound(self) -> float:
+        w = self.s.workload
+        return 120 + w.write_timeout + w.read_timeout + 60
+
+    async def _client_side(self, system: System, run_id: str, run_dir: Path, meta: dict, t0: float) -> dict:
+        s, w = self.s, self.s.workload
+        hist = run_dir / "history"
+        origin = time.monotonic_ns()
+        nem = Recorder(hist, run_id, "nemesis", origin)
+        out: dict = {}
+        fault = FAULTS.get(s.fault.action)(FaultContext(system, random.Random(f"{s.seed}:{run_id}")))
+        fstate: dict = {"action": s.fault.action, "target": s.fault.target,
+                        "trigger": s.fault.trigger.model_dump(exclude_none=True), "nodes": []}
+        out["fault"] = fstate
+        injected = healed = False
+        acks = [0]
+        fired = asyncio.Event()
+        t_fired = [0]
+        marker = s.fault.trigger.after_acks
+
+        def on_first_ack() -> None:
+            acks[0] += 1
+            if acks[0] == marker:
+                t_fired[0] = time.monotonic_ns()
+                fired.set()
+
+        async def heal(why: str) -> None:
+            nonlocal healed
+            if injected and not healed and fault.recoverable:
+                healed = True
+                await fault.heal()
+                nem.record("heal", node=",".join(fstate["nodes"]), detail=f"{s.fault.action} {s.fault.target} ({why})")
+                nem.flush()
+
+        async def nemesis() -> None:
+            nonlocal injected
+            if s.fault.action == "none":
+                return
+            if marker is not None:
+                await fired.wait()
+            else:
+                await asyncio.sleep(s.fault.trigger.at_seconds)
+                t_fired[0] = time.monotonic_ns()
+            try:
+                nodes = await resolve(s.fault.target, fault.ctx)
+                await self.obs.before_fault(system, nodes)
+                injected = True
+                await fault.inject(nodes)
+            except Exception as e:  # noqa: BLE001 - recorded; the run goes on and says so
+                fstate["error"] = f"{type(e).__name__}: {e}"
+                return
+            t = nem.record("fault", node=",".join(nodes), detail=f"{s.fault.action} {s.fault.target}")
+            nem.flush()
+            fstate.update(nodes=nodes, acks_at_effect=acks[0], t_ms=t / 1e6,
+                          delay_ms=(time.monotonic_ns() - t_fired[0]) / 1e6)
+            self.obs.line(f"Fault: {s.fault.action} {s.fault.target} -> {', '.join(nodes)} at ack {acks[0]}")
+            if s.fault.duration is not None:
+                await asyncio.sleep(s.fault.duration)
+                await heal("after duration")
+
+        try:
+            await system.connect(timeout=60)
+            await system.create_stream(timeout=30)
+            out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
+            out["leader_at_start"] = await system.leader()
+            producers = [
+                ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, on_first_ack)
+                for name in (f"p{i}" for i in range(1, w.producers + 1))
+            ]
+            nem_task = asyncio.create_task(nemesis())
+            progress = asyncio.create_task(self._progress(producers))
+            t_write = time.monotonic()
+            deadline = t_write + w.write_timeout
+            try:
+                await asyncio.gather(*(p.run(deadline) for p in producers))
+            finally:
+                progress.cancel()
+                if not nem_task.done():
+                    if not injected:
+                        fstate["why"] = f"trigger not reached (acks: {acks[0]})"
+                    nem_task.cancel()
+                await asyncio.gather(nem_task, progress, return_exceptions=True)
+                out["write_s"] = round(time.monotonic() - t_write, 3)
+                stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
+                out["write_stopped_early"] = "; ".join(stopped) or None
+                self.obs.line(self._progress_line(producers))
+            if s.fault.heal == "before-read":
+                await heal("before read")
+                out["stream_ready_before_read"] = await system.wait_stream_ready(timeout=30)
+            if injected and fstate["nodes"] and s.fault.target == "leader":
+                try:
+                    out["leader_before_read"] = await system.leader()
+                except Exception as e:  # noqa: BLE001
+                    out["leader_before_read"] = f"unavailable: {type(e).__name__}"
+            t_read = time.monotonic()
+            reader = Recorder(hist, run_id, "c1", origin)
+            out["read_status"] = await read_all(system.reader("c1"), reader, w.read_idle, w.read_timeout)
+            reader.close()
+            out["read_s"] = round(time.monotonic() - t_read, 3)
+        finally:
+            try:
+                await heal("end of run")
+            finally:
+                nem.close()
+                await system.close()
+        return out
+
+    async def _progress(self, producers: list[ProducerLoop]) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.obs.line(self._progress_line(producers))
+
+    @staticmethod
+    def _progress_line(producers: list[ProducerLoop]) -> str:
+        sent = sum(p.acct.sent for p in producers)
+        pos = sum(p.acct.pos for p in producers)
+        neg = sum(p.acct.neg for p in producers)
+        unk = sum(p.acct.unknown for p in producers)
+        return f"Send count: {sent} Ack count: {pos + neg} Pos: {pos} Neg: {neg} Unknown: {unk}"
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

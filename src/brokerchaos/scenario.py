@@ -1,0 +1,222 @@
+"""The validated scenario model: YAML files and CLI flags both end up here.
+
+Validation happens before anything is started: a bad scenario is one line naming the
+field and exit code 2 (see cli.py).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ClusterSpec(_Strict):
+    nodes: int = Field(3, ge=1, le=9, description="broker nodes, one namespace each")
+    replicas: int = Field(3, ge=1, le=9, description="replication factor of the stream/topic/queue")
+
+
+class WorkloadSpec(_Strict):
+    messages: int = Field(100_000, ge=1, description="messages per producer per run")
+    in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer")
+    producers: int = Field(1, ge=1, le=64)
+    message_size: int = Field(0, ge=0, le=1_048_576, description="pad payloads to this many bytes")
+    retries: int = Field(0, ge=0, le=100, description="resends of a message after a nack or unknown outcome")
+    retry_backoff: float = Field(
+        0.1, ge=0, le=60, description="seconds before the first resend; doubles per attempt up to retry_backoff_max"
+    )
+    retry_backoff_max: float = Field(1.0, ge=0, le=600)
+    dedup: bool = Field(False, description="ask the broker to deduplicate (NATS: Nats-Msg-Id)")
+    ack_timeout: float = Field(5.0, gt=0, le=600, description="seconds without an answer before the outcome is unknown")
+    write_timeout: float = Field(600.0, gt=0, description="bound on the whole write phase, seconds")
+    read_timeout: float = Field(300.0, gt=0, description="bound on the whole read phase, seconds")
+    read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up")
+
+
+class TriggerSpec(_Strict):
+    after_acks: Optional[int] = Field(None, ge=1, description="fire on the N-th positive ack (all producers)")
+    at_seconds: Optional[float] = Field(None, ge=0, description="fire this long after the write phase starts")
+
+    @model_validator(mode="after")
+    def _one(self) -> "TriggerSpec":
+        if (self.after_acks is None) == (self.at_seconds is None):
+            raise ValueError("give exactly one of after_acks, at_seconds")
+        return self
+
+
+class FaultSpec(_Strict):
+    action: str = Field("none", description="fault action, see `brokerchaos faults`")
+    target: str = Field("leader", description="which node(s): leader, follower, random, or a node name")
+    trigger: TriggerSpec = Field(default_factory=lambda: TriggerSpec(after_acks=20_000))
+    duration: Optional[float] = Field(
+        None, gt=0, description="heal this many seconds after injecting (else at `heal`)"
+    )
+    heal: Literal["before-read", "after-read"] = Field(
+        "before-read", description="when a fault without duration is healed"
+    )
+
+
+class Scenario(_Strict):
+    name: str = Field("scenario", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    system: str = "nats"
+    runs: int = Field(5, ge=1, le=100_000)
+    seed: int = Field(0, ge=0)
+    sandbox: Literal["auto", "netns", "loopback"] = "auto"
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    fault: FaultSpec = Field(default_factory=FaultSpec)
+
+
+# CLI flag -> dotted path in the scenario document.
+FLAG_PATHS = {
+    "name": "name",
+    "system": "system",
+    "runs": "runs",
+    "seed": "seed",
+    "sandbox": "sandbox",
+    "nodes": "cluster.nodes",
+    "replicas": "cluster.replicas",
+    "messages": "workload.messages",
+    "in_flight": "workload.in_flight",
+    "producers": "workload.producers",
+    "message_size": "workload.message_size",
+    "retries": "workload.retries",
+    "dedup": "workload.dedup",
+    "ack_timeout": "workload.ack_timeout",
+    "write_timeout": "workload.write_timeout",
+    "read_timeout": "workload.read_timeout",
+    "target": "fault.target",
+    "duration": "fault.duration",
+    "heal": "fault.heal",
+}
+
+
+def _set_path(doc: dict, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = doc
+    for p in parents:
+        child = node.get(p)
+        if child is None:
+            child = node[p] = {}
+        elif not isinstance(child, dict):
+            raise ScenarioError(f"scenario field '{p}': expected a mapping")
+        node = child
+    node[leaf] = value
+
+
+def split_fault(value: str, targets: list[str]) -> tuple[str, Optional[str]]:
+    """`kill-leader` -> ("kill", "leader"); `kill` -> ("kill", None).
+
+    Action names may contain dashes (tcp-kill), so only a known target name is split off.
+    """
+    for t in sorted(targets, key=len, reverse=True):
+        if value.endswith("-" + t) and len(value) > len(t) + 1:
+            return value[: -len(t) - 1], t
+    return value, None
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    return f"scenario field '{loc}': {msg}" if loc else f"scenario: {msg}"
+
+
+def load_document(path: Optional[str | Path]) -> dict:
+    if path is None:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"scenario file '{p}': not found")
+    try:
+        doc = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"scenario file '{p}': invalid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"scenario file '{p}': expected a mapping at the top level")
+    doc.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem)[:64])
+    return doc
+
+
+def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
+    """Validate a scenario document with CLI overrides applied (flags win)."""
+    doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
+    if isinstance(doc.get("fault"), dict) and isinstance(doc["fault"].get("trigger"), dict):
+        doc["fault"]["trigger"] = dict(doc["fault"]["trigger"])
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key, value in overrides.items():
+        if key == "fault":
+            from .faults import TARGETS
+
+            action, target = split_fault(value, TARGETS.names())
+            _set_path(doc, "fault.action", action)
+            if target is not None and "target" not in overrides:
+                _set_path(doc, "fault.target", target)
+        elif key == "after_acks":
+            _set_path(doc, "fault.trigger", {"after_acks": value})
+        elif key == "at_seconds":
+            _set_path(doc, "fault.trigger", {"at_seconds": value})
+        else:
+            _set_path(doc, FLAG_PATHS[key], value)
+    try:
+        scenario = Scenario.model_validate(doc)
+    except ValidationError as e:
+        raise ScenarioError(_first_error(e)) from None
+    check_cross_fields(scenario)
+    check_registries(scenario)
+    return scenario
+
+
+def check_cross_fields(s: Scenario) -> None:
+    if s.cluster.replicas > s.cluster.nodes:
+        raise ScenarioError(
+            f"scenario field 'cluster.replicas': {s.cluster.replicas} replicas cannot fit on {s.cluster.nodes} nodes"
+        )
+    n = s.fault.trigger.after_acks
+    total = s.workload.messages * s.workload.producers
+    if s.fault.action != "none" and n is not None and n > total:
+        raise ScenarioError(
+            f"scenario field 'fault.trigger.after_acks': {n} is more than the messages sent per run ({total})"
+        )
+
+
+def check_registries(s: Scenario) -> None:
+    """Names must exist and the system must support the fault: checked before anything starts."""
+    from .faults import FAULTS, TARGETS
+    from .systems import SYSTEMS
+
+    if s.system not in SYSTEMS:
+        raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} (known: {', '.join(SYSTEMS.names())})")
+    if s.fault.action not in FAULTS:
+        raise ScenarioError(
+            f"scenario field 'fault.action': unknown fault {s.fault.action!r} (known: {', '.join(FAULTS.names())})"
+        )
+    system = SYSTEMS.get(s.system)
+    if s.fault.action not in system.supported_faults:
+        raise ScenarioError(
+            f"scenario field 'fault.action': system {s.system!r} does not support fault {s.fault.action!r}"
+        )
+    node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)]
+    if s.fault.target not in TARGETS and s.fault.target not in node_names:
+        raise ScenarioError(
+            f"scenario field 'fault.target': unknown target {s.fault.target!r} "
+            f"(known: {', '.join(TARGETS.names() + node_names)})"
+        )
+    if s.fault.target == "follower" and s.cluster.replicas < 2:
+        raise ScenarioError("scenario field 'fault.target': a stream with 1 replica has no follower")
+
+
+def load(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Scenario:
+    return build(load_document(path), overrides)

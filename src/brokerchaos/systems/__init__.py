@@ -1,0 +1,9 @@
+"""Brokers under test: one module per system behind the small `System` interface."""
+from ..registry import Registry
+from .base import ProducerClient, ReaderClient, System, SystemError_
+
+SYSTEMS: Registry[type[System]] = Registry("system")
+
+from . import nats  # noqa: E402,F401  (registers itself)
+
+__all__ = ["SYSTEMS", "System", "ProducerClient", "ReaderClient", "SystemError_"]

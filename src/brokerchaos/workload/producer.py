@@ -1,0 +1,168 @@
+"""The producer loop: 1, 2, 3, … with a bounded number in flight, every outcome recorded.
+
+The broker client only publishes and reports answers; this loop owns the in-flight bound,
+the ack timeout (after which the outcome is *unknown*: the message may or may not be
+stored), retries, and the history rows.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Callable, Optional
+
+from ..history import Recorder
+from ..scenario import WorkloadSpec
+from .accounting import Accounting
+from .payload import encode
+
+
+class ProducerLoop:
+    def __init__(
+        self,
+        name: str,
+        client,
+        recorder: Recorder,
+        spec: WorkloadSpec,
+        on_first_ack: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.rec = recorder
+        self.spec = spec
+        self.acct = Accounting(spec.messages)
+        self.on_first_ack = on_first_ack or (lambda: None)
+        self.attempts: dict[int, int] = {}  # value -> attempt number of the outstanding send
+        self._expiry: collections.deque = collections.deque()  # (deadline, value, attempt)
+        self._slots = asyncio.Semaphore(spec.in_flight)
+        self._resend: collections.deque = collections.deque()
+        self._pending_retries = 0
+        self._wake = asyncio.Event()
+        self.stopped_early: Optional[str] = None
+
+    # -- outcomes (called by the client, on the loop) --------------------------
+    def on_outcome(self, value: int, kind: str, offset, node, detail) -> None:
+        self.rec.record(kind, self.name, value, offset, node, detail)
+        if kind == "ack":
+            if self.acct.on_ack(value):
+                self.on_first_ack()
+        else:
+            self.acct.on_nack(value)
+        attempt = self.attempts.pop(value, None)
+        if attempt is None:
+            return  # late answer to a send already timed out: recorded, nothing to release
+        if kind == "nack" and attempt <= self.spec.retries:
+            self._retry(value, attempt + 1)
+        else:
+            self._slots.release()
+
+    def _retry(self, value: int, attempt: int) -> None:
+        # exponential back-off, so a broker in the middle of an election is not hammered
+        delay = min(self.spec.retry_backoff * 2 ** (attempt - 2), self.spec.retry_backoff_max)
+        self._pending_retries += 1
+        asyncio.get_running_loop().call_later(delay, self._due, value, attempt)
+
+    def _due(self, value: int, attempt: int) -> None:
+        self._pending_retries -= 1
+        self._resend.append((value, attempt))
+        self._wake.set()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        q = self._expiry
+        while q and q[0][0] <= now:
+            _, value, attempt = q.popleft()
+            if self.attempts.get(value) != attempt:
+                continue
+            del self.attempts[value]
+            self.rec.record("unknown", self.name, value, None, self.client.node(), "no answer within ack_timeout")
+            self.acct.on_unknown(value)
+            if attempt <= self.spec.retries:
+                self._retry(value, attempt + 1)
+            else:
+                self._slots.release()
+
+    async def _sweeper(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            self._expire()
+            self.rec.maybe_flush()
+
+    # -- sending ---------------------------------------------------------------
+    async def _send(self, value: int, attempt: int) -> None:
+        self.acct.on_send(value)
+        self.attempts[value] = attempt
+        self.rec.record("send", self.name, value, None, self.client.node(), None if attempt == 1 else f"retry {attempt - 1}")
+        self._expiry.append((time.monotonic() + self.spec.ack_timeout, value, attempt))
+        try:
+            await self.client.send(value, encode(self.name, value, self.spec.message_size))
+        except Exception as e:  # noqa: BLE001 - the client refused it: it never left us
+            if self.attempts.get(value) == attempt:
+                self.on_outcome(value, "nack", None, self.client.node(), f"send failed: {type(e).__name__}: {e}")
+
+    async def _drain_resends(self) -> None:
+        while self._resend:
+            value, attempt = self._resend.popleft()
+            await self._send(value, attempt)
+
+    async def run(self, deadline: float) -> None:
+        """Send every message, then wait for every outcome; both bounded by `deadline`."""
+        await self.client.open(self.on_outcome)
+        sweeper = asyncio.create_task(self._sweeper())
+        try:
+            for value in range(1, self.spec.messages + 1):
+                await self._drain_resends()
+                if not await self._acquire(deadline):
+                    self.stopped_early = f"write_timeout reached after {value - 1} messages"
+                    break
+                await self._send(value, 1)
+                if value % 32 == 0:
+                    # publish rarely blocks, so without this the nemesis and the reply
+                    # handler starve and the fault lands late
+                    await asyncio.sleep(0)
+            # the tail: outstanding answers, retries, timeouts
+            while (self.attempts or self._resend or self._pending_retries) and time.monotonic() < deadline:
+                await self._drain_resends()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), 0.05)
+                except asyncio.TimeoutError:
+                    pass
+            self._expire()
+            if self.attempts and not self.stopped_early:
+                self.stopped_early = f"write_timeout reached with {len(self.attempts)} answers outstanding"
+        finally:
+            sweeper.cancel()
+            # whatever is still outstanding is unknown: never silently dropped. A message
+            # waiting for its resend already has its nack/unknown row.
+            for value in list(self.attempts):
+                self.rec.record("unknown", self.name, value, None, None, "outstanding when the write phase ended")
+                self.acct.on_unknown(value)
+            self.attempts.clear()
+            await self.client.close()
+            self.rec.flush()
+
+    async def _acquire(self, deadline: float) -> bool:
+        """A free in-flight slot, serving due resends while waiting for one."""
+        while True:
+            await self._drain_resends()
+            if not self._slots.locked():
+                await self._slots.acquire()
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._wake.clear()
+            slot = asyncio.ensure_future(self._slots.acquire())
+            wake = asyncio.ensure_future(self._wake.wait())
+            done, _ = await asyncio.wait({slot, wake}, timeout=min(remaining, 1.0), return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            if slot in done:
+                return True
+            slot.cancel()
+            try:
+                await slot
+            except asyncio.CancelledError:
+                pass
+            else:
+                return True  # acquired just as it was cancelled

@@ -1,0 +1,39 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole test run (the project's rule for sessions too)."""
+    from brokerchaos.analysis.spark import get_spark
+
+    return get_spark("local[2]")
+
+
+@pytest.fixture(scope="session")
+def spark_analyze(spark):
+    """rows (list of dicts in format v1) -> verdicts, through the real Spark job."""
+    import pyarrow as pa
+
+    from brokerchaos.analysis import metrics
+    from brokerchaos.history.schema import SCHEMA
+
+    def run(rows, tmp_path):
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        import pyarrow.parquet as pq
+
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, tmp_path / "h.parquet")
+        df = metrics.read_history(spark, str(tmp_path))
+        return metrics.analyze(spark, df)
+
+    return run
+
+
+def needs_root():
+    return pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")

@@ -1,0 +1,36 @@
+"""Small recorded histories, built event by event."""
+from __future__ import annotations
+
+
+class H:
+    def __init__(self, run: str = "r1") -> None:
+        self.run = run
+        self.rows: list[dict] = []
+        self.seq: dict[str, int] = {}
+        self.t = 0
+
+    def ev(self, client, type_, producer=None, value=None, offset=None, node=None, detail=None, dt=1000):
+        self.t += dt
+        self.seq[client] = self.seq.get(client, 0) + 1
+        self.rows.append(dict(run=self.run, client=client, seq=self.seq[client], t_ns=self.t, type=type_,
+                              producer=producer, value=value, offset=offset, node=node, detail=detail))
+        return self
+
+    def sent_acked(self, values, producer="p1"):
+        for v in values:
+            self.ev(producer, "send", producer, v)
+            self.ev(producer, "ack", producer, v, offset=str(v))
+        return self
+
+    def read(self, values, consumer="c1", producer="p1", end="complete"):
+        for v in values:
+            self.ev(consumer, "recv", producer, v, offset=str(v))
+        if end:
+            self.ev(consumer, "read_end", detail=end)
+        return self
+
+
+SEED_SEQUENCE = (
+    list(range(1, 11)) + list(range(30, 41)) + list(range(15, 30)) + list(range(11, 15))
+    + list(range(5, 11)) + list(range(2, 5)) + list(range(41, 45))
+)

@@ -1,0 +1,164 @@
+"""A plain-Python reference implementation of every verdict in docs/history-format.md.
+
+Deliberately written the naive way (dicts, sets, a sort per stream) so that it is easy to
+check by eye; the Spark job in brokerchaos.analysis.metrics must agree with it exactly.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    # linear interpolation between closest ranks, as Spark's exact percentile()
+    pos = q * (len(sorted_vals) - 1)
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _lat(vals: list[float]):
+    if not vals:
+        return None
+    s = sorted(vals)
+    return {"p50": _percentile(s, 0.5), "p99": _percentile(s, 0.99), "p999": _percentile(s, 0.999), "max": s[-1]}
+
+
+def _gaps(times: list[int]) -> list[tuple[int, int]]:
+    s = sorted(times)
+    return list(zip(s, s[1:]))
+
+
+def analyze(rows: list[dict]) -> list[dict]:
+    by_run: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_run[r["run"]].append(r)
+    return [_run(run, by_run[run]) for run in sorted(by_run)]
+
+
+def _run(run: str, rows: list[dict]) -> dict:
+    msgs: dict = defaultdict(lambda: {"sent": False, "ack": False, "nack": False, "unk": False,
+                                      "recv": 0, "t_send": None, "t_ack": None, "t_recv": None})
+    for r in rows:
+        ty = r["type"]
+        if ty not in ("send", "ack", "nack", "unknown", "recv"):
+            continue
+        m = msgs[(r["producer"], r["value"])]
+        t = r["t_ns"]
+        if ty == "send":
+            m["sent"] = True
+            m["t_send"] = t if m["t_send"] is None else min(m["t_send"], t)
+        elif ty == "ack":
+            m["ack"] = True
+            m["t_ack"] = t if m["t_ack"] is None else min(m["t_ack"], t)
+        elif ty == "nack":
+            m["nack"] = True
+        elif ty == "unknown":
+            m["unk"] = True
+        else:
+            m["recv"] += 1
+            m["t_recv"] = t if m["t_recv"] is None else min(m["t_recv"], t)
+    sent = [m for m in msgs.values() if m["sent"]]
+    v = {
+        "run": run,
+        "send_count": len(sent),
+        "pos_ack_count": sum(m["ack"] for m in sent),
+        "neg_ack_count": sum(m["nack"] and not m["ack"] for m in sent),
+        "unknown_count": sum(m["unk"] and not m["ack"] and not m["nack"] for m in sent),
+        "received": sum(m["recv"] for m in sent),
+        "stowaways": sum(m["recv"] for m in msgs.values() if not m["sent"]),
+        "acked_missing": sum(m["ack"] and m["recv"] == 0 for m in sent),
+        "missing": sum(m["recv"] == 0 for m in sent),
+        "received_no_ack": sum(m["recv"] > 0 and not m["ack"] for m in sent),
+        "received_after_nack": sum(m["recv"] > 0 and not m["ack"] and m["nack"] for m in sent),
+        "received_after_unknown": sum(m["recv"] > 0 and not m["ack"] and not m["nack"] and m["unk"] for m in sent),
+        "msgs_with_dups": sum(m["recv"] > 1 for m in sent),
+        "duplicate_deliveries": sum(m["recv"] - 1 for m in sent if m["recv"] > 0),
+    }
+    v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
+
+    # ordering, per (consumer, producer) stream in the consumer's seq order
+    counts = {"jf": 0, "jb": 0, "djf": 0, "djb": 0}
+    jumps = []
+    streams: dict = defaultdict(list)
+    for r in rows:
+        if r["type"] == "recv" and r["producer"] is not None and r["value"] is not None:
+            streams[(r["client"], r["producer"])].append(r)
+    for (client, producer), rs in streams.items():
+        rs.sort(key=lambda r: r["seq"])
+        seen: set = set()
+        prev = None
+        for r in rs:
+            val = r["value"]
+            dup = val in seen
+            cls = None
+            if prev is not None:
+                if val > prev + 1:
+                    cls = "DJF" if dup else "JF"
+                elif val <= prev:
+                    cls = "DJB" if dup else "JB"
+            if cls:
+                counts[cls.lower()] += 1
+                jumps.append((client, producer, cls, prev, val, abs(val - prev), r["seq"]))
+            seen.add(val)
+            prev = val
+    v.update(counts)
+    v["out_of_order"] = v["jb"]
+    v["_jumps"] = sorted(jumps, key=lambda j: (j[0], j[1], j[6]))
+
+    ends = [r["detail"] for r in rows if r["type"] == "read_end"]
+    v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
+    recv_rows = [r for r in rows if r["type"] == "recv"]
+    v["recv_rows"] = len(recv_rows)
+
+    ack_times = [r["t_ns"] for r in rows if r["type"] == "ack"]
+    ack_gaps = _gaps(ack_times)
+    v["max_ack_gap_ms"] = max((b - a for a, b in ack_gaps), default=None)
+    if v["max_ack_gap_ms"] is not None:
+        v["max_ack_gap_ms"] /= 1e6
+
+    t_end = max(r["t_ns"] for r in rows)
+    nem = sorted((r for r in rows if r["type"] in ("fault", "heal")), key=lambda r: (r["t_ns"], r["type"] != "fault"))
+    heals = [r["t_ns"] for r in nem if r["type"] == "heal"]
+    windows = []
+    for r in nem:
+        if r["type"] == "fault":
+            end = next((h for h in heals if h >= r["t_ns"]), t_end)
+            windows.append((r["t_ns"], end))
+    outages = []
+    for tf, te in windows:
+        best = None
+        for a, b in ack_gaps:
+            if b > tf and a <= te:
+                eff = b - max(a, tf)
+                if best is None or eff > best[0]:
+                    best = (eff, b)
+        last_ack = max(ack_times) if ack_times else None
+        open_len = None
+        if last_ack is None or last_ack <= te:
+            open_len = t_end - max(last_ack if last_ack is not None else tf, tf)
+        if best is None or (open_len is not None and open_len > best[0]):
+            outages.append(None)
+        else:
+            outages.append((best[1] - tf) / 1e6)
+    v["fault_outages_ms"] = outages
+    live = {r["client"] for r in recv_rows if any(tf <= r["t_ns"] <= te for tf, te in windows)}
+    rg = _gaps([r["t_ns"] for r in recv_rows if r["client"] in live])
+    v["max_recv_gap_ms"] = max((b - a for a, b in rg), default=None)
+    if v["max_recv_gap_ms"] is not None:
+        v["max_recv_gap_ms"] /= 1e6
+
+    v["ack_latency_ms"] = _lat([(m["t_ack"] - m["t_send"]) / 1e6 for m in sent if m["ack"]])
+    sends = [r["t_ns"] for r in rows if r["type"] == "send"]
+    live_reader = bool(recv_rows) and bool(sends) and min(r["t_ns"] for r in recv_rows) < max(sends)
+    v["e2e_latency_ms"] = _lat([(m["t_recv"] - m["t_send"]) / 1e6 for m in sent if m["recv"]]) if live_reader else None
+
+    if v["received_after_nack"] > 0:
+        v["result"] = "fail"
+    elif v["read_complete"] is False or (v["read_complete"] is None and not recv_rows):
+        v["result"] = "unknown"
+    elif v["acked_missing"] > 0:
+        v["result"] = "fail"
+    else:
+        v["result"] = "pass"
+    return v

@@ -1,0 +1,67 @@
+"""The verdicts on small hand-made histories whose answers are known, Spark and oracle alike."""
+import oracle
+from histories import SEED_SEQUENCE, H
+
+
+def _both(spark_analyze, rows, tmp_path):
+    spark_v = spark_analyze(rows, tmp_path).verdicts
+    return spark_v, oracle.analyze(rows)
+
+
+def test_seed_worked_example(spark_analyze, tmp_path):
+    # seed 004: 1..10, 30..40, 15..29, 11..14, 5..10, 2..4, 41..44 -> JF, JB, JB, DJB, DJB, JF
+    h = H().sent_acked(range(1, 45)).read(SEED_SEQUENCE)
+    a = spark_analyze(h.rows, tmp_path)
+    (v,) = a.verdicts
+    assert (v["jf"], v["jb"], v["djf"], v["djb"]) == (2, 2, 0, 2)
+    j = [(r["class"], r["from_value"], r["to_value"], r["size"]) for r in a.jumps.orderBy("seq").collect()]
+    assert j == [("JF", 10, 30, 20), ("JB", 40, 15, 25), ("JB", 29, 11, 18), ("DJB", 14, 5, 9),
+                 ("DJB", 10, 2, 8), ("JF", 4, 41, 37)]
+    assert v["msgs_with_dups"] == 9 and v["duplicate_deliveries"] == 9  # 2..10 read twice
+    assert v["acked_missing"] == 0 and v["out_of_order"] == 2
+    ov = oracle.analyze(h.rows)[0]
+    assert [x[2] for x in ov["_jumps"]] == ["JF", "JB", "JB", "DJB", "DJB", "JF"]
+    assert (ov["jf"], ov["jb"], ov["djf"], ov["djb"]) == (2, 2, 0, 2)
+
+
+def test_loss_nack_unknown_stowaway(spark_analyze, tmp_path):
+    h = H()
+    h.sent_acked([1, 2, 3])
+    h.ev("p1", "send", "p1", 4).ev("p1", "nack", "p1", 4, detail="503")
+    h.ev("p1", "send", "p1", 5).ev("p1", "unknown", "p1", 5)
+    h.ev("p1", "send", "p1", 6).ev("p1", "unknown", "p1", 6).ev("p1", "ack", "p1", 6)  # late ack
+    h.ev("c1", "recv", "p1", 1).ev("c1", "recv", "p1", 4).ev("c1", "recv", "p1", 5)
+    h.ev("c1", "recv", "p9", 1).ev("c1", "recv", None, None, detail="junk").ev("c1", "recv", "p1", 6)
+    h.ev("c1", "read_end", detail="complete")
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["send_count"] == 6 and v["pos_ack_count"] == 4 and v["neg_ack_count"] == 1
+    assert v["unknown_count"] == 1 and v["ack_count"] == 5
+    assert v["acked_missing"] == 2  # 2 and 3
+    assert v["missing"] == 2
+    assert v["received"] == 4 and v["stowaways"] == 2
+    assert v["received_no_ack"] == 2 and v["received_after_nack"] == 1 and v["received_after_unknown"] == 1
+    assert v["result"] == "fail"
+    for k in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
+              "acked_missing", "missing", "received_no_ack", "received_after_nack", "received_after_unknown"):
+        assert v[k] == o[k], k
+
+
+def test_incomplete_read_is_unknown_not_pass(spark_analyze, tmp_path):
+    h = H().sent_acked([1, 2, 3]).read([1], end="incomplete: stream unavailable")
+    (v,) = spark_analyze(h.rows, tmp_path).verdicts
+    assert v["acked_missing"] == 2 and v["read_complete"] is False and v["result"] == "unknown"
+
+
+def test_outage_measured_from_fault_to_first_ack_after_longest_gap(spark_analyze, tmp_path):
+    h = H()
+    h.sent_acked(range(1, 5))  # acks every 2 us
+    h.ev("nemesis", "fault", node="n2", detail="kill leader")
+    h.ev("p1", "send", "p1", 5, dt=500_000)
+    h.ev("p1", "ack", "p1", 5, dt=2_000_000_000)  # 2 s outage
+    h.ev("nemesis", "heal", node="n2", detail="kill leader")
+    h.sent_acked(range(6, 9)).read(range(1, 9))
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["fault_outages_ms"] == o["fault_outages_ms"]
+    assert abs(v["fault_outages_ms"][0] - 2000.5) < 0.01
+    assert abs(v["max_ack_gap_ms"] - 2000.501) < 0.01
+    assert v["faults"][0]["node"] == "n2"

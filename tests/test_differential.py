@@ -1,0 +1,110 @@
+"""Spark and the plain-Python oracle must give identical verdicts on any history.
+
+Histories are generated with loss, duplicates, reorders, stowaways, nacks that later
+appear, unknowns, late acks, resends, several producers and consumers, several runs,
+fault windows with and without heals, complete and incomplete reads, and ties in time.
+"""
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import oracle
+
+KEYS = [
+    "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
+    "acked_missing", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
+    "msgs_with_dups", "duplicate_deliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
+    "recv_rows", "result",
+]
+FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms"]
+
+
+@st.composite
+def history(draw):
+    rnd = draw(st.randoms(use_true_random=False))
+    rows = []
+    for run in draw(st.sampled_from([["r1"], ["r1", "r2"]])):
+        clients: dict[str, list] = {}
+        producers = [f"p{i}" for i in range(1, draw(st.integers(1, 3)) + 1)]
+        sent = []
+        for p in producers:
+            evs = clients.setdefault(p, [])
+            for v in range(1, draw(st.integers(0, 25)) + 1):
+                sent.append((p, v))
+                for _ in range(draw(st.integers(1, 2))):  # a resend is another send row
+                    evs.append(("send", p, v, None))
+                    outcome = draw(st.sampled_from(["ack", "ack", "ack", "nack", "unknown", None]))
+                    if outcome:
+                        evs.append((outcome, p, v, str(v) if outcome == "ack" else None))
+                    if outcome == "unknown" and draw(st.booleans()):
+                        evs.append(("ack", p, v, str(v)))  # late ack
+        for c in [f"c{i}" for i in range(1, draw(st.integers(0, 2)) + 1)]:
+            evs = clients.setdefault(c, [])
+            pool = sent + [("p1", 999), ("px", 1), (None, None)]
+            for _ in range(draw(st.integers(0, 40))):
+                p, v = rnd.choice(pool) if rnd.random() < 0.3 or not sent else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))]
+                evs.append(("recv", p, v, None if v is None else f"o{v}"))
+            end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
+            if end:
+                evs.append(("read_end", None, None, end))
+        nem = clients.setdefault("nemesis", [])
+        for _ in range(draw(st.integers(0, 2))):
+            nem.append(("fault", None, None, "kill leader"))
+            if draw(st.booleans()):
+                nem.append(("heal", None, None, "kill leader"))
+        # interleave clients (each keeps its own order), time strictly non-decreasing
+        queues = {c: list(evs) for c, evs in clients.items() if evs}
+        seq = {c: 0 for c in queues}
+        t = 0
+        while queues:
+            c = rnd.choice(sorted(queues))
+            ty, p, v, x = queues[c].pop(0)
+            if not queues[c]:
+                del queues[c]
+            t += rnd.choice([0, 1, 5, 1000, 250_000, 3_000_000])
+            seq[c] += 1
+            rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p, value=v,
+                             offset=x if ty in ("ack", "recv") else None,
+                             node="n1" if ty in ("fault", "heal") else None,
+                             detail=x if ty in ("fault", "heal", "read_end") else None))
+    return rows
+
+
+def _close(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _lat_close(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return all(_close(a[k], b[k]) for k in ("p50", "p99", "p999", "max"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=history())
+def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory):
+    if not rows:
+        return
+    a = spark_analyze(rows, tmp_path_factory.mktemp("h"))
+    expected = oracle.analyze(rows)
+    assert [v["run"] for v in a.verdicts] == [v["run"] for v in expected]
+    for got, exp in zip(a.verdicts, expected):
+        for k in KEYS:
+            assert got[k] == exp[k], (got["run"], k, got[k], exp[k])
+        for k in FLOAT_KEYS:
+            assert _close(got[k], exp[k]), (k, got[k], exp[k])
+        assert len(got["fault_outages_ms"]) == len(exp["fault_outages_ms"])
+        for x, y in zip(got["fault_outages_ms"], exp["fault_outages_ms"]):
+            assert _close(x, y), ("fault_outages_ms", got["fault_outages_ms"], exp["fault_outages_ms"])
+        assert _lat_close(got["ack_latency_ms"], exp["ack_latency_ms"]), (got["ack_latency_ms"], exp["ack_latency_ms"])
+        assert _lat_close(got["e2e_latency_ms"], exp["e2e_latency_ms"]), (got["e2e_latency_ms"], exp["e2e_latency_ms"])
+    got_jumps = sorted(
+        (r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"], r["seq"])
+        for r in a.jumps.collect()
+    )
+    exp_jumps = sorted((v["run"], *j) for v in expected for j in v["_jumps"])
+    assert got_jumps == exp_jumps

@@ -1,0 +1,119 @@
+"""The producer's accounting: the seeds' counters, timeouts, retries and the in-flight bound.
+
+The broker here is a scripted stand-in answering in-process: this is a unit test of the
+loop's bookkeeping; the real broker path is covered by the integration tests.
+"""
+import asyncio
+import time
+
+import pyarrow.dataset as ds
+
+from brokerchaos.history import Recorder
+from brokerchaos.scenario import WorkloadSpec
+from brokerchaos.workload import Accounting, ProducerLoop, decode, encode
+
+
+def test_accounting_precedence_ack_beats_nack_beats_unknown():
+    a = Accounting(5)
+    for v in range(1, 6):
+        a.on_send(v)
+    a.on_send(1)  # a resend is not a new message
+    assert a.sent == 5
+    a.on_unknown(1)
+    a.on_ack(1)  # late ack after a timeout
+    a.on_ack(2)
+    a.on_nack(2)  # a nack never undoes an ack
+    a.on_nack(3)
+    a.on_unknown(3)  # unknown never undoes a nack
+    a.on_unknown(4)
+    assert (a.pos, a.neg, a.unknown, a.acked, a.in_doubt()) == (2, 1, 1, 3, 1)
+
+
+def test_accounting_rejects_outcome_for_unsent_message():
+    a = Accounting(3)
+    try:
+        a.on_ack(2)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("expected ValueError")
+
+
+def test_payload_roundtrip_and_padding():
+    assert decode(encode("p1", 42)) == ("p1", 42)
+    p = encode("p2", 7, size=100)
+    assert len(p) == 100 and decode(p) == ("p2", 7)
+    assert decode(b"garbage") == (None, None)
+    assert decode(b"a:b") == (None, None)
+
+
+class Scripted:
+    """Answers each message per `rule(value, attempt)`: "ack", "nack" or None (never answers)."""
+
+    def __init__(self, rule, delay=0.001):
+        self.rule = rule
+        self.delay = delay
+        self.attempt: dict[int, int] = {}
+        self.max_outstanding = 0
+
+    async def open(self, on_outcome):
+        self.cb = on_outcome
+
+    async def send(self, value, payload):
+        assert decode(payload)[1] == value
+        n = self.attempt[value] = self.attempt.get(value, 0) + 1
+        kind = self.rule(value, n)
+        # in flight = sent, neither answered nor timed out (the loop's own outstanding set)
+        self.max_outstanding = max(self.max_outstanding, len(self.loop.attempts))
+        if kind is not None:
+            asyncio.get_running_loop().call_later(self.delay, self._answer, value, kind)
+
+    def _answer(self, value, kind):
+        self.cb(value, kind, str(value) if kind == "ack" else None, "n1", None)
+
+    def node(self):
+        return "n1"
+
+    async def close(self):
+        pass
+
+
+def _run(tmp_path, rule, **spec):
+    w = WorkloadSpec(**{"messages": 200, "in_flight": 20, "ack_timeout": 0.2, "retry_backoff": 0.01, **spec})
+    client = Scripted(rule)
+    rec = Recorder(tmp_path, "r", "p1", time.monotonic_ns())
+    loop = ProducerLoop("p1", client, rec, w)
+    client.loop = loop
+    asyncio.run(loop.run(time.monotonic() + 30))
+    rec.close()
+    rows = ds.dataset(str(tmp_path), format="parquet").to_table().to_pylist()
+    return loop, client, rows
+
+
+def test_every_message_gets_a_row_per_outcome(tmp_path):
+    rule = lambda v, n: "nack" if v % 10 == 0 else None if v % 7 == 0 else "ack"  # noqa: E731
+    loop, client, rows = _run(tmp_path, rule)
+    a = loop.acct
+    assert a.sent == 200
+    assert a.neg == 20 and a.unknown == 28 - 2 and a.pos == 200 - 20 - 26  # 70 and 140 are nacks
+    kinds = {}
+    for r in rows:
+        kinds.setdefault(r["type"], set()).add(r["value"])
+    assert kinds["send"] == set(range(1, 201))
+    assert kinds["unknown"] == {v for v in range(1, 201) if v % 7 == 0 and v % 10 != 0}
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    assert 10 < client.max_outstanding <= 20  # the in-flight bound holds, and is reached
+
+
+def test_retries_resend_until_acked(tmp_path):
+    rule = lambda v, n: "ack" if n >= 3 else ("nack" if n == 1 else None)  # noqa: E731
+    loop, client, rows = _run(tmp_path, rule, messages=30, retries=2)
+    assert loop.acct.pos == 30 and loop.acct.neg == 0 and loop.acct.unknown == 0
+    sends = [r for r in rows if r["type"] == "send"]
+    assert len(sends) == 90 and {r["detail"] for r in sends} == {None, "retry 1", "retry 2"}
+
+
+def test_retries_run_out_and_the_last_outcome_stays(tmp_path):
+    loop, client, rows = _run(tmp_path, lambda v, n: "nack", messages=10, retries=1)
+    assert loop.acct.neg == 10 and loop.acct.pos == 0
+    assert sum(r["type"] == "send" for r in rows) == 20

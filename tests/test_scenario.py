@@ -1,0 +1,81 @@
+import subprocess
+import sys
+
+import pytest
+
+from brokerchaos import scenario as sc
+
+
+def test_defaults_match_the_foundation_scenario():
+    s = sc.load("scenarios/nats-kill-leader.yaml")
+    assert (s.system, s.cluster.nodes, s.cluster.replicas, s.runs) == ("nats", 3, 3, 5)
+    assert s.workload.messages == 100_000 and s.workload.in_flight == 10_000
+    assert (s.fault.action, s.fault.target, s.fault.trigger.after_acks) == ("kill", "leader", 20_000)
+
+
+def test_flags_override_the_file():
+    s = sc.load("scenarios/nats-kill-leader.yaml", {"runs": 2, "messages": 500, "after_acks": 100, "dedup": True})
+    assert s.runs == 2 and s.workload.messages == 500 and s.fault.trigger.after_acks == 100
+    assert s.workload.dedup is True
+    assert s.cluster.replicas == 3  # untouched
+
+
+def test_fault_shorthand_splits_action_and_target():
+    assert sc.split_fault("kill-leader", ["leader", "follower"]) == ("kill", "leader")
+    assert sc.split_fault("kill", ["leader"]) == ("kill", None)
+    s = sc.load(None, {"fault": "kill-follower"})
+    assert (s.fault.action, s.fault.target) == ("kill", "follower")
+    s = sc.load(None, {"fault": "kill-leader", "target": "n2"})
+    assert s.fault.target == "n2"
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"runs": 0}, "runs"),
+        ({"messages": -5}, "workload.messages"),
+        ({"replicas": 4}, "cluster.replicas"),
+        ({"fault": "explode"}, "fault.action"),
+        ({"system": "kafka-9000"}, "system"),
+        ({"fault": "kill", "target": "n7"}, "fault.target"),
+        ({"fault": "kill", "after_acks": 10**9}, "fault.trigger.after_acks"),
+        ({"fault": "kill-follower", "replicas": 1}, "fault.target"),
+    ],
+)
+def test_bad_input_names_the_field(overrides, field):
+    with pytest.raises(sc.ScenarioError) as e:
+        sc.load(None, overrides)
+    assert f"'{field}'" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_yaml_field_and_bad_yaml(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("workload:\n  mesages: 10\n")
+    with pytest.raises(sc.ScenarioError, match="'workload.mesages': unknown field"):
+        sc.load(p)
+    p.write_text("workload: [1,\n")
+    with pytest.raises(sc.ScenarioError, match="invalid YAML"):
+        sc.load(p)
+
+
+def test_trigger_needs_exactly_one_kind():
+    with pytest.raises(sc.ScenarioError, match="fault.trigger"):
+        sc.build({"fault": {"action": "kill", "trigger": {"after_acks": 5, "at_seconds": 1}}})
+
+
+def test_every_shipped_scenario_is_valid():
+    import glob
+
+    for path in glob.glob("scenarios/*.yaml"):
+        sc.load(path)
+
+
+def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "brokerchaos.cli", "run", "--messages", "0", "--out", str(tmp_path / "res")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "workload.messages" in r.stderr
+    assert not (tmp_path / "res").exists()  # nothing started, nothing written

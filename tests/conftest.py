@@ -12,7 +12,7 @@ def spark():
     """One SparkSession for the whole test run (the project's rule for sessions too)."""
     from brokerchaos.analysis.spark import get_spark
 
-    return get_spark("local[2]")
+    return get_spark()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,31 @@
+# make demo  - install what is missing, then run the default scenario
+# make test  - install what is missing, then run the whole test suite
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
+
+.PHONY: setup system demo test test-unit clean-sandbox
+
+setup: system $(VENV)/.installed
+
+system:
+	@./scripts/setup-system.sh
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+demo: setup
+	$(VENV)/bin/brokerchaos run scenarios/nats-kill-leader.yaml
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"
+
+clean-sandbox:
+	$(VENV)/bin/brokerchaos clean

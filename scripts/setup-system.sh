@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages brokerchaos needs, skipping what is already there.
+# Brokers are only installed: the project starts its own processes and never uses the
+# packages' system services.
+set -euo pipefail
+
+need=()
+have_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+have_cmd ip            || need+=(iproute2)
+have_cmd iptables      || need+=(iptables)
+have_cmd nft           || need+=(nftables)
+have_cmd ss            || need+=(iproute2)
+have_cmd nats-server   || need+=(nats-server)
+have_cmd ps            || need+=(procps)
+[ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need+=(openjdk-17-jre-headless)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
+
+if [ ${#need[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${need[*]} (run as root, or install them)" >&2
+  exit 1
+fi
+echo "installing: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# Some machines auto-start services on install; ours must not be running.
+for svc in nats-server; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" || true
+    systemctl disable "$svc" >/dev/null 2>&1 || true
+  fi
+done

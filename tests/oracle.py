@@ -134,9 +134,11 @@ def _run(run: str, rows: list[dict]) -> dict:
                 if best is None or eff > best[0]:
                     best = (eff, b)
         last_ack = max(ack_times) if ack_times else None
+        producer_times = [r["t_ns"] for r in rows if r["type"] in ("send", "ack", "nack", "unknown")]
+        write_end = max(producer_times) if producer_times else None
         open_len = None
-        if last_ack is None or last_ack <= te:
-            open_len = t_end - max(last_ack if last_ack is not None else tf, tf)
+        if write_end is not None and (last_ack is None or last_ack <= te):
+            open_len = write_end - max(last_ack if last_ack is not None else tf, tf)
         if best is None or (open_len is not None and open_len > best[0]):
             outages.append(None)
         else:

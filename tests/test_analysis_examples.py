@@ -65,3 +65,31 @@ def test_outage_measured_from_fault_to_first_ack_after_longest_gap(spark_analyze
     assert abs(v["fault_outages_ms"][0] - 2000.5) < 0.01
     assert abs(v["max_ack_gap_ms"] - 2000.501) < 0.01
     assert v["faults"][0]["node"] == "n2"
+
+
+def test_outage_ends_when_acks_resume_even_if_heal_comes_much_later(spark_analyze, tmp_path):
+    # kill at t, acks resume 3 s later, the heal and a long read come after the write phase
+    h = H()
+    h.sent_acked(range(1, 4))
+    h.ev("nemesis", "fault", node="n1", detail="kill leader")
+    h.ev("p1", "send", "p1", 4).ev("p1", "nack", "p1", 4)
+    h.ev("p1", "send", "p1", 4, dt=3_000_000_000).ev("p1", "ack", "p1", 4)
+    h.sent_acked(range(5, 8))
+    h.ev("nemesis", "heal", node="n1", detail="kill leader", dt=2_000_000_000)
+    h.read(range(1, 8))
+    h.ev("c1", "recv", "p1", 7, dt=20_000_000_000)  # a slow reader does not make an outage
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["fault_outages_ms"] == o["fault_outages_ms"]
+    assert 3000 < v["fault_outages_ms"][0] < 3001
+
+
+def test_outage_never_ends_when_producers_keep_failing(spark_analyze, tmp_path):
+    h = H()
+    h.sent_acked(range(1, 4))
+    h.ev("nemesis", "fault", node="n1", detail="kill leader")
+    h.ev("p1", "send", "p1", 4).ev("p1", "ack", "p1", 4)  # one in-flight ack lands after the kill
+    for v in range(5, 9):
+        h.ev("p1", "send", "p1", v).ev("p1", "nack", "p1", v, dt=500_000_000)
+    h.read(range(1, 5), end="incomplete: stream unavailable")
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["fault_outages_ms"] == o["fault_outages_ms"] == [None]

@@ -129,6 +129,7 @@ def run_frame(df: DataFrame) -> DataFrame:
         F.max(ts).alias("t_end"),
         F.max(F.when(t == "send", ts)).alias("t_last_send"),
         F.max(F.when(t == "ack", ts)).alias("t_last_ack"),
+        F.max(F.when(t.isin("send", "ack", "nack", "unknown"), ts)).alias("t_write_end"),
         F.min(F.when(t == "recv", ts)).alias("t_first_recv"),
         _count(t == "recv").alias("recv_rows"),
         F.collect_list(F.when(t == "read_end", F.col("detail"))).alias("read_ends"),
@@ -230,16 +231,18 @@ def _fault_windows(nemesis: list, ends: dict[str, int]) -> list[tuple]:
     return out
 
 
-def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Optional[int], t_end: int) -> Optional[int]:
+def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Optional[int],
+            t_write_end: Optional[int]) -> Optional[int]:
     """Fault to the ack that ends the longest ack-free interval overlapping the window.
 
     `closed` is (length, end) of the longest interval between two acks, clipped at the
-    fault. The interval after the run's last ack has no ack to end it: when it overlaps the
+    fault. After the run's last ack, producers may still have been trying (sends, nacks,
+    timeouts) until `t_write_end` with no ack to end it: when that interval overlaps the
     window and is the longest, the outage never ended (None).
     """
     open_len = None
-    if t_last_ack is None or t_last_ack <= t_wend:
-        open_len = t_end - max(t_last_ack if t_last_ack is not None else t_fault, t_fault)
+    if t_write_end is not None and (t_last_ack is None or t_last_ack <= t_wend):
+        open_len = t_write_end - max(t_last_ack if t_last_ack is not None else t_fault, t_fault)
     if closed is None:
         return None
     if open_len is not None and open_len > closed[0]:
@@ -296,7 +299,7 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
         )
         closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
         for run, i, tf, te, _, _ in windows:
-            outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"], frames[run]["t_end"])
+            outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"], frames[run]["t_write_end"])
         # consumers that read while a fault was in effect: their delivery gaps are outages too
         recv = df.where(t == "recv").select("run", "client", "t_ns")
         live = (

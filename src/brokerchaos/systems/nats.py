@@ -227,8 +227,14 @@ class NatsProducer:
         self.nc = await _connect(self.system.servers(), f"brokerchaos-{self.name}", 30)
         self.inbox = self.nc.new_inbox()
         prefix_len = len(self.inbox) + 1
+        handled = [0]
 
         async def on_reply(msg) -> None:
+            handled[0] += 1
+            if handled[0] % 256 == 0:
+                # nats-py drains a subscription's backlog without yielding; a burst of
+                # thousands of acks would otherwise hold back the nemesis
+                await asyncio.sleep(0)
             value = int(msg.subject[prefix_len:])
             node = self.node()
             hdr = msg.headers

@@ -51,7 +51,7 @@ class LeaderWitness(Observer):
             await nc.close()
 
 
-def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, spark):
+def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, spark, capsys):
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 1, "messages": 20_000, "after_acks": 5_000, "name": "it-kill-leader"})
     obs = LeaderWitness()
@@ -74,6 +74,14 @@ def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, 
     heals = [r for r in rows if r["type"] == "heal"]
     assert len(faults) == 1 and faults[0]["node"] == leader_seen and len(heals) == 1
     assert (result.dir / "results.csv").read_text().startswith("DedupEnabled,TestRun,SendCount")
+    # `brokerchaos analyze` on the session it wrote gives the same verdicts
+    from brokerchaos import cli
+    import json
+
+    capsys.readouterr()
+    assert cli.main(["analyze", str(result.dir), "--format", "json", "--no-write"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again == json.loads(json.dumps(result.verdicts, default=str))
     # nothing left behind
     assert _ours(obs.sid) == []
     assert not (Path("/tmp/brokerchaos") / obs.sid).exists()

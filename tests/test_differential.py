@@ -6,6 +6,8 @@ fault windows with and without heals, complete and incomplete reads, and ties in
 """
 import math
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,10 +85,20 @@ def _lat_close(a, b):
     return all(_close(a[k], b[k]) for k in ("p50", "p99", "p999", "max"))
 
 
+@pytest.fixture
+def small_buckets(monkeypatch):
+    # tiny buckets, so that these small histories cross bucket boundaries in the ordering
+    # walk and in the gap computation, as large ones do
+    from brokerchaos.analysis import metrics
+
+    monkeypatch.setattr(metrics, "SEQ_BUCKET", 4)
+    monkeypatch.setattr(metrics, "TIME_BUCKET_NS", 2_000_000)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=history())
-def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory):
+def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory, small_buckets):
     if not rows:
         return
     a = spark_analyze(rows, tmp_path_factory.mktemp("h"))

@@ -1,0 +1,218 @@
+"""Spark analysis vs the seeds' dict/set loop on one large history.
+
+    .venv/bin/python benchmarks/analysis.py [--messages 10000000] [--dir /tmp/bc-bench]
+
+Generates a history of one producer and one consumer (send + ack per message, a read with
+losses, a redelivered block and reordered blocks: about 3 rows per message), then times
+  - the seeds' approach: one Python pass over the events with a dict and sets, computing
+    the seeds' figures (counts, missing, duplicates, JF/JB/DJF/DJB), in a subprocess so its
+    peak memory is its own;
+  - the Spark job (`brokerchaos.analysis.metrics.analyze`, every verdict), on a warm
+    session, best of --repeat runs.
+Prints one JSON line with both times, the ratio, and peak memory of each side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from brokerchaos.history.schema import SCHEMA  # noqa: E402
+
+CHUNK = 1_000_000
+
+
+def _const(value, n):
+    return pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int8), pa.array([value])).cast(pa.string())
+
+
+def _table(run, client, seq, t, types, producer, value, offset):
+    n = len(seq)
+    return pa.table(
+        {
+            "run": _const(run, n), "client": _const(client, n), "seq": pa.array(seq, pa.int64()),
+            "t_ns": pa.array(t, pa.int64()), "type": types, "producer": _const(producer, n),
+            "value": pa.array(value, pa.int64()), "offset": offset,
+            "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()),
+        },
+        schema=SCHEMA,
+    )
+
+
+def generate(directory: Path, n: int, seed: int = 1) -> int:
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = 0
+    # producer: send, ack per message (0.1% nacked), 1 us apart, ack 0.2..5 ms later
+    for part, start in enumerate(range(0, n, CHUNK)):
+        v = np.arange(start + 1, min(n, start + CHUNK) + 1, dtype=np.int64)
+        m = len(v)
+        t_send = v * 1_000
+        t_ack = t_send + rng.integers(200_000, 5_000_000, m)
+        nack = rng.random(m) < 0.001
+        types = pa.DictionaryArray.from_arrays(np.where(nack, 2, 1).astype(np.int8), pa.array(["send", "ack", "nack"]))
+        seq = np.empty(2 * m, dtype=np.int64)
+        seq[0::2] = 2 * v - 1
+        seq[1::2] = 2 * v
+        t = np.empty(2 * m, dtype=np.int64)
+        t[0::2], t[1::2] = t_send, t_ack
+        vv = np.repeat(v, 2)
+        ty_idx = np.empty(2 * m, dtype=np.int8)
+        ty_idx[0::2] = 0
+        ty_idx[1::2] = np.where(nack, 2, 1)
+        types = pa.DictionaryArray.from_arrays(ty_idx, pa.array(["send", "ack", "nack"])).cast(pa.string())
+        offs = pa.array(np.where(ty_idx == 1, vv, -1).astype(str)).cast(pa.string())
+        pq.write_table(_table("bench", "p1", seq, t, types, "p1", vv, offs), directory / f"p1-{part:05d}.parquet")
+        rows += 2 * m
+    # consumer: everything in order, except lost messages, a redelivered block, and swapped blocks
+    order = np.arange(1, n + 1, dtype=np.int64)
+    for _ in range(max(1, n // 1_000_000)):
+        a = int(rng.integers(0, n - 20_000))
+        order[a:a + 10_000], order[a + 10_000:a + 20_000] = order[a + 10_000:a + 20_000].copy(), order[a:a + 10_000].copy()
+    keep = rng.random(n) >= 0.0001
+    order = order[keep]
+    b = int(rng.integers(0, len(order) - 10_000))
+    order = np.concatenate([order[:b + 10_000], order[b:b + 10_000], order[b + 10_000:]])
+    t0 = n * 1_000 + 10_000_000
+    for part, start in enumerate(range(0, len(order), CHUNK)):
+        v = order[start:start + CHUNK]
+        seq = np.arange(start + 1, start + len(v) + 1, dtype=np.int64)
+        types = _const("recv", len(v))
+        pq.write_table(_table("bench", "c1", seq, t0 + seq * 500, types, "p1", v, pa.array(v.astype(str))),
+                       directory / f"c1-{part:05d}.parquet")
+        rows += len(v)
+    return rows
+
+
+DICT_LOOP = r'''
+import json, resource, sys, time
+import pyarrow.dataset as ds
+t0 = time.perf_counter()
+sent = {}          # value -> list of offsets where read (the seeds' messages_sent)
+pos, neg = set(), set()
+prev = None
+jf = jb = djf = djb = 0
+d = ds.dataset(sys.argv[1], format="parquet")
+cols = ["client", "seq", "type", "value", "offset"]
+# the seeds track sends and acks as they happen, then read: one pass over producer events...
+for batch in d.to_batches(columns=cols, filter=ds.field("type") != "recv", batch_size=1_000_000):
+    for ty, v in zip(batch.column("type").to_pylist(), batch.column("value").to_pylist()):
+        if ty == "send":
+            if v not in sent:
+                sent[v] = []
+        elif ty == "ack":
+            pos.add(v)
+        elif ty == "nack":
+            neg.add(v)
+# ...then one over the reads, in read order (files are per client and in seq order)
+for batch in d.to_batches(columns=cols, filter=ds.field("type") == "recv", batch_size=1_000_000):
+    for v, o in zip(batch.column("value").to_pylist(), batch.column("offset").to_pylist()):
+        got = sent.get(v)
+        if got is not None:
+            dup = len(got) > 0
+            if prev is not None:
+                if v > prev + 1:
+                    if dup: djf += 1
+                    else: jf += 1
+                elif v <= prev:
+                    if dup: djb += 1
+                    else: jb += 1
+            got.append(o)
+        prev = v
+acked_missing = sum(1 for v in pos if not sent[v])
+non_acked_received = sum(1 for v, got in sent.items() if got and v not in pos)
+dups = sum(1 for got in sent.values() if len(got) > 1)
+received = sum(len(got) for got in sent.values())
+out = dict(send_count=len(sent), pos=len(pos), neg=len(neg - pos), received=received,
+           acked_missing=acked_missing, received_no_ack=non_acked_received, msgs_with_dups=dups,
+           jf=jf, jb=jb, djf=djf, djb=djb, seconds=time.perf_counter() - t0,
+           peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(json.dumps(out))
+'''
+
+
+def dict_loop(directory: Path) -> dict:
+    r = subprocess.run([sys.executable, "-c", DICT_LOOP, str(directory)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def _jvm_peak_mb() -> float | None:
+    from brokerchaos.analysis.spark import get_spark
+
+    sc = get_spark().sparkContext
+    try:
+        pid = sc._jvm.java.lang.ProcessHandle.current().pid()
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except Exception:  # noqa: BLE001 - not on a local JVM
+        return None
+    return None
+
+
+def spark_job(directory: Path, repeat: int) -> dict:
+    from brokerchaos.analysis import metrics
+    from brokerchaos.analysis.spark import get_spark
+
+    spark = get_spark()
+    # warm-up: JVM start, class loading, JIT on a first pass
+    metrics.analyze(spark, metrics.read_history(spark, str(directory)))
+    times = []
+    verdict = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        verdict = metrics.analyze(spark, metrics.read_history(spark, str(directory))).verdicts[0]
+        times.append(time.perf_counter() - t)
+    return {"seconds": min(times), "all_seconds": [round(x, 2) for x in times], "verdict": verdict,
+            "python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "jvm_peak_rss_mb": _jvm_peak_mb()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--dir", default="/tmp/brokerchaos-bench")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="reuse a history already generated in --dir")
+    args = ap.parse_args()
+    d = Path(args.dir) / f"h{args.messages}"
+    if not (args.keep and d.exists()):
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+        t = time.perf_counter()
+        rows = generate(d, args.messages)
+        print(f"generated {rows:,} rows in {time.perf_counter() - t:.1f}s at {d}", file=sys.stderr)
+    loop = dict_loop(d)
+    print(f"dict/set loop: {loop['seconds']:.1f}s, peak {loop['peak_rss_mb']:.0f} MB", file=sys.stderr)
+    sp = spark_job(d, args.repeat)
+    print(f"spark: {sp['seconds']:.1f}s (runs {sp['all_seconds']})", file=sys.stderr)
+    v = sp["verdict"]
+    # both must agree on the figures they share
+    same = {k: (loop[k2], v[k]) for k2, k in [("send_count", "send_count"), ("acked_missing", "acked_missing"),
+                                              ("msgs_with_dups", "msgs_with_dups"), ("jf", "jf"), ("jb", "jb"),
+                                              ("djf", "djf"), ("djb", "djb"), ("received", "received")]}
+    assert all(a == b for a, b in same.values()), same
+    print(json.dumps({
+        "messages": args.messages, "cores": os.cpu_count(),
+        "dict_loop_s": round(loop["seconds"], 2), "dict_loop_peak_mb": round(loop["peak_rss_mb"]),
+        "spark_s": round(sp["seconds"], 2), "spark_runs_s": sp["all_seconds"],
+        "speedup": round(loop["seconds"] / sp["seconds"], 2),
+        "spark_python_peak_mb": round(sp["python_peak_rss_mb"]),
+        "spark_jvm_peak_mb": None if sp["jvm_peak_rss_mb"] is None else round(sp["jvm_peak_rss_mb"]),
+        "agree": {k: a for k, (a, b) in same.items()},
+    }))
+
+
+if __name__ == "__main__":
+    main()

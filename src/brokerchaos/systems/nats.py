@@ -33,6 +33,16 @@ def _quiet(*_a, **_k):
     return noop
 
 
+async def _close(nc) -> None:
+    """Close a connection within 5 s whatever state it is in (the broker may be dead)."""
+    if nc is None:
+        return
+    try:
+        await asyncio.wait_for(nc.close(), 5)
+    except (asyncio.TimeoutError, Exception):
+        pass
+
+
 async def _connect(servers: list[str], name: str, timeout: float):
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -206,12 +216,8 @@ class NatsSystem(System):
         return NatsReader(self, name)
 
     async def close(self) -> None:
-        if self.nc is not None:
-            try:
-                await asyncio.wait_for(self.nc.close(), 5)
-            except (asyncio.TimeoutError, Exception):
-                pass
-            self.nc = None
+        await _close(self.nc)
+        self.nc = None
 
 
 class NatsProducer:
@@ -265,11 +271,7 @@ class NatsProducer:
         return self.system.node_of_url(nc.connected_url.netloc)
 
     async def close(self) -> None:
-        if self.nc is not None:
-            try:
-                await asyncio.wait_for(self.nc.close(), 5)
-            except (asyncio.TimeoutError, Exception):
-                pass
+        await _close(self.nc)
 
 
 class NatsReader:
@@ -341,7 +343,4 @@ class NatsReader:
                         return "complete"
             return "complete"
         finally:
-            try:
-                await asyncio.wait_for(nc.close(), 5)
-            except (asyncio.TimeoutError, Exception):
-                pass
+            await _close(nc)

@@ -135,3 +135,40 @@ def test_same_verdicts_on_a_standalone_spark_master_and_worker(foreign, tmp_path
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+
+
+def test_same_verdicts_through_spark_connect(foreign, tmp_path, capsys, spark):
+    """A real Spark Connect server from the pyspark distribution, on loopback (sc://)."""
+    import pyspark
+
+    assert cli.main(["analyze", str(foreign), "--format", "json", "--no-write"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    home = Path(pyspark.__file__).parent
+    port = _free_port()
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
+               JAVA_HOME=os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64")
+    log = tmp_path / "connect.log"
+    server = subprocess.Popen(
+        [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", "spark.ui.enabled=false", "--driver-memory", "1g", "spark-internal"],
+        env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while "Spark Connect server started" not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        out = tmp_path / "out"
+        r = subprocess.run([sys.executable, "-m", "brokerchaos.cli", "analyze", str(foreign), "--format", "json",
+                            "--out", str(out), "--spark-master", f"sc://127.0.0.1:{port}"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout) == local
+        assert "JUMP" in (out / "jumps.csv").read_text()  # the logs stream back over Connect too
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)

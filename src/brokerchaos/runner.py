@@ -10,12 +10,11 @@ import asyncio
 import json
 import random
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from .analysis import metrics, spark as spark_mod
 from .faults import FAULTS, FaultContext

@@ -187,7 +187,6 @@ class Sandbox:
         """
         result: dict[str, Any] = {}
         loop_box: dict[str, Any] = {}
-        ready = threading.Event()
 
         def body() -> None:
             try:
@@ -197,12 +196,10 @@ class Sandbox:
                 loop_box["loop"] = loop
                 task = loop.create_task(fn())
                 loop_box["task"] = task
-                ready.set()
                 result["value"] = loop.run_until_complete(task)
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 result["error"] = e
             finally:
-                ready.set()
                 loop = loop_box.get("loop")
                 if loop is not None:
                     loop.close()

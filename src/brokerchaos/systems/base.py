@@ -61,9 +61,6 @@ class System(abc.ABC):
     @abc.abstractmethod
     def start_node(self, node: str) -> None: ...
 
-    def signal_node(self, node: str, sig: int) -> None:
-        process.send_signal(self.procs[node], sig)
-
     def kill_node(self, node: str, timeout: float = 10.0) -> None:
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGKILL)
@@ -75,7 +72,7 @@ class System(abc.ABC):
         return p is not None and p.alive()
 
     def stop(self) -> None:
-        for n, p in list(self.procs.items()):
+        for p in list(self.procs.values()):
             process.terminate(p, grace=2.0)
             self.sandbox.forget(p)
         self.procs.clear()

@@ -80,6 +80,17 @@ FLAG_KEYS = ["system", "fault", "target", "after_acks", "at_seconds", "duration"
              "read_timeout", "nodes", "replicas", "seed", "name", "sandbox"]
 
 
+def _java_ok(master) -> bool:
+    from .analysis.spark import check_java
+
+    try:
+        check_java(master)
+        return True
+    except RuntimeError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return False
+
+
 def cmd_run(args) -> int:
     from . import scenario as sc
 
@@ -92,6 +103,8 @@ def cmd_run(args) -> int:
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not _java_ok(args.spark_master):
+        return 1
     from .runner import Session, Terminated
     from .sandbox import SandboxError
     from .systems import SystemError_
@@ -115,6 +128,8 @@ def cmd_analyze(args) -> int:
     if not any(path.rglob("*.parquet")) and not (path.is_file() and path.suffix == ".parquet"):
         print(f"brokerchaos: error: path '{path}' holds no .parquet history files", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not _java_ok(args.spark_master):
+        return 1
     from .analysis import metrics
     from .analysis.spark import get_spark
     from .report import console, files

@@ -175,6 +175,7 @@ class Session:
                 t_fired[0] = time.monotonic_ns()
             try:
                 nodes = await resolve(s.fault.target, fault.ctx)
+                fstate["resolve_ms"] = (time.monotonic_ns() - t_fired[0]) / 1e6
                 await self.obs.before_fault(system, nodes)
                 injected = True
                 await fault.inject(nodes)

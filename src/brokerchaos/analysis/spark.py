@@ -6,6 +6,7 @@ to a standalone/YARN/k8s master, and an `sc://` URL to a Spark Connect endpoint.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -23,6 +24,19 @@ def _java_home() -> None:
     # Spark 4 needs Java 17 or 21; machines here also carry a newer JDK it does not support.
     if not os.environ.get("JAVA_HOME") and os.path.isdir(JAVA17):
         os.environ["JAVA_HOME"] = JAVA17
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise RuntimeError(
+            "the analysis needs Java 17 for Spark: run `make setup` (installs openjdk-17-jre-headless) "
+            "or set JAVA_HOME"
+        )
+
+
+def check_java(master: Optional[str] = None) -> None:
+    """Raise RuntimeError with the fix when local Spark could not start for want of Java."""
+    if not (master or default_master()).startswith("sc://"):
+        _java_home()
 
 
 def default_master() -> str:
@@ -38,7 +52,8 @@ def get_spark(master: Optional[str] = None):
             if master != _master:
                 raise RuntimeError(f"a Spark session for {_master} is already running; cannot switch to {master}")
             return _session
-        _java_home()
+        if not master.startswith("sc://"):
+            _java_home()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         from pyspark.sql import SparkSession

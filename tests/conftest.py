@@ -3,8 +3,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# CI runs the same examples every time, so a red build is about the change, not about a
+# lucky draw; BROKERCHAOS_HYPOTHESIS=explore draws many fresh ones to hunt for mismatches.
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                                      HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=40, derandomize=True, **_common)
+settings.register_profile("explore", max_examples=300, derandomize=False, **_common)
+settings.load_profile(os.environ.get("BROKERCHAOS_HYPOTHESIS", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -131,7 +131,7 @@ def _run(run: str, rows: list[dict]) -> dict:
         for a, b in ack_gaps:
             if b > tf and a <= te:
                 eff = b - max(a, tf)
-                if best is None or eff > best[0]:
+                if best is None or eff > best[0]:  # gaps are in time order: ties keep the earliest
                     best = (eff, b)
         last_ack = max(ack_times) if ack_times else None
         producer_times = [r["t_ns"] for r in rows if r["type"] in ("send", "ack", "nack", "unknown")]

@@ -93,3 +93,17 @@ def test_outage_never_ends_when_producers_keep_failing(spark_analyze, tmp_path):
     h.read(range(1, 5), end="incomplete: stream unavailable")
     (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
     assert v["fault_outages_ms"] == o["fault_outages_ms"] == [None]
+
+
+def test_outage_takes_the_earliest_of_equally_long_gaps(spark_analyze, tmp_path):
+    # found by the differential test: two 6 ms ack-free intervals after one fault
+    h = H()
+    h.sent_acked([1])
+    h.ev("nemesis", "fault", node="n1", detail="kill leader")
+    h.ev("p1", "send", "p1", 2).ev("p1", "ack", "p1", 2, dt=6_000_000)
+    h.ev("p1", "send", "p1", 3).ev("p1", "ack", "p1", 3, dt=6_000_000)
+    h.sent_acked([4]).read(range(1, 5))
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["fault_outages_ms"] == o["fault_outages_ms"]
+    # fault at 3 us; both gaps are 6.001 ms long; the first ends at 6,004 us
+    assert abs(v["fault_outages_ms"][0] - 6.001) < 1e-9

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
@@ -95,8 +95,6 @@ def small_buckets(monkeypatch):
     monkeypatch.setattr(metrics, "TIME_BUCKET_NS", 2_000_000)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=history())
 def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory, small_buckets):
     if not rows:

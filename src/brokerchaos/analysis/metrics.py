@@ -316,7 +316,8 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
             ack_gaps.join(F.broadcast(w), "run")
             .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
             .groupBy("run", "w", "t_fault")
-            .agg(F.max_by("gap_end", eff).alias("end"), F.max(eff).alias("eff"))
+            # of equally long intervals, the earliest: max_by alone would pick any of them
+            .agg(F.max_by("gap_end", F.struct(eff, -F.col("gap_end"))).alias("end"), F.max(eff).alias("eff"))
         )
         closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
         for run, i, tf, te, _, _ in windows:

@@ -182,11 +182,16 @@ class Sandbox:
         """Run `fn()` on an event loop in a thread that has entered the client namespace.
 
         The harness itself stays in the root namespace; only this thread's sockets live in
-        the client host. A Ctrl-C in the main thread cancels the coroutine, whose `finally`
-        blocks (fault healing) then run before we return.
+        the client host. A Ctrl-C or SIGTERM in the main thread cancels the coroutine, whose
+        `finally` blocks (healing, the last history rows) run before we return.
+
+        Completion is tracked with our own Event, not Thread.is_alive(): when a signal
+        handler raises inside Thread.join(), CPython 3.11 marks the still-running thread
+        as stopped, and we would exit under it and lose its last rows.
         """
         result: dict[str, Any] = {}
         loop_box: dict[str, Any] = {}
+        done = threading.Event()
 
         def body() -> None:
             try:
@@ -203,31 +208,32 @@ class Sandbox:
                 loop = loop_box.get("loop")
                 if loop is not None:
                     loop.close()
+                done.set()
 
         t = threading.Thread(target=body, name="client-ns", daemon=True)
         t.start()
         try:
-            t.join(timeout)
-            if t.is_alive():
-                self._cancel(loop_box, t)
+            if not done.wait(timeout):
+                self._cancel(loop_box, done)
                 raise SandboxError(f"client work did not finish within {timeout:.0f}s")
         except BaseException:
-            if t.is_alive():
-                self._cancel(loop_box, t)
+            if not done.is_set():
+                self._cancel(loop_box, done)
             raise
         if "error" in result:
             raise result["error"]
         return result.get("value")
 
     @staticmethod
-    def _cancel(loop_box: dict, t: threading.Thread) -> None:
+    def _cancel(loop_box: dict, done: threading.Event) -> None:
         loop, task = loop_box.get("loop"), loop_box.get("task")
         if loop is not None and task is not None and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:
                 pass
-        t.join(30)
+        # bounded: the coroutine's own waits (heal, close) are bounded well below this
+        done.wait(60)
 
 
 def _kill_ns_pids(ns: str) -> None:

@@ -320,27 +320,31 @@ class NatsReader:
                     await asyncio.sleep(0.2)
             seen = 0
             progress_at = time.monotonic()
+            # Read up to the stream's own last sequence. The consumer's num_pending is not
+            # trusted: NATS 2.9 reported 0 for a filtered consumer after a leader change
+            # while 35 messages were still to come, which looked like acked loss.
             while seen < last_seq:
                 try:
                     msgs = await psub.fetch(batch=5000, timeout=1)
-                except (NatsTimeout, asyncio.TimeoutError):
+                except (NatsTimeout, asyncio.TimeoutError, APIError):
                     msgs = []
-                except APIError as e:
-                    msgs = []
-                    last_err = e
                 if not msgs:
+                    try:
+                        # the stream may really have lost its tail: then it ends earlier
+                        last_seq = min(last_seq, (await js.stream_info(s.stream)).state.last_seq)
+                    except (APIError, NatsTimeout, asyncio.TimeoutError):
+                        pass
+                    if seen >= last_seq:
+                        break
                     if time.monotonic() - progress_at > idle:
                         return f"incomplete: no progress for {idle:.0f}s at stream seq {seen} of {last_seq}"
                     continue
                 progress_at = time.monotonic()
                 node = s.node_of_url(nc.connected_url.netloc) if nc.connected_url else None
                 for m in msgs:
-                    md = m.metadata
-                    seen = max(seen, md.sequence.stream)
-                    deliver(m.data, str(md.sequence.stream), node)
-                    if md.num_pending == 0:
-                        # caught up with what the consumer sees: anything past this was lost
-                        return "complete"
+                    seq = m.metadata.sequence.stream
+                    seen = max(seen, seq)
+                    deliver(m.data, str(seq), node)
             return "complete"
         finally:
             await _close(nc)

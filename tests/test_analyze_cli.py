@@ -88,17 +88,35 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_same_verdicts_on_a_standalone_spark_master_and_worker(foreign, tmp_path, capsys, spark):
-    """A real standalone master + worker from the pyspark distribution, on loopback."""
+def _spark_env(**extra):
+    """The pyspark distribution's home and an environment that keeps Spark on loopback."""
     import pyspark
 
+    home = Path(pyspark.__file__).parent
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
+               JAVA_HOME=os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64", **extra)
+    return home, env
+
+
+def _stop(*procs):
+    for p in procs:
+        if p is None:
+            continue
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+def test_same_verdicts_on_a_standalone_spark_master_and_worker(foreign, tmp_path, capsys, spark):
+    """A real standalone master + worker from the pyspark distribution, on loopback."""
     assert cli.main(["analyze", str(foreign), "--format", "json", "--no-write"]) == 0
     local = json.loads(capsys.readouterr().out)
 
-    home = Path(pyspark.__file__).parent
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", SPARK_MASTER_HOST="127.0.0.1",
-               JAVA_HOME=os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64",
-               SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    home, env = _spark_env(SPARK_MASTER_HOST="127.0.0.1", SPARK_LOG_DIR=str(tmp_path),
+                           SPARK_WORKER_DIR=str(tmp_path / "work"))
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     cls = str(home / "bin" / "spark-class")
@@ -127,26 +145,15 @@ def test_same_verdicts_on_a_standalone_spark_master_and_worker(foreign, tmp_path
         # the job really ran on an executor the worker launched for it, not in a local driver
         assert list((tmp_path / "work").glob("app-*/*/stderr"))
     finally:
-        for p in (worker, master):
-            if p is not None:
-                p.terminate()
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
+        _stop(worker, master)
 
 
 def test_same_verdicts_through_spark_connect(foreign, tmp_path, capsys, spark):
     """A real Spark Connect server from the pyspark distribution, on loopback (sc://)."""
-    import pyspark
-
     assert cli.main(["analyze", str(foreign), "--format", "json", "--no-write"]) == 0
     local = json.loads(capsys.readouterr().out)
-    home = Path(pyspark.__file__).parent
+    home, env = _spark_env()
     port = _free_port()
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-               JAVA_HOME=os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64")
     log = tmp_path / "connect.log"
     server = subprocess.Popen(
         [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
@@ -166,9 +173,4 @@ def test_same_verdicts_through_spark_connect(foreign, tmp_path, capsys, spark):
         assert json.loads(r.stdout) == local
         assert "JUMP" in (out / "jumps.csv").read_text()  # the logs stream back over Connect too
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        _stop(server)

@@ -11,11 +11,11 @@ from typing import Any, Optional
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-SPARK_SCHEMA = (
-    "run string, client string, seq long, t_ns long, type string, producer string, "
-    "value long, offset string, node string, detail string"
-)
-MESSAGE_TYPES = ["send", "ack", "nack", "unknown", "recv"]
+from ..history.schema import MESSAGE_TYPES, SCHEMA
+
+# Spark's DDL for the history schema (format v1), derived so the two cannot drift apart.
+_DDL = {"string": "string", "int64": "long"}
+SPARK_SCHEMA = ", ".join(f"{f.name} {_DDL[str(f.type)]}" for f in SCHEMA)
 PERCENTILES = [0.5, 0.99, 0.999]
 # Exact percentiles hold every latency of a run in one aggregation buffer; past this many
 # history rows we switch to Spark's percentile_approx and say so (latency_exact = false).
@@ -74,7 +74,7 @@ def message_table(df: DataFrame) -> DataFrame:
     t = F.col("type")
     ts = F.col("t_ns")
     return (
-        df.where(t.isin(MESSAGE_TYPES))
+        df.where(t.isin(list(MESSAGE_TYPES)))
         .groupBy("run", "producer", "value")
         .agg(
             F.max((t == "send").cast("int")).alias("sent"),

@@ -24,6 +24,21 @@ def _lat(vals: list[float]):
     return {"p50": _percentile(s, 0.5), "p99": _percentile(s, 0.99), "p999": _percentile(s, 0.999), "max": s[-1]}
 
 
+def _windows(nem: list[dict], t_end: int) -> list[tuple[int, int]]:
+    """A heal ends the open faults with its action (detail's first word), else all open ones."""
+    nem = sorted(nem, key=lambda r: (r["t_ns"], r["type"] != "fault"))
+    action = [(r["detail"] or "").split()[:1] for r in nem]
+    end = {}
+    for i, r in enumerate(nem):
+        if r["type"] != "heal":
+            continue
+        still_open = [j for j in range(i) if nem[j]["type"] == "fault" and j not in end]
+        same = [j for j in still_open if action[j] == action[i]]
+        for j in same or still_open:
+            end[j] = r["t_ns"]
+    return [(r["t_ns"], end.get(j, t_end)) for j, r in enumerate(nem) if r["type"] == "fault"]
+
+
 def _gaps(times: list[int]) -> list[tuple[int, int]]:
     s = sorted(times)
     return list(zip(s, s[1:]))
@@ -118,13 +133,7 @@ def _run(run: str, rows: list[dict]) -> dict:
         v["max_ack_gap_ms"] /= 1e6
 
     t_end = max(r["t_ns"] for r in rows)
-    nem = sorted((r for r in rows if r["type"] in ("fault", "heal")), key=lambda r: (r["t_ns"], r["type"] != "fault"))
-    heals = [r["t_ns"] for r in nem if r["type"] == "heal"]
-    windows = []
-    for r in nem:
-        if r["type"] == "fault":
-            end = next((h for h in heals if h >= r["t_ns"]), t_end)
-            windows.append((r["t_ns"], end))
+    windows = _windows([r for r in rows if r["type"] in ("fault", "heal")], t_end)
     outages = []
     for tf, te in windows:
         best = None

@@ -34,8 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "results.csv, jumps.csv, duplicates.csv and summary.json.")
     r.add_argument("scenario", nargs="?", help="scenario YAML file (see scenarios/)")
     r.add_argument("--system", help="broker under test (default nats; see `brokerchaos faults`)")
-    r.add_argument("--fault", help="fault action, optionally with its target: kill, kill-leader, kill-follower, none")
-    r.add_argument("--target", help="fault target: leader, follower, random, or a node name (n1, n2, …)")
+    r.add_argument("--fault", help="fault action, optionally with its target: kill-leader, isolate-leader, "
+                                   "tcp-kill-client-node, none (see `brokerchaos faults`)")
+    r.add_argument("--target", help="fault target: leader, follower(s), random, client-node, coordinator, "
+                                    "n1, n1,n2, followers[1], or groups n1|n2,n3 for partition")
+    r.add_argument("--fault-param", action="append", metavar="KEY=VALUE",
+                   help="a setting of the fault action, repeatable: probability=0.3, delay_ms=50, from=peers")
     r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
     r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
     r.add_argument("--duration", type=float, help="heal the fault this many seconds after injecting it")
@@ -75,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ["system", "fault", "target", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
+FLAG_KEYS = ["system", "fault", "target", "fault_param", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
              "in_flight", "producers", "message_size", "retries", "dedup", "ack_timeout", "write_timeout",
              "read_timeout", "nodes", "replicas", "seed", "name", "sandbox"]
 
@@ -91,6 +95,19 @@ def _java_ok(master) -> bool:
         return False
 
 
+def _netns_needed(scenario) -> str:
+    """Network faults need the namespace sandbox; say so before anything starts."""
+    from .faults import FAULTS
+    from .sandbox import netns
+
+    for path, f in scenario.fault_fields():
+        if FAULTS.get(f.action).needs_netns:
+            ok, why = netns.can_create()
+            if not ok:
+                return f"scenario field '{path}.action': fault {f.action!r} needs network namespaces ({why})"
+    return ""
+
+
 def cmd_run(args) -> int:
     from . import scenario as sc
 
@@ -102,6 +119,10 @@ def cmd_run(args) -> int:
         scenario = sc.load(args.scenario, overrides)
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    err = _netns_needed(scenario)
+    if err:
+        print(f"brokerchaos: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not _java_ok(args.spark_master):
         return 1
@@ -154,20 +175,30 @@ def cmd_analyze(args) -> int:
 
 def cmd_faults(args) -> int:
     from .faults import FAULTS, TARGETS
+    from .faults.base import NoParams
     from .systems import SYSTEMS
 
-    print("Fault actions (use as --fault ACTION or ACTION-TARGET, e.g. kill-leader):")
+    print("Fault actions (--fault ACTION or ACTION-TARGET, e.g. kill-leader; settings with --fault-param K=V):")
     for name, cls in FAULTS.items():
         systems = [s for s, scls in SYSTEMS.items() if name in scls.supported_faults]
-        net = " [needs network namespaces]" if cls.needs_netns else ""
-        print(f"  {name:<12} {cls.description}{net}  (systems: {', '.join(systems) or '-'})")
+        net = " [network namespaces]" if cls.needs_netns else ""
+        print(f"  {name:<16} {cls.description}{net}")
+        print(f"  {'':<16} systems: {', '.join(systems) or '-'}")
+        if cls.Params is not NoParams:
+            for pname, finfo in cls.Params.model_fields.items():
+                key = finfo.alias or pname
+                req = "required" if finfo.is_required() else \
+                    "optional" if finfo.default is None else f"default {finfo.default}"
+                print(f"  {'':<16}   {key}: {finfo.description} ({req})")
     print("\nTargets (--target), resolved when the fault fires:")
     for name, fn in TARGETS.items():
-        print(f"  {name:<12} {(fn.__doc__ or '').strip()}")
-    print("  n1, n2, …    that node")
+        print(f"  {name:<16} {(fn.__doc__ or '').strip()}")
+    print(f"  {'n1, n2, …':<16} that node;  n1,n2: several;  followers[1]: n of a role, chosen with the seed")
+    print(f"  {'n1|n2,n3':<16} groups (partition only); one group alone is set against the rest")
+    print(f"  {'peers, clients':<16} in a fault's `from` setting: every untargeted node; the client host")
     print("\nSystems:")
     for name, cls in SYSTEMS.items():
-        print(f"  {name:<12} {cls.description}")
+        print(f"  {name:<16} {cls.description}")
     return 0
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import signal
 import time
 from dataclasses import dataclass, field
@@ -17,8 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from .analysis import metrics, spark as spark_mod
-from .faults import FAULTS, FaultContext
-from .faults.targets import resolve
+from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
 from .report import console, files
 from .sandbox import Sandbox
@@ -120,7 +118,7 @@ class Session:
         try:
             t0 = time.monotonic()
             system.start()
-            meta.update(sb.run_client(lambda: self._client_side(system, run_id, run_dir, meta, t0),
+            meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0),
                                       timeout=self._run_bound()))
         finally:
             try:
@@ -134,73 +132,40 @@ class Session:
         w = self.s.workload
         return 120 + w.write_timeout + w.read_timeout + 60
 
-    async def _client_side(self, system: System, run_id: str, run_dir: Path, meta: dict, t0: float) -> dict:
+    async def _client_side(self, system: System, sb: Sandbox, run_id: str, run_dir: Path, t0: float) -> dict:
         s, w = self.s, self.s.workload
         hist = run_dir / "history"
         origin = time.monotonic_ns()
         nem = Recorder(hist, run_id, "nemesis", origin)
         out: dict = {}
-        fault = FAULTS.get(s.fault.action)(FaultContext(system, random.Random(f"{s.seed}:{run_id}")))
-        fstate: dict = {"action": s.fault.action, "target": s.fault.target,
-                        "trigger": s.fault.trigger.model_dump(exclude_none=True), "nodes": []}
-        out["fault"] = fstate
-        injected = healed = False
-        acks = [0]
-        fired = asyncio.Event()
-        t_fired = [0]
-        marker = s.fault.trigger.after_acks
+        gate = AckGate()
+        producers: list[ProducerLoop] = []
 
-        def on_first_ack() -> None:
-            acks[0] += 1
-            if acks[0] == marker:
-                t_fired[0] = time.monotonic_ns()
-                fired.set()
+        def client_nodes() -> list[str]:
+            return [n for n in (p.client.node() for p in producers) if n]
 
-        async def heal(why: str) -> None:
-            nonlocal healed
-            if injected and not healed and fault.recoverable:
-                healed = True
-                await fault.heal()
-                nem.record("heal", node=",".join(fstate["nodes"]), detail=f"{s.fault.action} {s.fault.target} ({why})")
-                nem.flush()
+        nemeses = [
+            Nemesis(i, spec, system, sb, s.seed, run_id, nem, gate, client_nodes, self.obs.line, self.obs.before_fault)
+            for i, spec in enumerate(s.fault_list)
+        ]
+        out["faults"] = [n.state for n in nemeses]
+        out["fault"] = nemeses[0].state
 
-        async def nemesis() -> None:
-            nonlocal injected
-            if s.fault.action == "none":
-                return
-            if marker is not None:
-                await fired.wait()
-            else:
-                await asyncio.sleep(s.fault.trigger.at_seconds)
-                t_fired[0] = time.monotonic_ns()
-            try:
-                nodes = await resolve(s.fault.target, fault.ctx)
-                fstate["resolve_ms"] = (time.monotonic_ns() - t_fired[0]) / 1e6
-                await self.obs.before_fault(system, nodes)
-                injected = True
-                await fault.inject(nodes)
-            except Exception as e:  # noqa: BLE001 - recorded; the run goes on and says so
-                fstate["error"] = f"{type(e).__name__}: {e}"
-                return
-            t = nem.record("fault", node=",".join(nodes), detail=f"{s.fault.action} {s.fault.target}")
-            nem.flush()
-            fstate.update(nodes=nodes, acks_at_effect=acks[0], t_ms=t / 1e6,
-                          delay_ms=(time.monotonic_ns() - t_fired[0]) / 1e6)
-            self.obs.line(f"Fault: {s.fault.action} {s.fault.target} -> {', '.join(nodes)} at ack {acks[0]}")
-            if s.fault.duration is not None:
-                await asyncio.sleep(s.fault.duration)
-                await heal("after duration")
+        async def heal(why: str, when: Optional[str] = None) -> None:
+            for n in reversed(nemeses):
+                if when is None or n.spec.heal == when:
+                    await n.heal_active(why)
 
         try:
             await system.connect(timeout=60)
             await system.create_stream(timeout=30)
             out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
             out["leader_at_start"] = await system.leader()
-            producers = [
-                ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, on_first_ack)
+            producers.extend(
+                ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, gate.on_first_ack)
                 for name in (f"p{i}" for i in range(1, w.producers + 1))
-            ]
-            nem_task = asyncio.create_task(nemesis())
+            )
+            nem_tasks = [asyncio.create_task(n.run()) for n in nemeses]
             progress = asyncio.create_task(self._progress(producers))
             t_write = time.monotonic()
             deadline = t_write + w.write_timeout
@@ -208,19 +173,20 @@ class Session:
                 await asyncio.gather(*(p.run(deadline) for p in producers))
             finally:
                 progress.cancel()
-                if not nem_task.done():
-                    if not injected:
-                        fstate["why"] = f"trigger not reached (acks: {acks[0]})"
-                    nem_task.cancel()
-                await asyncio.gather(nem_task, progress, return_exceptions=True)
+                for n, task in zip(nemeses, nem_tasks):
+                    if not task.done():
+                        if not n.windows:
+                            n.state["why"] = f"trigger not reached (acks: {gate.acks})"
+                        task.cancel()
+                await asyncio.gather(*nem_tasks, progress, return_exceptions=True)
                 out["write_s"] = round(time.monotonic() - t_write, 3)
                 stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
                 out["write_stopped_early"] = "; ".join(stopped) or None
                 self.obs.line(self._progress_line(producers))
-            if s.fault.heal == "before-read":
-                await heal("before read")
+            await heal("before read", "before-read")
+            if any(n.windows for n in nemeses):
                 out["stream_ready_before_read"] = await system.wait_stream_ready(timeout=30)
-            if injected and fstate["nodes"] and s.fault.target == "leader":
+            if any(n.windows and n.spec.target == "leader" for n in nemeses):
                 try:
                     out["leader_before_read"] = await system.leader()
                 except Exception as e:  # noqa: BLE001

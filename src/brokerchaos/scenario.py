@@ -54,9 +54,35 @@ class TriggerSpec(_Strict):
         return self
 
 
+class RepeatSpec(_Strict):
+    """Fault windows again and again: every X seconds, or after random gaps drawn from the
+    scenario's seed (the same seed replays the same schedule), for a total span."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    every: Optional[float] = Field(None, gt=0, description="seconds from one window's start to the next")
+    gap: Optional[tuple[float, float]] = Field(
+        None, description="[min, max] seconds between a heal and the next window, drawn with the seed"
+    )
+    for_: float = Field(..., alias="for", gt=0, le=86_400, description="windows start within this many seconds")
+    max_windows: int = Field(1000, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _one(self) -> "RepeatSpec":
+        if (self.every is None) == (self.gap is None):
+            raise ValueError("give exactly one of every, gap")
+        if self.gap is not None and not (0 <= self.gap[0] <= self.gap[1]):
+            raise ValueError("gap must be [min, max] with 0 <= min <= max")
+        return self
+
+
 class FaultSpec(_Strict):
     action: str = Field("none", description="fault action, see `brokerchaos faults`")
-    target: str = Field("leader", description="which node(s): leader, follower, random, or a node name")
+    target: str = Field(
+        "leader",
+        description="which node(s): leader, follower(s), random, client-node, coordinator, a node name, "
+        "a list (n1,n2), n of a role (followers[1]), or groups for partition (n1|n2,n3)",
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="the action's own settings (see `faults`)")
     trigger: TriggerSpec = Field(default_factory=lambda: TriggerSpec(after_acks=20_000))
     duration: Optional[float] = Field(
         None, gt=0, description="heal this many seconds after injecting (else at `heal`)"
@@ -64,6 +90,7 @@ class FaultSpec(_Strict):
     heal: Literal["before-read", "after-read"] = Field(
         "before-read", description="when a fault without duration is healed"
     )
+    repeat: Optional[RepeatSpec] = None
 
 
 class Scenario(_Strict):
@@ -75,6 +102,25 @@ class Scenario(_Strict):
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     fault: FaultSpec = Field(default_factory=FaultSpec)
+    faults: list[FaultSpec] = Field(
+        default_factory=list, description="several faults, each with its own trigger (instead of `fault`)"
+    )
+
+    @model_validator(mode="after")
+    def _fault_or_faults(self) -> "Scenario":
+        if self.faults and "fault" in self.model_fields_set:
+            raise ValueError("give either fault or faults, not both")
+        return self
+
+    @property
+    def fault_list(self) -> list[FaultSpec]:
+        return list(self.faults) if self.faults else [self.fault]
+
+    def fault_fields(self) -> list[tuple[str, FaultSpec]]:
+        """(field path for error messages, spec) of every fault."""
+        if self.faults:
+            return [(f"faults.{i}", f) for i, f in enumerate(self.faults)]
+        return [("fault", self.fault)]
 
 
 # CLI flag -> dotted path in the scenario document.
@@ -150,12 +196,27 @@ def load_document(path: Optional[str | Path]) -> dict:
     return doc
 
 
+FAULT_FLAGS = ("fault", "target", "after_acks", "at_seconds", "duration", "heal", "fault_param")
+
+
+def _param_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
     """Validate a scenario document with CLI overrides applied (flags win)."""
     doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
-    if isinstance(doc.get("fault"), dict) and isinstance(doc["fault"].get("trigger"), dict):
-        doc["fault"]["trigger"] = dict(doc["fault"]["trigger"])
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if isinstance(doc.get("fault"), dict):
+        for sub in ("trigger", "params"):
+            if isinstance(doc["fault"].get(sub), dict):
+                doc["fault"][sub] = dict(doc["fault"][sub])
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None and v != []}
+    if doc.get("faults") and any(k in overrides for k in FAULT_FLAGS):
+        flags = ", ".join("--" + k.replace("_", "-") for k in FAULT_FLAGS if k in overrides)
+        raise ScenarioError(f"scenario field 'faults': {flags} apply to a single `fault`, and this scenario lists several")
     for key, value in overrides.items():
         if key == "fault":
             from .faults import TARGETS
@@ -168,6 +229,12 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
             _set_path(doc, "fault.trigger", {"after_acks": value})
         elif key == "at_seconds":
             _set_path(doc, "fault.trigger", {"at_seconds": value})
+        elif key == "fault_param":
+            for item in value:
+                k, sep, v = item.partition("=")
+                if not sep or not k.strip():
+                    raise ScenarioError(f"scenario field 'fault.params': expected KEY=VALUE, got {item!r}")
+                _set_path(doc, f"fault.params.{k.strip()}", _param_value(v))
         else:
             _set_path(doc, FLAG_PATHS[key], value)
     try:
@@ -184,38 +251,62 @@ def check_cross_fields(s: Scenario) -> None:
         raise ScenarioError(
             f"scenario field 'cluster.replicas': {s.cluster.replicas} replicas cannot fit on {s.cluster.nodes} nodes"
         )
-    n = s.fault.trigger.after_acks
     total = s.workload.messages * s.workload.producers
-    if s.fault.action != "none" and n is not None and n > total:
-        raise ScenarioError(
-            f"scenario field 'fault.trigger.after_acks': {n} is more than the messages sent per run ({total})"
-        )
+    for path, f in s.fault_fields():
+        n = f.trigger.after_acks
+        if f.action != "none" and n is not None and n > total:
+            raise ScenarioError(
+                f"scenario field '{path}.trigger.after_acks': {n} is more than the messages sent per run ({total})"
+            )
+        if f.repeat is not None and f.repeat.every is not None and f.duration is not None \
+                and f.repeat.every <= f.duration:
+            raise ScenarioError(
+                f"scenario field '{path}.repeat.every': {f.repeat.every}s leaves no time between windows of "
+                f"{f.duration}s"
+            )
 
 
 def check_registries(s: Scenario) -> None:
-    """Names must exist and the system must support the fault: checked before anything starts."""
-    from .faults import FAULTS, TARGETS
+    """Names must exist and the system must support each fault: checked before anything starts."""
+    from .faults import FAULTS
+    from .faults.targets import TargetError, check_expression
     from .systems import SYSTEMS
 
     if s.system not in SYSTEMS:
         raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} (known: {', '.join(SYSTEMS.names())})")
-    if s.fault.action not in FAULTS:
-        raise ScenarioError(
-            f"scenario field 'fault.action': unknown fault {s.fault.action!r} (known: {', '.join(FAULTS.names())})"
-        )
     system = SYSTEMS.get(s.system)
-    if s.fault.action not in system.supported_faults:
-        raise ScenarioError(
-            f"scenario field 'fault.action': system {s.system!r} does not support fault {s.fault.action!r}"
-        )
     node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)]
-    if s.fault.target not in TARGETS and s.fault.target not in node_names:
-        raise ScenarioError(
-            f"scenario field 'fault.target': unknown target {s.fault.target!r} "
-            f"(known: {', '.join(TARGETS.names() + node_names)})"
-        )
-    if s.fault.target == "follower" and s.cluster.replicas < 2:
-        raise ScenarioError("scenario field 'fault.target': a stream with 1 replica has no follower")
+    for path, f in s.fault_fields():
+        if f.action not in FAULTS:
+            raise ScenarioError(
+                f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
+            )
+        cls = FAULTS.get(f.action)
+        if f.action not in system.supported_faults:
+            raise ScenarioError(
+                f"scenario field '{path}.action': system {s.system!r} does not support fault {f.action!r} "
+                f"(it supports: {', '.join(sorted(system.supported_faults))})"
+            )
+        if cls.needs_netns and s.sandbox == "loopback":
+            raise ScenarioError(
+                f"scenario field 'sandbox': fault {f.action!r} changes the network and needs the netns sandbox"
+            )
+        try:
+            params = cls.Params.model_validate(f.params)
+        except ValidationError as e:
+            raise ScenarioError(_first_error(e).replace("scenario field '", f"scenario field '{path}.params.", 1)) \
+                from None
+        try:
+            check_expression(f.target, node_names, system, groups=cls.takes_groups)
+            cls.check(params, node_names, system, s)
+        except TargetError as e:
+            raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
+        if f.target == "follower" and s.cluster.replicas < 2:
+            raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
+        if f.repeat is not None and f.duration is None and cls.recoverable:
+            raise ScenarioError(
+                f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
+            )
 
 
 def load(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Scenario:

@@ -232,23 +232,40 @@ class Analysis:
     meta: dict = field(default_factory=dict)
 
 
+def _action(detail: Optional[str]) -> Optional[str]:
+    return detail.split()[0] if detail and detail.split() else None
+
+
+def pair_windows(rows: list[dict], t_end: int) -> list[tuple[int, int, dict]]:
+    """(t_fault, t_window_end, fault row) per fault, in time order.
+
+    A heal ends the open faults of the same action (first word of `detail`); a heal whose
+    action matches no open fault ends every open fault. Unhealed faults last to `t_end`.
+    """
+    rows = sorted(rows, key=lambda r: (r["t_ns"], r["type"] != "fault"))
+    open_: list[dict] = []
+    ends: dict[int, int] = {}
+    for r in rows:
+        if r["type"] == "fault":
+            open_.append(r)
+            continue
+        match = [f for f in open_ if _action(f["detail"]) == _action(r["detail"])] or list(open_)
+        for f in match:
+            ends[id(f)] = r["t_ns"]
+            open_.remove(f)
+    faults = [r for r in rows if r["type"] == "fault"]
+    return [(f["t_ns"], ends.get(id(f), t_end), f) for f in faults]
+
+
 def _fault_windows(nemesis: list, ends: dict[str, int]) -> list[tuple]:
-    """(run, index, t_fault, t_window_end, node, detail): a fault lasts until the next heal
-    (any heal at or after it) or the end of the run."""
+    """(run, index, t_fault, t_window_end, node, detail) per fault (see pair_windows)."""
     by_run: dict[str, list] = {}
     for row in nemesis:
         by_run.setdefault(row["run"], []).append(row)
     out = []
     for run, rows in by_run.items():
-        rows.sort(key=lambda r: (r["t_ns"], r["type"] != "fault"))
-        heals = [r["t_ns"] for r in rows if r["type"] == "heal"]
-        i = 0
-        for r in rows:
-            if r["type"] != "fault":
-                continue
-            end = next((h for h in heals if h >= r["t_ns"]), ends.get(run, r["t_ns"]))
-            out.append((run, i, r["t_ns"], end, r["node"], r["detail"]))
-            i += 1
+        for i, (tf, te, f) in enumerate(pair_windows(rows, ends.get(run, max(r["t_ns"] for r in rows)))):
+            out.append((run, i, tf, te, f["node"], f["detail"]))
     return out
 
 

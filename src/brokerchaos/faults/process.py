@@ -1,9 +1,12 @@
-"""Process faults: signals to the broker processes we started."""
+"""Process faults: signals to the broker processes we started (checked before each signal)."""
 from __future__ import annotations
 
+import asyncio
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import FAULTS
-from .base import Fault
+from .base import Fault, Target
 
 
 @FAULTS.register("none")
@@ -12,27 +15,94 @@ class NoFault(Fault):
     description = "control run: no fault"
     recoverable = False
 
-    async def inject(self, nodes: list[str]) -> None:
+    async def inject(self, target: Target) -> None:
         pass
 
     async def heal(self) -> None:
         pass
 
 
-@FAULTS.register("kill")
-class Kill(Fault):
-    name = "kill"
-    description = "SIGKILL the target's broker process; heal starts it again on the same data"
-
-    async def inject(self, nodes: list[str]) -> None:
-        for n in nodes:
-            self.ctx.system.kill_node(n)
-            self.nodes.append(n)
+class _Restarting(Fault):
+    """Heal = start every node this fault took down that is not running."""
 
     async def heal(self) -> None:
         system = self.ctx.system
         while self.nodes:
             n = self.nodes[0]
             if not system.node_alive(n):
-                system.start_node(n)
+                await asyncio.to_thread(system.start_node, n)
             self.nodes.pop(0)
+
+
+@FAULTS.register("kill")
+class Kill(_Restarting):
+    name = "kill"
+    description = "SIGKILL the target's broker process; heal starts it again on the same data"
+
+    async def inject(self, target: Target) -> None:
+        for n in target.nodes:
+            self.ctx.system.kill_node(n)
+            self.nodes.append(n)
+
+
+class StopParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout: float = Field(30.0, gt=0, le=600, description="seconds to wait for a clean exit before SIGKILL")
+
+
+@FAULTS.register("stop")
+class Stop(_Restarting):
+    name = "stop"
+    description = "graceful shutdown (SIGTERM, wait for exit; SIGKILL after params.timeout); heal starts it again"
+    Params = StopParams
+
+    async def inject(self, target: Target) -> None:
+        clean = []
+        for n in target.nodes:
+            self.nodes.append(n)
+            clean.append(await asyncio.to_thread(self.ctx.system.stop_node, n, self.p.timeout))
+        self.effect["clean_exit"] = clean
+
+
+@FAULTS.register("pause")
+class Pause(Fault):
+    name = "pause"
+    description = "SIGSTOP the target's process group (alive but silent); heal sends SIGCONT"
+
+    async def inject(self, target: Target) -> None:
+        for n in target.nodes:
+            self.nodes.append(n)
+            self.ctx.system.pause_node(n)
+
+    async def heal(self) -> None:
+        while self.nodes:
+            n = self.nodes[0]
+            if self.ctx.system.node_alive(n):
+                self.ctx.system.resume_node(n)
+            self.nodes.pop(0)
+
+
+class RestartParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    graceful: bool = Field(False, description="stop with SIGTERM instead of SIGKILL")
+    down: float = Field(0.0, ge=0, le=600, description="seconds to stay down before starting again")
+    timeout: float = Field(30.0, gt=0, le=600, description="graceful stop: seconds before SIGKILL")
+
+
+@FAULTS.register("restart")
+class Restart(_Restarting):
+    name = "restart"
+    description = "kill (or params.graceful: stop) the target, then start it again on the same data at once"
+    Params = RestartParams
+
+    async def inject(self, target: Target) -> None:
+        system = self.ctx.system
+        for n in target.nodes:
+            self.nodes.append(n)
+            if self.p.graceful:
+                await asyncio.to_thread(system.stop_node, n, self.p.timeout)
+            else:
+                system.kill_node(n)
+        if self.p.down:
+            await asyncio.sleep(self.p.down)
+        await self.heal()

@@ -1,8 +1,29 @@
-"""Targets: which node(s) a fault hits, resolved against the live cluster when it fires."""
+"""Targets: which node(s) a fault hits, resolved against the live cluster when it fires.
+
+A target expression is built from role names (the TARGETS registry) and node names:
+- `leader`, `n2`: one role or node;
+- `n1,n2` or `leader,client-node`: the union;
+- `followers[1]`: n of a role, chosen with the scenario's seed;
+- `n1|n2,n3` (partitions only): groups; one group alone (`leader`) means it against the rest.
+`peers` (every node not targeted) and `clients` (the client host) exist only where a fault
+takes a second set, as in `isolate-from`'s `from`.
+"""
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 from . import TARGETS
-from .base import FaultContext
+from .base import FaultContext, Target
+
+RELATIVE = ("peers", "clients")
+_TERM = re.compile(r"^([a-z][a-z0-9-]*)(?:\[(\d+)\])?$")
+
+
+class TargetError(ValueError):
+    def __init__(self, msg: str, field: str = "target") -> None:
+        super().__init__(msg)
+        self.field = field
 
 
 @TARGETS.register("leader")
@@ -11,12 +32,17 @@ async def leader(ctx: FaultContext) -> list[str]:
     return [await ctx.system.leader()]
 
 
+@TARGETS.register("followers")
+async def followers(ctx: FaultContext) -> list[str]:
+    """every replica that is not the leader"""
+    replicas = await ctx.system.replicas()
+    return sorted(r for r in replicas[1:] if r != replicas[0])
+
+
 @TARGETS.register("follower")
 async def follower(ctx: FaultContext) -> list[str]:
     """one replica that is not the leader, chosen with the scenario's seed"""
-    replicas = await ctx.system.replicas()
-    lead = replicas[0]
-    others = sorted(r for r in replicas if r != lead)
+    others = await followers(ctx)
     return [ctx.rng.choice(others)] if others else []
 
 
@@ -26,9 +52,120 @@ async def random_node(ctx: FaultContext) -> list[str]:
     return [ctx.rng.choice(ctx.system.node_names)]
 
 
-async def resolve(name: str, ctx: FaultContext) -> list[str]:
-    if name in TARGETS:
-        return await TARGETS.get(name)(ctx)
-    if name in ctx.system.node_names:
-        return [name]
-    raise ValueError(f"unknown target {name!r}")
+@TARGETS.register("all")
+async def all_nodes(ctx: FaultContext) -> list[str]:
+    """every broker node"""
+    return list(ctx.system.node_names)
+
+
+@TARGETS.register("minority")
+async def minority(ctx: FaultContext) -> list[str]:
+    """a random minority of the nodes ((n-1)/2 of them), chosen with the scenario's seed"""
+    names = list(ctx.system.node_names)
+    return sorted(ctx.rng.sample(names, (len(names) - 1) // 2))
+
+
+@TARGETS.register("client-node")
+async def client_node(ctx: FaultContext) -> list[str]:
+    """the node(s) the workload's producers are connected to when the fault fires"""
+    nodes = sorted(set(ctx.client_nodes()))
+    if not nodes:
+        raise LookupError("no producer is connected to a node right now")
+    return nodes
+
+
+@TARGETS.register("coordinator")
+async def coordinator(ctx: FaultContext) -> list[str]:
+    """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""
+    return [await ctx.system.coordinator()]
+
+
+def parse(expr: str, groups: bool = False) -> list[list[tuple[str, Optional[int]]]]:
+    parts = expr.split("|")
+    if len(parts) > 1 and not groups:
+        raise TargetError(f"groups ({expr!r}) are for partitions only")
+    out = []
+    for part in parts:
+        terms = []
+        for raw in part.split(","):
+            m = _TERM.match(raw.strip())
+            if not m:
+                raise TargetError(f"cannot read {raw.strip()!r} in {expr!r}")
+            n = int(m.group(2)) if m.group(2) is not None else None
+            if n is not None and n < 1:
+                raise TargetError(f"{raw.strip()!r}: a count must be at least 1")
+            terms.append((m.group(1), n))
+        out.append(terms)
+    return out
+
+
+def check_expression(expr: str, node_names: list[str], system, groups: bool = False,
+                     relative: bool = False, field: str = "target") -> None:
+    """Static check: every name exists and this system has the roles it names."""
+    try:
+        parsed = parse(expr, groups)
+    except TargetError as e:
+        raise TargetError(str(e), field) from None
+    for part in parsed:
+        for name, _ in part:
+            known = name in TARGETS or name in node_names or (relative and name in RELATIVE)
+            if not known:
+                names = TARGETS.names() + node_names + (list(RELATIVE) if relative else [])
+                raise TargetError(f"unknown target {name!r} (known: {', '.join(names)})", field)
+            if name == "coordinator" and not system.has_coordinator:
+                raise TargetError(f"system {system.name!r} has no coordinator", field)
+    if groups:
+        mentioned = [n for part in parsed for n, c in part if n in node_names and c is None]
+        if len(mentioned) != len(set(mentioned)):
+            raise TargetError(f"a node is in two groups of {expr!r}", field)
+
+
+async def _term(name: str, n: Optional[int], ctx: FaultContext, targeted: list[str]) -> list[str]:
+    if name == "peers":
+        got = [x for x in ctx.system.node_names if x not in targeted]
+    elif name in TARGETS:
+        got = await TARGETS.get(name)(ctx)
+    elif name in ctx.system.node_names:
+        got = [name]
+    else:
+        raise LookupError(f"unknown target {name!r}")
+    if n is not None and n < len(got):
+        got = sorted(ctx.rng.sample(sorted(got), n))
+    return got
+
+
+async def resolve_set(expr: str, ctx: FaultContext, targeted: Optional[list[str]] = None) -> list[str]:
+    """Nodes named by a single-group expression (`clients` is left to the caller)."""
+    out: list[str] = []
+    for name, n in parse(expr)[0]:
+        if name == "clients":
+            continue
+        for node in await _term(name, n, ctx, targeted or []):
+            if node not in out:
+                out.append(node)
+    return out
+
+
+async def resolve(expr: str, ctx: FaultContext, groups: bool = False) -> Target:
+    if not groups:
+        nodes = await resolve_set(expr, ctx)
+        if not nodes:
+            raise LookupError(f"target {expr!r} matched no node")
+        return Target(nodes, [nodes])
+    out: list[list[str]] = []
+    taken: set[str] = set()
+    for part in parse(expr, groups=True):
+        g: list[str] = []
+        for name, n in part:
+            for node in await _term(name, n, ctx, []):
+                if node not in taken and node not in g:
+                    g.append(node)
+        taken.update(g)
+        out.append(g)
+    rest = [n for n in ctx.system.node_names if n not in taken]
+    if rest:
+        out.append(rest)
+    out = [g for g in out if g]
+    if len(out) < 2:
+        raise LookupError(f"partition {expr!r} leaves every node in one group")
+    return Target(out[0], out)

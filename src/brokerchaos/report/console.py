@@ -14,20 +14,37 @@ def _lat(d: Optional[dict]) -> str:
     return f"p50 {d['p50']:.1f} / p99 {d['p99']:.1f} / p99.9 {d['p999']:.1f} / max {d['max']:.1f} ms"
 
 
+def fault_lines(fault: dict) -> list[str]:
+    if fault.get("action", "none") == "none":
+        return []
+    name = f"{fault['action']} {fault['target']}"
+    windows = fault.get("windows") or []
+    done = [w for w in windows if w.get("t_ms") is not None]
+    if done:
+        w = done[0]
+        more = f"; {len(done)} windows" if len(done) > 1 else ""
+        out = [f"Fault: {name} -> {w.get('label') or ', '.join(w['nodes'])}"
+               f" (at ack {w.get('acks_at_effect')}, {w.get('delay_ms', 0):.1f} ms after the trigger{more})"]
+        effect = {k: v for k, v in (w.get("effect") or {}).items() if k != "links_cut"}
+        if effect:
+            out.append("  effect: " + ", ".join(f"{k} {v}" for k, v in effect.items()))
+        errors = [w.get("error") or w.get("heal_error") for w in windows if w.get("error") or w.get("heal_error")]
+        if errors:
+            out.append(f"  errors: {'; '.join(errors)}")
+        return out
+    if fault.get("nodes"):  # histories written before fault windows were recorded
+        return [f"Fault: {name} -> {', '.join(fault['nodes'])} (at ack {fault.get('acks_at_effect')}, "
+                f"{fault.get('delay_ms', 0):.1f} ms after the trigger)"]
+    if fault.get("error"):
+        return [f"Fault: {name} FAILED: {fault['error']}"]
+    return [f"Fault: {name} never fired ({fault.get('why', 'trigger not reached')})"]
+
+
 def run_block(v: dict, meta: Optional[dict] = None) -> str:
     meta = meta or {}
     lines = []
-    fault = meta.get("fault") or {}
-    if fault.get("action", "none") != "none":
-        if fault.get("nodes"):
-            lines.append(
-                f"Fault: {fault['action']} {fault['target']} -> {', '.join(fault['nodes'])}"
-                f" (at ack {fault.get('acks_at_effect')}, {fault.get('delay_ms', 0):.1f} ms after the trigger)"
-            )
-        elif fault.get("error"):
-            lines.append(f"Fault: {fault['action']} {fault['target']} FAILED: {fault['error']}")
-        else:
-            lines.append(f"Fault: {fault['action']} {fault['target']} never fired ({fault.get('why', 'trigger not reached')})")
+    for fault in meta.get("faults") or ([meta["fault"]] if meta.get("fault") else []):
+        lines += fault_lines(fault)
     rows = [
         ("Final send count", v["send_count"]),
         ("Final ack count", v["ack_count"]),
@@ -57,13 +74,14 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
 
 
 def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
-    head = ["run", "killed", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage", "result"]
+    head = ["run", "fault on", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage", "result"]
     body = []
     for v in verdicts:
-        f = (metas.get(v["run"]) or {}).get("fault") or {}
+        m = metas.get(v["run"]) or {}
+        hit = sorted({n for f in (m.get("faults") or [m.get("fault") or {}]) for n in (f.get("nodes") or [])})
         outs = [o for o in v["fault_outages_ms"] if o is not None]
         body.append([
-            v["run"], ",".join(f.get("nodes") or []) or "-", v["send_count"], v["pos_ack_count"],
+            v["run"], ",".join(hit) or "-", v["send_count"], v["pos_ack_count"],
             v["neg_ack_count"], v["unknown_count"], v["received"], v["acked_missing"],
             v["msgs_with_dups"], v["out_of_order"], _ms(max(outs)) if outs else "-", v["result"].upper(),
         ])

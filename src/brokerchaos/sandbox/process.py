@@ -74,6 +74,16 @@ def send_signal(proc: Proc, sig: int) -> None:
             pass
 
 
+def signal_group(proc: Proc, sig: int) -> None:
+    """Signal the process group we started the broker in (its PID: spawned in a new session)."""
+    verify(proc)
+    if proc.alive():
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def wait_exit(proc: Proc, timeout: float) -> bool:
     try:
         proc.popen.wait(timeout=timeout)
@@ -88,6 +98,8 @@ def terminate(proc: Proc, grace: float = 5.0) -> None:
         proc.popen.wait(timeout=1)
         return
     send_signal(proc, signal.SIGTERM)
+    # a paused broker (the pause fault) would never act on SIGTERM
+    signal_group(proc, signal.SIGCONT)
     if not wait_exit(proc, grace):
         send_signal(proc, signal.SIGKILL)
         wait_exit(proc, 5.0)

@@ -40,6 +40,7 @@ class System(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     supported_faults: ClassVar[frozenset[str]]
+    has_coordinator: ClassVar[bool] = False
 
     def __init__(self, scenario: Scenario, sandbox: Sandbox, run_id: str, logdir: Path) -> None:
         self.scenario = scenario
@@ -67,6 +68,22 @@ class System(abc.ABC):
         if not process.wait_exit(proc, timeout):
             raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout}s after SIGKILL")
 
+    def stop_node(self, node: str, timeout: float = 30.0) -> bool:
+        """SIGTERM and wait for a clean exit; SIGKILL after `timeout`. True if it exited cleanly."""
+        proc = self.procs[node]
+        process.send_signal(proc, signal.SIGTERM)
+        if process.wait_exit(proc, timeout):
+            return True
+        self.kill_node(node)
+        return False
+
+    def pause_node(self, node: str) -> None:
+        """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
+        process.signal_group(self.procs[node], signal.SIGSTOP)
+
+    def resume_node(self, node: str) -> None:
+        process.signal_group(self.procs[node], signal.SIGCONT)
+
     def node_alive(self, node: str) -> bool:
         p = self.procs.get(node)
         return p is not None and p.alive()
@@ -92,6 +109,10 @@ class System(abc.ABC):
     @abc.abstractmethod
     async def replicas(self) -> list[str]:
         """All nodes holding a replica of the stream, leader included."""
+
+    async def coordinator(self) -> str:
+        """The node coordinating the cluster (controller, meta leader), where there is one."""
+        raise LookupError(f"{self.name} has no coordinator")
 
     @abc.abstractmethod
     async def wait_stream_ready(self, timeout: float) -> bool: ...

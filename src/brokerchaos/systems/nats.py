@@ -23,6 +23,7 @@ from .base import DeliverCallback, OutcomeCallback, System, SystemError_
 
 CLIENT_PORT = 4222
 CLUSTER_PORT = 6222
+MONITOR_PORT = 8222
 
 
 def _quiet(*_a, **_k):
@@ -66,11 +67,32 @@ async def _connect(servers: list[str], name: str, timeout: float):
     raise SystemError_(f"could not connect to NATS at {servers} within {timeout}s: {last!r}")
 
 
+async def _http_get(host: str, port: int, path: str, timeout: float) -> bytes:
+    async def get() -> bytes:
+        r, w = await asyncio.open_connection(host, port)
+        try:
+            w.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            await w.drain()
+            data = await r.read()
+        finally:
+            w.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        if b" 200 " not in head.split(b"\r\n", 1)[0]:
+            raise OSError(f"HTTP {head[:40]!r}")
+        return body
+
+    return await asyncio.wait_for(get(), timeout)
+
+
 @SYSTEMS.register("nats")
 class NatsSystem(System):
     name = "nats"
     description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
-    supported_faults = frozenset({"none", "kill"})
+    supported_faults = frozenset({
+        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
+        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
+    })
+    has_coordinator = True  # the JetStream meta leader, from the monitoring endpoint
 
     def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
@@ -100,6 +122,7 @@ class NatsSystem(System):
         lines = [
             f"server_name: {node}",
             f'listen: "{h.ip}:{self.sandbox.port(h, CLIENT_PORT)}"',
+            f'http: "{h.ip}:{self.sandbox.port(h, MONITOR_PORT)}"',
             "jetstream {",
             f'  store_dir: "{store}"',
             "  max_memory_store: 256MB",
@@ -188,6 +211,24 @@ class NatsSystem(System):
                 return self.node_names[0]
             raise SystemError_(f"stream {self.stream} has no leader")
         return info.cluster.leader
+
+    async def coordinator(self) -> str:
+        """The JetStream meta leader, as the first node that answers /jsz says."""
+        last = "no node answered"
+        for n in self.node_names:
+            if not self.node_alive(n):
+                continue
+            h = self.host(n)
+            try:
+                body = await _http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)
+                leader = (json.loads(body).get("meta_cluster") or {}).get("leader")
+            except (OSError, ValueError, asyncio.TimeoutError) as e:
+                last = f"{n}: {type(e).__name__}: {e}"
+                continue
+            if leader:
+                return leader
+            last = f"{n}: no meta leader"
+        raise SystemError_(f"JetStream meta leader unknown ({last})")
 
     async def replicas(self) -> list[str]:
         info = await self._info()

@@ -1,0 +1,184 @@
+"""One fault of a scenario, carried out during a run: wait for the trigger, then for each
+planned window resolve the target, inject, record, and heal after the duration.
+
+Every injected window is healed: after its duration, at the scenario's `heal` point, or in
+the runner's `finally` (heal_active) whatever happened. The `fault` and `heal` rows go to
+the history with the resolved nodes; run.json gets the precision of each window (trigger
+to fault in effect, and the ack count at that moment).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable, Optional
+
+from ..history import Recorder
+from ..scenario import FaultSpec
+from ..systems.base import System
+from . import FAULTS
+from .base import Fault, FaultContext
+from .schedule import plan, rng_for
+from .targets import resolve
+
+
+class AckGate:
+    """Counts first acks and wakes the nemeses waiting for the N-th one."""
+
+    def __init__(self) -> None:
+        self.acks = 0
+        self._waiters: dict[int, list[tuple[asyncio.Event, list[int]]]] = {}
+
+    def wait_for(self, n: int) -> tuple[asyncio.Event, list[int]]:
+        ev = asyncio.Event()
+        box = [0]
+        if self.acks >= n:
+            box[0] = time.monotonic_ns()
+            ev.set()
+        else:
+            self._waiters.setdefault(n, []).append((ev, box))
+        return ev, box
+
+    def on_first_ack(self) -> None:
+        self.acks += 1
+        for ev, box in self._waiters.pop(self.acks, ()):
+            box[0] = time.monotonic_ns()
+            ev.set()
+
+
+class Nemesis:
+    def __init__(self, index: int, spec: FaultSpec, system: System, sandbox, seed: int, run_id: str,
+                 recorder: Recorder, gate: AckGate, client_nodes: Callable[[], list[str]],
+                 line: Callable[[str], None],
+                 before_fault: Callable[[System, list[str]], Awaitable[None]]) -> None:
+        self.index = index
+        self.spec = spec
+        self.system = system
+        self.sandbox = sandbox
+        self.rec = recorder
+        self.gate = gate
+        self.line = line
+        self.before_fault = before_fault
+        self.cls: type[Fault] = FAULTS.get(spec.action)
+        self.params = self.cls.Params.model_validate(spec.params)
+        self.target_rng = rng_for(seed, run_id, index, "target")
+        self.client_nodes = client_nodes
+        self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
+        self.active: Optional[tuple[Fault, dict]] = None
+        self.pending: Optional[Fault] = None  # prepared, not injected yet
+        self.windows: list[dict] = []
+        self.state: dict = {
+            "index": index, "action": spec.action, "target": spec.target, "params": spec.params,
+            "trigger": spec.trigger.model_dump(exclude_none=True), "duration": spec.duration,
+            "schedule": self.schedule, "windows": self.windows, "nodes": [],
+        }
+        self._uid = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.action} {self.spec.target}"
+
+    def _new_fault(self) -> Fault:
+        self._uid += 1
+        ctx = FaultContext(self.system, self.target_rng, self.sandbox, self.params, self.client_nodes,
+                           uid=self.index * 1000 + self._uid)
+        return self.cls(ctx)
+
+    async def _prepared(self) -> Optional[Fault]:
+        fault = self._new_fault()
+        self.pending = fault
+        try:
+            await fault.prepare()
+        except Exception as e:  # noqa: BLE001
+            self.state["error"] = f"prepare: {type(e).__name__}: {e}"
+            self.line(f"Fault: {self.label} FAILED to prepare: {self.state['error']}")
+            await self._release()
+            return None
+        return fault
+
+    async def _release(self) -> None:
+        fault, self.pending = self.pending, None
+        if fault is not None:
+            try:
+                await fault.heal()
+            except Exception as e:  # noqa: BLE001
+                self.state["release_error"] = f"{type(e).__name__}: {e}"
+
+    async def run(self) -> None:
+        if self.spec.action == "none":
+            return
+        t_begin = time.monotonic()
+        fault = await self._prepared()
+        if fault is None:
+            return
+        t = self.spec.trigger
+        if t.after_acks is not None:
+            ev, box = self.gate.wait_for(t.after_acks)
+            await ev.wait()
+            t_trigger = box[0]
+        else:
+            await asyncio.sleep(max(0.0, t.at_seconds - (time.monotonic() - t_begin)))
+            t_trigger = time.monotonic_ns()
+        for k, offset in enumerate(self.schedule):
+            if k > 0:
+                fault = await self._prepared()
+                if fault is None:
+                    return
+            t_start = t_trigger + int(offset * 1e9)
+            wait = (t_start - time.monotonic_ns()) / 1e9
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.pending = None
+            ok = await self._window(k, t_start, fault)
+            if self.spec.duration is not None and self.active is not None:
+                await asyncio.sleep(self.spec.duration)
+                await self.heal_active("after duration")
+            if not ok and self.spec.repeat is None:
+                return
+
+    async def _window(self, k: int, t_start: int, fault: Fault) -> bool:
+        w: dict = {"window": k, "nodes": []}
+        self.windows.append(w)
+        self.active = (fault, w)  # from here on, heal_active undoes whatever it did
+        try:
+            target = await resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups)
+            w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
+            await self.before_fault(self.system, target.nodes)
+            await fault.inject(target)
+        except Exception as e:  # noqa: BLE001 - recorded; the run goes on and says so
+            w["error"] = f"{type(e).__name__}: {e}"
+            if k == 0:
+                self.state["error"] = w["error"]
+            self.line(f"Fault: {self.label} FAILED: {w['error']}")
+            await self.heal_active("inject failed")
+            return False
+        t = self.rec.record("fault", node=target.label(), detail=self.label)
+        self.rec.flush()
+        w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
+                 acks_at_effect=self.gate.acks, t_ms=round(t / 1e6, 3),
+                 delay_ms=round((time.monotonic_ns() - t_start) / 1e6, 3), effect=fault.effect)
+        if k == 0:
+            for key in ("nodes", "acks_at_effect", "t_ms", "delay_ms", "resolve_ms"):
+                self.state[key] = w.get(key)
+        self.line(f"Fault: {self.label} -> {target.label()} at ack {self.gate.acks} "
+                  f"({w['delay_ms']:.0f} ms after the trigger)")
+        if not self.cls.recoverable:
+            self.active = None
+        return True
+
+    async def heal_active(self, why: str) -> None:
+        await self._release()
+        if self.active is None:
+            return
+        fault, w = self.active
+        self.active = None
+        try:
+            await fault.heal()
+        except Exception as e:  # noqa: BLE001
+            w["heal_error"] = f"{type(e).__name__}: {e}"
+            why += f"; heal FAILED: {w['heal_error']}"
+            self.line(f"Heal: {self.label} FAILED: {w['heal_error']}")
+        if "t_ms" in w:  # only windows that were recorded as in effect get a heal row
+            t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})")
+            self.rec.flush()
+            w["healed_ms"] = round(t / 1e6, 3)
+        w["effect"] = fault.effect

@@ -1,0 +1,432 @@
+"""Network faults, applied inside the node namespaces (iptables, tc, ss -K).
+
+Which links each fault covers (the client host is one namespace for every client):
+- partition / bridge / majorities-ring: node<->node links only; clients still reach every node.
+- isolate: the node's links to every other node and to the clients.
+- isolate-from: the node's links to the set in `from` (peers, clients, coordinator, …).
+- loss / delay / bandwidth: traffic leaving (delay, bandwidth) or entering and leaving (loss)
+  the target node, to everyone or to the `from` set.
+- tcp-kill: the TCP connections between the target and the client host.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from itertools import combinations
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..sandbox import netfilter, process
+from . import FAULTS
+from .base import Fault, Target
+from .targets import TargetError, check_expression, resolve_set
+
+DEV = "eth0"
+
+
+class NetFault(Fault):
+    needs_netns = True
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.chains: list[netfilter.Chains] = []
+
+    @property
+    def sb(self):
+        return self.ctx.sandbox
+
+    def ns(self, node: str) -> str:
+        return self.sb.hosts[node].ns
+
+    def ip(self, node: str) -> str:
+        return self.sb.hosts[node].ip
+
+    @property
+    def tag(self) -> str:
+        return f"bc{self.ctx.uid}-{self.name}"
+
+    async def endpoints(self, expr: Optional[str], targeted: list[str]) -> list[str]:
+        """IPs of a `from` set (None: everyone but the target, clients included)."""
+        if expr is None:
+            return [self.ip(n) for n in self.ctx.system.node_names if n not in targeted] + [self.sb.client.ip]
+        ips = [self.ip(n) for n in await resolve_set(expr, self.ctx, targeted) if n not in targeted]
+        if "clients" in [t.strip().split("[")[0] for t in expr.split(",")]:
+            ips.append(self.sb.client.ip)
+        return ips
+
+    def load(self, per_node: dict[str, tuple[list[str], list[str]]]) -> None:
+        """Load every node's rules at once, so the fault lands in one step."""
+        todo = []
+        for node, (rin, rout) in per_node.items():
+            if rin or rout:
+                c = netfilter.Chains(self.ns(node), self.tag)
+                self.chains.append(c)
+                todo.append((c, rin, rout))
+        netfilter.load(todo)
+
+    async def heal(self) -> None:
+        errors = []
+        while self.chains:
+            c = self.chains.pop()
+            try:
+                c.remove()
+            except Exception as e:  # noqa: BLE001 - the others must still go
+                errors.append(str(e))
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+
+class Cut(NetFault):
+    """Drop every packet on a set of links, in both directions, at both ends."""
+
+    def links(self, target: Target) -> set[tuple[str, str]]:
+        raise NotImplementedError
+
+    async def inject(self, target: Target) -> None:
+        self.nodes = list(target.nodes)
+        links = await self.compute_links(target)
+        per_node: dict[str, tuple[list[str], list[str]]] = {}
+        for a, b in sorted(links):
+            for x, y in ((a, b), (b, a)):
+                if x == "clients":
+                    continue
+                yip = self.sb.client.ip if y == "clients" else self.ip(y)
+                rin, rout = per_node.setdefault(x, ([], []))
+                rin.append(f"-s {yip} -j DROP")
+                rout.append(f"-d {yip} -j DROP")
+        self.effect["links_cut"] = sorted(f"{a}-{b}" for a, b in links)
+        self.load(per_node)
+
+    async def compute_links(self, target: Target) -> set[tuple[str, str]]:
+        return self.links(target)
+
+
+@FAULTS.register("partition")
+class Partition(Cut):
+    name = "partition"
+    description = "split the nodes into groups that cannot reach each other (target n1,n2|n3, or one side: leader)"
+    takes_groups = True
+
+    def links(self, target: Target) -> set[tuple[str, str]]:
+        out = set()
+        for g1, g2 in combinations(target.groups, 2):
+            out |= {tuple(sorted((a, b))) for a in g1 for b in g2}
+        return out
+
+
+@FAULTS.register("isolate")
+class Isolate(Cut):
+    name = "isolate"
+    description = "cut the target off from every other node and from the clients"
+
+    def links(self, target: Target) -> set[tuple[str, str]]:
+        others = [n for n in self.ctx.system.node_names if n not in target.nodes]
+        return {tuple(sorted((a, b))) for a in target.nodes for b in others} | {(a, "clients") for a in target.nodes}
+
+
+class FromParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str = Field(..., alias="from", description="who the target loses: peers, clients, coordinator, "
+                                                      "leader, followers, n2,n3, …")
+
+
+def _check_from(expr: Optional[str], node_names, system) -> None:
+    if expr is not None:
+        check_expression(expr, node_names, system, relative=True, field="params.from")
+
+
+@FAULTS.register("isolate-from")
+class IsolateFrom(Cut):
+    name = "isolate-from"
+    description = "cut the target off from params.from only (peers, clients, coordinator, …): " \
+                  "e.g. a leader isolated from its peers but not from the clients"
+    Params = FromParams
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        _check_from(params.from_, node_names, system)
+
+    async def compute_links(self, target: Target) -> set[tuple[str, str]]:
+        expr = self.p.from_
+        others = [n for n in await resolve_set(expr, self.ctx, target.nodes) if n not in target.nodes]
+        out = {tuple(sorted((a, b))) for a in target.nodes for b in others}
+        if "clients" in [t.strip() for t in expr.split(",")]:
+            out |= {(a, "clients") for a in target.nodes}
+        if not out:
+            raise LookupError(f"isolate-from {expr!r}: nothing to cut the target {target.nodes} from")
+        return out
+
+
+@FAULTS.register("bridge")
+class Bridge(Cut):
+    name = "bridge"
+    description = "two halves that cannot reach each other, except through the target node, which sees both"
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        if len(node_names) < 3:
+            raise TargetError("a bridge needs at least 3 nodes", "target")
+
+    def links(self, target: Target) -> set[tuple[str, str]]:
+        rest = sorted(n for n in self.ctx.system.node_names if n not in target.nodes)
+        self.ctx.rng.shuffle(rest)
+        half = len(rest) // 2
+        a, b = rest[:half], rest[half:]
+        self.effect["halves"] = [sorted(a), sorted(b)]
+        return {tuple(sorted((x, y))) for x in a for y in b}
+
+
+@FAULTS.register("majorities-ring")
+class MajoritiesRing(Cut):
+    name = "majorities-ring"
+    description = "every node sees a majority, no two nodes the same one (a ring of the nodes; target ignored)"
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        if len(node_names) < 4:
+            raise TargetError("majorities-ring needs at least 4 nodes (with 3, every node already sees "
+                              "a majority)", "target")
+
+    def links(self, target: Target) -> set[tuple[str, str]]:
+        ring = sorted(self.ctx.system.node_names)
+        self.ctx.rng.shuffle(ring)
+        n = len(ring)
+        # a node plus `reach` neighbours on each side is a majority: 1 + 2*reach >= n//2 + 1
+        reach = -(-(n // 2) // 2)
+        out = set()
+        for i, j in combinations(range(n), 2):
+            d = min(abs(i - j), n - abs(i - j))
+            if d > reach:
+                out.add(tuple(sorted((ring[i], ring[j]))))
+        self.effect["ring"] = ring
+        return out
+
+
+class LossParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    probability: float = Field(..., gt=0, le=1, description="chance each packet is dropped, each way")
+    from_: Optional[str] = Field(None, alias="from", description="only the links to this set (default: all)")
+
+
+@FAULTS.register("loss")
+class Loss(NetFault):
+    name = "loss"
+    description = "drop each packet entering or leaving the target with params.probability"
+    Params = LossParams
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        _check_from(params.from_, node_names, system)
+
+    async def inject(self, target: Target) -> None:
+        self.nodes = list(target.nodes)
+        stat = f"-m statistic --mode random --probability {self.p.probability:.6f} -j DROP"
+        per_node = {}
+        for n in target.nodes:
+            ips = await self.endpoints(self.p.from_, target.nodes)
+            per_node[n] = ([f"-i {DEV} -s {ip} {stat}" for ip in ips], [f"-o {DEV} -d {ip} {stat}" for ip in ips])
+        self.load(per_node)
+
+
+class DelayParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    delay_ms: float = Field(..., ge=1, le=10_000, description="added one-way delay on packets leaving the target")
+    jitter_ms: float = Field(0.0, ge=0, description="uniform ± jitter (reorders packets, as netem does)")
+    from_: Optional[str] = Field(None, alias="from", description="only the links to this set (default: all)")
+    method: str = Field("auto", description="auto (netem where the kernel has it, else nfqueue), netem, nfqueue")
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        if v not in ("auto", "netem", "nfqueue"):
+            raise ValueError("expected auto, netem or nfqueue")
+        return v
+
+    @model_validator(mode="after")
+    def _jitter(self) -> "DelayParams":
+        if self.jitter_ms > self.delay_ms:
+            raise ValueError("jitter_ms cannot exceed delay_ms")
+        if self.method == "netem" and self.from_ is not None:
+            raise ValueError("method netem delays all traffic; `from` needs nfqueue")
+        return self
+
+
+NFQDELAY = Path(__file__).with_name("nfqdelay.py")
+
+
+@FAULTS.register("delay")
+class Delay(NetFault):
+    name = "delay"
+    description = "add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer)"
+    Params = DelayParams
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.qdisc: list[str] = []
+        self.delayers: dict = {}
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        _check_from(params.from_, node_names, system)
+
+    def _use_netem(self) -> bool:
+        p = self.p
+        if p.method == "nfqueue" or p.from_ is not None:
+            return False
+        ok = netfilter.has_netem(self.sb.ns_name("hub"))
+        if not ok and p.method == "netem":
+            raise RuntimeError("netem is not available in this kernel (method: netem)")
+        return ok
+
+    async def prepare(self) -> None:
+        """Start an idle delayer in every node's namespace before the trigger: starting one
+        takes ~50 ms, and the fault must land within 100 ms of its trigger."""
+        if self._use_netem():
+            return
+        queue = self.ctx.uid
+        todo = []
+        for node in self.ctx.system.node_names:
+            log = self.sb.dir / "faults" / f"nfqdelay-{node}-{queue}.log"
+            # -I -S: no site packages to import, the delayer needs only the standard library
+            argv = [os.path.realpath(sys.executable), "-I", "-S", str(NFQDELAY), "--queue", str(queue),
+                    "--delay-ms", str(self.p.delay_ms), "--jitter-ms", str(self.p.jitter_ms),
+                    "--seed", str(self.ctx.rng.randrange(1 << 30))]
+            proc = self.sb.spawn(self.sb.hosts[node], f"nfqdelay-{node}", argv, log)
+            self.delayers[node] = proc
+            todo.append((proc, log))
+        for proc, log in todo:
+            await _wait_for_line(proc, log, "nfqdelay: queue", 10.0)
+
+    async def inject(self, target: Target) -> None:
+        self.nodes = list(target.nodes)
+        p = self.p
+        if self._use_netem():
+            spec = ["netem", "delay", f"{p.delay_ms}ms"] + ([f"{p.jitter_ms}ms"] if p.jitter_ms else [])
+            for n in target.nodes:
+                r = netfilter.set_root_qdisc(self.ns(n), DEV, spec)
+                if r.returncode != 0:
+                    raise RuntimeError(f"netem on {n}: {r.stderr.strip()}")
+                self.qdisc.append(n)
+            self.effect["method"] = "netem"
+            return
+        if not self.delayers:
+            await self.prepare()
+        ips = await self.endpoints(p.from_, target.nodes)
+        match = [f"-d {ip} " for ip in ips] if p.from_ is not None else [""]
+        rules = [f"-o {DEV} {m}-j NFQUEUE --queue-num {self.ctx.uid} --queue-bypass" for m in match]
+        self.load({n: ([], rules) for n in target.nodes})
+        self.effect["method"] = "nfqueue"
+
+    async def heal(self) -> None:
+        errors = []
+        try:
+            await super().heal()  # stop queueing first, then let the held packets go
+        except Exception as e:  # noqa: BLE001
+            errors.append(str(e))
+        while self.delayers:
+            _, proc = self.delayers.popitem()
+            await asyncio.to_thread(process.terminate, proc, 5.0)
+            self.sb.forget(proc)
+        while self.qdisc:
+            n = self.qdisc.pop()
+            try:
+                netfilter.del_root_qdisc(self.ns(n), DEV)
+            except Exception as e:  # noqa: BLE001
+                errors.append(str(e))
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+
+async def _wait_for_line(proc, log: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if text in log.read_text(errors="replace"):
+                return
+        except OSError:
+            pass
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited: {log.read_text(errors='replace').strip()[-300:]}")
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"{proc.name} not ready within {timeout}s (see {log})")
+
+
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)$")
+
+
+class BandwidthParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rate: str = Field(..., description="tc rate: 1mbit, 500kbit, 10mbit …")
+    burst: str = Field("32kbit", description="tc burst")
+    latency: str = Field("400ms", description="how long a packet may wait before it is dropped")
+
+    @field_validator("rate", "burst")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        if not _RATE.match(v.lower()) and not re.match(r"^\d+[kmg]?b?$", v.lower()):
+            raise ValueError(f"expected a tc rate such as 1mbit, got {v!r}")
+        return v
+
+
+@FAULTS.register("bandwidth")
+class Bandwidth(NetFault):
+    name = "bandwidth"
+    description = "limit the rate of packets leaving the target (tc tbf) to params.rate"
+    Params = BandwidthParams
+
+    async def inject(self, target: Target) -> None:
+        for n in target.nodes:
+            self.nodes.append(n)
+            r = netfilter.set_root_qdisc(self.ns(n), DEV, ["tbf", "rate", self.p.rate, "burst", self.p.burst,
+                                                                 "latency", self.p.latency])
+            if r.returncode != 0:
+                raise RuntimeError(f"tc tbf on {n}: {r.stderr.strip()}")
+
+    async def heal(self) -> None:
+        while self.nodes:
+            netfilter.del_root_qdisc(self.ns(self.nodes[0]), DEV)
+            self.nodes.pop(0)
+
+
+class TcpKillParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    repeat: bool = Field(True, description="keep resetting new connections until healed (else once)")
+    interval: float = Field(0.1, gt=0, le=60, description="seconds between resets while repeating")
+
+
+@FAULTS.register("tcp-kill")
+class TcpKill(NetFault):
+    name = "tcp-kill"
+    description = "reset every client TCP connection to the target (ss -K), once or repeatedly until healed"
+    Params = TcpKillParams
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.task: Optional[asyncio.Task] = None
+
+    async def _kill_all(self) -> int:
+        return netfilter.kill_tcp([self.ns(n) for n in self.nodes], self.sb.client.ip)
+
+    async def inject(self, target: Target) -> None:
+        self.nodes = list(target.nodes)
+        self.effect["connections_reset"] = await self._kill_all()
+        self.effect["rounds"] = 1
+        if self.p.repeat:
+            self.task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.p.interval)
+            self.effect["connections_reset"] += await self._kill_all()
+            self.effect["rounds"] += 1
+
+    async def heal(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None

@@ -1,0 +1,415 @@
+"""Each fault's effect, measured from inside the sandbox on a real 3-node NATS cluster.
+
+The probes are plain sockets in the namespaces (TCP connects, UDP counts, a NATS INFO
+line), so they check the network and the processes, not the harness's own bookkeeping.
+After every heal the cluster must serve the stream again and no rule may be left.
+"""
+import asyncio
+import os
+import random
+import shutil
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.faults import FAULTS, FaultContext
+from brokerchaos.faults.targets import resolve
+from brokerchaos.sandbox import Sandbox, netfilter, netns
+from brokerchaos.systems import SYSTEMS
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"),
+                       reason="nats-server not installed (make setup)"),
+]
+
+CLIENT_PORT = 4222
+CLUSTER_PORT = 6222
+
+
+def in_ns(ns, fn, *args, timeout=60):
+    """Run fn(*args) in a thread that has entered namespace `ns`; return its result."""
+    box = {}
+
+    def body():
+        try:
+            netns.enter(ns)
+            box["v"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001
+            box["e"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"probe in {ns} did not finish within {timeout}s"
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def can_connect(ip, port, timeout=1.0):
+    s = socket.socket()
+    s.settimeout(timeout)
+    try:
+        s.connect((ip, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def connect_ms(ip, port, n=15):
+    times = []
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(5)
+        t = time.perf_counter()
+        s.connect((ip, port))
+        times.append((time.perf_counter() - t) * 1000)
+        s.close()
+    return statistics.median(times)
+
+
+def nats_info(ip, port, timeout=1.0):
+    """Connect and wait for the server's INFO line: True if a live server answered."""
+    s = socket.socket()
+    s.settimeout(timeout)
+    try:
+        s.connect((ip, port))
+        return s.recv(4).startswith(b"INFO")
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class Cluster:
+    def __init__(self, sb, system):
+        self.sb = sb
+        self.system = system
+
+    def ns(self, node):
+        return self.sb.hosts[node].ns
+
+    def ip(self, node):
+        return self.sb.hosts[node].ip
+
+    def from_client(self, fn, *args):
+        return in_ns(self.sb.client.ns, fn, *args)
+
+    def from_node(self, node, fn, *args):
+        return in_ns(self.ns(node), fn, *args)
+
+    def fault(self, action, params=None, uid=1):
+        cls = FAULTS.get(action)
+        ctx = FaultContext(self.system, random.Random(7), self.sb, cls.Params.model_validate(params or {}), uid=uid)
+        return cls(ctx)
+
+    def inject(self, fault, target):
+        async def go():
+            await fault.prepare()
+            await fault.inject(await resolve(target, fault.ctx, groups=fault.takes_groups))
+        self.sb.run_client(go, timeout=60)
+
+    def heal(self, fault):
+        self.sb.run_client(fault.heal, timeout=60)
+
+    def healthy(self):
+        """The stream has a leader with every replica current, and a publish is acked."""
+        system = self.system
+
+        async def go():
+            await system.connect(timeout=30)
+            try:
+                ready = await system.wait_stream_ready(timeout=45)
+                ack = await system.js.publish(f"{system.stream}.probe", b"x", timeout=10)
+                return ready and ack.seq > 0
+            finally:
+                await system.close()
+        return self.sb.run_client(go, timeout=120)
+
+    def no_rules_left(self):
+        for n in self.system.node_names:
+            rules = netfilter.rules(self.ns(n))
+            assert "bc" not in rules, f"{n} still has rules:\n{rules}"
+            qd = netfilter.run_sync(self.ns(n), ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+            assert "tbf" not in qd and "netem" not in qd, qd
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    s = sc.load(None, {"messages": 100, "sandbox": "netns"})
+    with Sandbox(["n1", "n2", "n3"], "netns") as sb:
+        system = SYSTEMS.get("nats")(s, sb, "run-001", tmp_path_factory.mktemp("logs"))
+        system.start()
+        try:
+            async def setup():
+                await system.connect(timeout=60)
+                await system.create_stream(timeout=30)
+                await system.close()
+            sb.run_client(setup, timeout=120)
+            yield Cluster(sb, system)
+        finally:
+            system.stop()
+
+
+def test_partition_cuts_exactly_the_links_between_groups(cluster):
+    c = cluster
+    assert c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+    f = c.fault("partition")
+    c.inject(f, "n1|n2,n3")
+    try:
+        assert not c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+        assert not c.from_node("n3", can_connect, c.ip("n1"), CLUSTER_PORT)
+        assert not c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT)
+        assert c.from_node("n2", can_connect, c.ip("n3"), CLUSTER_PORT)
+        # clients still reach every node in a partition
+        assert c.from_client(can_connect, c.ip("n1"), CLIENT_PORT)
+    finally:
+        c.heal(f)
+    assert c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+    c.no_rules_left()
+    assert c.healthy()
+
+
+def test_isolate_and_isolate_from_peers_differ_only_for_the_clients(cluster):
+    c = cluster
+    f = c.fault("isolate")
+    c.inject(f, "n2")
+    try:
+        assert not c.from_client(can_connect, c.ip("n2"), CLIENT_PORT)
+        assert not c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT)
+        assert c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+    finally:
+        c.heal(f)
+    g = c.fault("isolate-from", {"from": "peers"})
+    c.inject(g, "n2")
+    try:
+        assert c.from_client(nats_info, c.ip("n2"), CLIENT_PORT)
+        assert not c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT)
+        assert not c.from_node("n2", can_connect, c.ip("n3"), CLUSTER_PORT)
+    finally:
+        c.heal(g)
+    assert c.from_client(can_connect, c.ip("n2"), CLIENT_PORT)
+    c.no_rules_left()
+    assert c.healthy()
+
+
+def test_delay_adds_the_configured_round_trip(cluster):
+    c = cluster
+    before = c.from_client(connect_ms, c.ip("n3"), CLIENT_PORT)
+    f = c.fault("delay", {"delay_ms": 40})
+    c.inject(f, "n3")
+    try:
+        during = c.from_client(connect_ms, c.ip("n3"), CLIENT_PORT)
+        other = c.from_client(connect_ms, c.ip("n1"), CLIENT_PORT)
+    finally:
+        c.heal(f)
+    after = c.from_client(connect_ms, c.ip("n3"), CLIENT_PORT)
+    assert before < 5 and after < 5, (before, after)
+    assert 40 - 5 <= during - before <= 40 + 15, (before, during)
+    assert other < 5, "only the target's links are delayed"
+    assert f.effect["method"] in ("netem", "nfqueue")
+    assert not f.delayers, "the delayer processes are gone after heal"
+    c.no_rules_left()
+
+
+def test_loss_drops_about_the_configured_share(cluster):
+    c = cluster
+    port, n = 9999, 3000
+    f = c.fault("loss", {"probability": 0.3})
+    ready = threading.Event()
+    got = {}
+
+    def receiver():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((c.ip("n1"), port))
+        s.settimeout(1.0)
+        ready.set()
+        k = 0
+        try:
+            while True:
+                s.recv(64)
+                k += 1
+        except socket.timeout:
+            pass
+        finally:
+            s.close()
+        got["n"] = k
+
+    def sender():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(n):
+            s.sendto(b"%d" % i, (c.ip("n1"), port))
+            if i % 100 == 0:
+                time.sleep(0.002)  # stay far below any buffer limit: count the firewall's drops only
+        s.close()
+
+    c.inject(f, "n1")
+    try:
+        t = threading.Thread(target=lambda: c.from_node("n1", receiver), daemon=True)
+        t.start()
+        assert ready.wait(10)
+        c.from_client(sender)
+        t.join(30)
+    finally:
+        c.heal(f)
+    lost = 1 - got["n"] / n
+    # binomial sd at n=3000 is 0.8 %; +-5 % is over six of them
+    assert 0.25 <= lost <= 0.35, lost
+    c.no_rules_left()
+
+
+def test_tcp_kill_resets_live_client_connections(cluster):
+    c = cluster
+    box = {}
+
+    def open_conn():
+        s = socket.socket()
+        s.settimeout(5)
+        s.connect((c.ip("n1"), CLIENT_PORT))
+        assert s.recv(4) == b"INFO"
+        box["s"] = s
+
+    def read_after():
+        s = box["s"]
+        try:
+            while True:  # the rest of INFO may still be buffered; then the reset
+                if not s.recv(65536):
+                    return "eof"
+        except ConnectionResetError:
+            return "reset"
+        except socket.timeout:
+            return "alive"
+        finally:
+            s.close()
+
+    c.from_client(open_conn)
+    f = c.fault("tcp-kill", {"repeat": False})
+    c.inject(f, "n1")
+    c.heal(f)
+    assert f.effect["connections_reset"] >= 1
+    assert c.from_client(read_after) == "reset"
+    assert c.from_client(nats_info, c.ip("n1"), CLIENT_PORT), "new connections still work"
+
+
+def test_pause_silences_the_node_until_healed(cluster):
+    c = cluster
+    assert c.from_client(nats_info, c.ip("n3"), CLIENT_PORT)
+    f = c.fault("pause")
+    c.inject(f, "n3")
+    try:
+        assert c.system.node_alive("n3")
+        assert not c.from_client(nats_info, c.ip("n3"), CLIENT_PORT)
+    finally:
+        c.heal(f)
+    assert c.from_client(nats_info, c.ip("n3"), CLIENT_PORT, 5.0)
+    assert c.healthy()
+
+
+def test_bandwidth_limits_the_rate_out_of_the_node(cluster):
+    c = cluster
+    port, size = 9998, 200_000  # 1.6 Mbit: about 1.6 s at 1 mbit/s, milliseconds without the limit
+    ready = threading.Event()
+
+    def server():
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((c.ip("n2"), port))
+        s.listen(1)
+        s.settimeout(10)
+        ready.set()
+        conn, _ = s.accept()
+        conn.sendall(b"x" * size)
+        conn.close()
+        s.close()
+
+    def fetch():
+        s = socket.socket()
+        s.settimeout(20)
+        s.connect((c.ip("n2"), port))
+        t = time.perf_counter()
+        k = 0
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            k += len(b)
+        s.close()
+        assert k == size
+        return time.perf_counter() - t
+
+    def timed():
+        ready.clear()
+        t = threading.Thread(target=lambda: c.from_node("n2", server), daemon=True)
+        t.start()
+        assert ready.wait(10)
+        d = c.from_client(fetch)
+        t.join(10)
+        return d
+
+    f = c.fault("bandwidth", {"rate": "1mbit"})
+    c.inject(f, "n2")
+    try:
+        limited = timed()
+    finally:
+        c.heal(f)
+    free = timed()
+    assert limited > 1.2, limited
+    assert free < 0.5, free
+    c.no_rules_left()
+
+
+def test_stop_is_a_clean_exit_and_heal_restarts(cluster):
+    c = cluster
+    f = c.fault("stop", {"timeout": 20})
+    c.inject(f, "n2")
+    try:
+        assert not c.system.node_alive("n2")
+        assert f.effect["clean_exit"] == [True]
+        assert not c.from_client(can_connect, c.ip("n2"), CLIENT_PORT)
+    finally:
+        c.heal(f)
+    assert c.system.node_alive("n2")
+    assert c.healthy()
+
+
+def test_bridge_leaves_one_node_seeing_both_halves(cluster):
+    c = cluster
+    f = c.fault("bridge")
+    c.inject(f, "n1")
+    try:
+        assert c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT)
+        assert c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+        assert not c.from_node("n2", can_connect, c.ip("n3"), CLUSTER_PORT)
+    finally:
+        c.heal(f)
+    c.no_rules_left()
+    assert c.healthy()
+
+
+def test_leader_and_coordinator_targets_name_live_roles(cluster):
+    c = cluster
+
+    async def go():
+        await c.system.connect(timeout=30)
+        try:
+            ctx = FaultContext(c.system, random.Random(1), c.sb)
+            lead = (await resolve("leader", ctx)).nodes
+            fol = (await resolve("followers", ctx)).nodes
+            coord = (await resolve("coordinator", ctx)).nodes
+            one = (await resolve("followers[1]", ctx)).nodes
+            return lead, fol, coord, one
+        finally:
+            await c.system.close()
+
+    lead, fol, coord, one = c.sb.run_client(go, timeout=60)
+    assert len(lead) == 1 and sorted(lead + fol) == ["n1", "n2", "n3"]
+    assert coord[0] in ("n1", "n2", "n3")
+    assert len(one) == 1 and one[0] in fol

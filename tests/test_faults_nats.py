@@ -4,7 +4,6 @@ The probes are plain sockets in the namespaces (TCP connects, UDP counts, a NATS
 line), so they check the network and the processes, not the harness's own bookkeeping.
 After every heal the cluster must serve the stream again and no rule may be left.
 """
-import asyncio
 import os
 import random
 import shutil
@@ -18,6 +17,7 @@ import pytest
 from brokerchaos import scenario as sc
 from brokerchaos.faults import FAULTS, FaultContext
 from brokerchaos.faults.targets import resolve
+from brokerchaos.runner import Observer, Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
 from brokerchaos.systems import SYSTEMS
 
@@ -413,3 +413,82 @@ def test_leader_and_coordinator_targets_name_live_roles(cluster):
     assert len(lead) == 1 and sorted(lead + fol) == ["n1", "n2", "n3"]
     assert coord[0] in ("n1", "n2", "n3")
     assert len(one) == 1 and one[0] in fol
+
+
+# -- whole runs: the nemesis inside `brokerchaos run` ------------------------------------
+
+def _rows(d):
+    import pyarrow.dataset as pds
+
+    return pds.dataset(sorted(str(p) for p in d.rglob("*.parquet")), format="parquet").to_table().to_pylist()
+
+
+class _Quiet(Observer):
+    def line(self, text):
+        pass
+
+
+def _delayers_running():
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if b"nfqdelay.py" in open(f"/proc/{pid}/cmdline", "rb").read():
+                    out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark):
+
+    doc = {
+        "name": "it-two-faults", "runs": 1, "sandbox": "netns",
+        "workload": {"messages": 15_000, "in_flight": 2_000, "retries": 60, "ack_timeout": 3},
+        "faults": [
+            {"action": "delay", "target": "all", "params": {"delay_ms": 20}, "trigger": {"after_acks": 2_000}},
+            {"action": "isolate-from", "target": "leader", "params": {"from": "peers"},
+             "trigger": {"after_acks": 6_000}, "duration": 3},
+        ],
+    }
+
+    before = set(netns.list_all())
+    result = Session(sc.build(doc), tmp_path, observer=_Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    rows = _rows(result.dir / "run-001" / "history")
+    nem = [(r["type"], r["detail"].split(" (")[0]) for r in sorted(rows, key=lambda r: r["t_ns"])
+           if r["client"] == "nemesis"]
+    assert nem == [("fault", "delay all"), ("fault", "isolate-from leader"), ("heal", "isolate-from leader"),
+                   ("heal", "delay all")], nem
+    assert len(v["fault_outages_ms"]) == 2
+    delay, iso = meta["faults"]
+    assert delay["nodes"] == ["n1", "n2", "n3"] and delay["acks_at_effect"] >= 2_000
+    assert iso["acks_at_effect"] >= 6_000 and len(iso["nodes"]) == 1
+    assert iso["windows"][0]["effect"]["links_cut"] == sorted(
+        f"{a}-{b}" for a, b in (sorted((iso["nodes"][0], o)) for o in ("n1", "n2", "n3") if o != iso["nodes"][0]))
+    assert all(w.get("heal_error") is None for f in meta["faults"] for w in f["windows"])
+    assert v["read_complete"] is True and v["acked_missing"] == 0
+    assert not _delayers_running()
+    assert set(netns.list_all()) <= before, "the session's namespaces are gone"
+
+
+def test_repeated_windows_follow_the_schedule(tmp_path, spark):
+
+    doc = {
+        "name": "it-repeat", "runs": 1, "sandbox": "netns", "seed": 3,
+        "workload": {"messages": 150_000, "in_flight": 5_000, "retries": 60},
+        "fault": {"action": "pause", "target": "random", "trigger": {"at_seconds": 1}, "duration": 1,
+                  "repeat": {"every": 2.5, "for": 6}},
+    }
+
+    result = Session(sc.build(doc), tmp_path, observer=_Quiet()).run()
+    (v,) = result.verdicts
+    f = result.metas["run-001"]["faults"][0]
+    assert f["schedule"] == [0.0, 2.5, 5.0]
+    rows = _rows(result.dir / "run-001" / "history")
+    kinds = [r["type"] for r in sorted(rows, key=lambda r: r["t_ns"]) if r["client"] == "nemesis"]
+    assert kinds == ["fault", "heal"] * 3
+    starts = [w["t_ms"] for w in f["windows"]]
+    assert all(2000 < b - a < 3000 for a, b in zip(starts, starts[1:])), starts
+    assert len(v["fault_outages_ms"]) == 3

@@ -294,8 +294,10 @@ def check_registries(s: Scenario) -> None:
         try:
             params = cls.Params.model_validate(f.params)
         except ValidationError as e:
-            raise ScenarioError(_first_error(e).replace("scenario field '", f"scenario field '{path}.params.", 1)) \
-                from None
+            msg = _first_error(e)
+            msg = msg.replace("scenario field '", f"scenario field '{path}.params.", 1) \
+                if msg.startswith("scenario field '") else msg.replace("scenario:", f"scenario field '{path}.params':", 1)
+            raise ScenarioError(msg) from None
         try:
             check_expression(f.target, node_names, system, groups=cls.takes_groups)
             cls.check(params, node_names, system, s)

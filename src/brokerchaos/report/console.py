@@ -78,7 +78,8 @@ def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
     body = []
     for v in verdicts:
         m = metas.get(v["run"]) or {}
-        hit = sorted({n for f in (m.get("faults") or [m.get("fault") or {}]) for n in (f.get("nodes") or [])})
+        hit = sorted({n for f in (m.get("faults") or [m.get("fault") or {}])
+                      for w in (f.get("windows") or [f]) for n in (w.get("nodes") or [])})
         outs = [o for o in v["fault_outages_ms"] if o is not None]
         body.append([
             v["run"], ",".join(hit) or "-", v["send_count"], v["pos_ack_count"],

@@ -7,7 +7,6 @@ Commands run with `ip netns exec` on namespaces this project created, never the 
 """
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from typing import Optional
 
@@ -26,12 +25,6 @@ def run_sync(ns: str, argv: list[str], stdin: Optional[str] = None, timeout: flo
     if check and r.returncode != 0:
         raise NetnsError(f"`{' '.join(argv)}` in {ns} failed: {r.stderr.strip() or r.stdout.strip()}")
     return r
-
-
-async def run(ns: str, argv: list[str], stdin: Optional[str] = None, timeout: float = 15.0,
-              check: bool = True) -> subprocess.CompletedProcess:
-    # a thread, not asyncio's subprocess support: this loop runs outside the main thread
-    return await asyncio.to_thread(run_sync, ns, argv, stdin, timeout, check)
 
 
 def run_many(cmds: list[tuple[str, list[str], Optional[str]]], timeout: float = 15.0) -> list[tuple[int, str]]:

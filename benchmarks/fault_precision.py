@@ -1,0 +1,83 @@
+"""Fault precision: how long after its trigger each fault was in effect.
+
+    benchmarks/fault_precision.py RESULTS_DIR [...]      # summarise sessions already run
+    benchmarks/fault_precision.py --run OUT              # one short NATS run per action, then summarise
+
+Reads every run.json below the given directories (written by `brokerchaos run`) and
+prints, per action, the distribution of `delay_ms` (trigger -> fault in effect) over all
+fault windows, and of `resolve_ms` (trigger -> target known). The target is 100 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ACTIONS = {
+    "kill": [], "stop": [], "pause": [], "restart": [],
+    "partition": [], "isolate": [], "isolate-from": ["from=peers"], "bridge": [],
+    "loss": ["probability=0.2"], "delay": ["delay_ms=50"], "bandwidth": ["rate=5mbit"], "tcp-kill": [],
+}
+
+
+def windows(dirs: list[Path]):
+    for d in dirs:
+        for rj in sorted(d.rglob("run.json")):
+            meta = json.loads(rj.read_text())
+            for f in meta.get("faults") or []:
+                for w in f.get("windows") or []:
+                    if w.get("delay_ms") is not None:
+                        yield f["action"], w
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def summarise(dirs: list[Path]) -> str:
+    by: dict[str, list[dict]] = {}
+    for action, w in windows(dirs):
+        by.setdefault(action, []).append(w)
+    lines = ["| action | windows | delay p50 | delay p95 | delay max | target lookup p50 | within 100 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for action in sorted(by):
+        ws = by[action]
+        d = [w["delay_ms"] for w in ws]
+        r = [w["resolve_ms"] for w in ws if w.get("resolve_ms") is not None]
+        ok = sum(1 for x in d if x <= 100)
+        lines.append(f"| {action} | {len(ws)} | {pct(d, .5):.0f} ms | {pct(d, .95):.0f} ms | {max(d):.0f} ms | "
+                     f"{pct(r, .5):.0f} ms | {ok} of {len(ws)} |")
+    return "\n".join(lines)
+
+
+def run_all(out: Path) -> None:
+    for action, params in ACTIONS.items():
+        cmd = [sys.executable, "-m", "brokerchaos.cli", "run", "--name", f"precision-{action}", "--out", str(out),
+               "--runs", "2", "--messages", "30000", "--in-flight", "5000", "--retries", "60",
+               "--fault", f"{action}-leader", "--after-acks", "10000", "--duration", "3"]
+        for p in params:
+            cmd += ["--fault-param", p]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        print(f"{action}: exit {r.returncode}", file=sys.stderr)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dirs", nargs="*", type=Path)
+    ap.add_argument("--run", type=Path, help="first run one short session per action into this directory")
+    a = ap.parse_args()
+    dirs = list(a.dirs)
+    if a.run:
+        run_all(a.run)
+        dirs.append(a.run)
+    if not dirs:
+        ap.error("give result directories or --run OUT")
+    print(summarise(dirs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The fault library without a cluster: validation, target expressions, schedules, shapes."""
+import asyncio
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.analysis.metrics import pair_windows
+from brokerchaos.faults import FAULTS, FaultContext, Target
+from brokerchaos.faults.schedule import plan, rng_for
+from brokerchaos.faults.targets import TargetError, check_expression, resolve
+from brokerchaos.systems import SYSTEMS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Replicas:
+    """Just enough of a system for target resolution: names, a leader and its replicas."""
+
+    name = "stand-in"
+    has_coordinator = False
+
+    def __init__(self, n=3, lead="n2"):
+        self.node_names = [f"n{i}" for i in range(1, n + 1)]
+        self.lead = lead
+
+    async def leader(self):
+        return self.lead
+
+    async def replicas(self):
+        return [self.lead] + [x for x in self.node_names if x != self.lead]
+
+
+def _resolve(expr, n=3, groups=False, seed=1):
+    ctx = FaultContext(Replicas(n), random.Random(seed))
+    return asyncio.run(resolve(expr, ctx, groups=groups))
+
+
+@pytest.mark.parametrize("flags, field", [
+    ({"fault": "loss-leader"}, "fault.params.probability"),
+    ({"fault": "loss-leader", "fault_param": ["probability=1.5"]}, "fault.params.probability"),
+    ({"fault": "delay-leader", "fault_param": ["delay_ms=10", "jitter_ms=20"]}, "fault.params"),
+    ({"fault": "kill-leader", "fault_param": ["speed=3"]}, "fault.params.speed"),
+    ({"fault": "isolate-from-leader", "fault_param": ["from=nowhere"]}, "fault.params.from"),
+    ({"fault": "kill", "target": "n1|n2"}, "fault.target"),
+    ({"fault": "kill", "target": "n7"}, "fault.target"),
+    ({"fault": "kill", "target": "followers[0]"}, "fault.target"),
+    ({"fault": "partition", "target": "n1|n1,n2"}, "fault.target"),
+    ({"fault": "majorities-ring"}, "fault.target"),
+    ({"fault": "isolate-leader", "sandbox": "loopback"}, "sandbox"),
+    ({"fault": "bandwidth-leader", "fault_param": ["rate=fast"]}, "fault.params.rate"),
+    ({"fault": "kill", "fault_param": ["oops"]}, "fault.params"),
+])
+def test_bad_fault_settings_name_the_field(flags, field):
+    with pytest.raises(sc.ScenarioError) as e:
+        sc.load(None, flags)
+    assert str(e.value).startswith(f"scenario field '{field}"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_params_are_typed_from_flags():
+    s = sc.load(None, {"fault": "loss-leader", "fault_param": ["probability=0.3", "from=peers"]})
+    assert s.fault.params == {"probability": 0.3, "from": "peers"}
+    s = sc.load(None, {"fault": "tcp-kill-client-node"})
+    assert (s.fault.action, s.fault.target) == ("tcp-kill", "client-node")
+    s = sc.load(None, {"fault": "isolate-from-leader", "fault_param": ["from=coordinator"]})
+    assert (s.fault.action, s.fault.target) == ("isolate-from", "leader")
+
+
+def test_several_faults_and_their_field_paths():
+    doc = {"faults": [{"action": "delay", "target": "all", "params": {"delay_ms": 20}},
+                      {"action": "kill", "target": "leader", "params": {"bogus": 1}}]}
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'faults\.1\.params\.bogus'"):
+        sc.build(doc)
+    doc["faults"][1]["params"] = {}
+    s = sc.build(doc)
+    assert [f.action for f in s.fault_list] == ["delay", "kill"]
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'faults'"):
+        sc.build(doc, {"fault": "kill-leader"})
+    with pytest.raises(sc.ScenarioError, match="either fault or faults"):
+        sc.build({"fault": {"action": "kill"}, "faults": doc["faults"]})
+
+
+def test_repeats_need_a_duration_and_room_between_windows():
+    base = {"action": "kill", "target": "random", "trigger": {"after_acks": 10}}
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'fault\.duration'"):
+        sc.build({"fault": {**base, "repeat": {"every": 5, "for": 30}}})
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'fault\.repeat\.every'"):
+        sc.build({"fault": {**base, "duration": 5, "repeat": {"every": 5, "for": 30}}})
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'fault\.repeat'"):
+        sc.build({"fault": {**base, "duration": 1, "repeat": {"every": 5, "gap": [1, 2], "for": 30}}})
+    s = sc.build({"fault": {**base, "duration": 1, "repeat": {"gap": [1, 2], "for": 30}}})
+    assert s.fault.repeat.for_ == 30
+
+
+def test_a_recorded_seed_replays_the_same_random_schedule():
+    spec = sc.build({"fault": {"action": "kill", "target": "random", "duration": 2,
+                               "repeat": {"gap": [1, 5], "for": 60}}}).fault
+    a = plan(spec, rng_for(42, "run-001", 0, "schedule"))
+    b = plan(spec, rng_for(42, "run-001", 0, "schedule"))
+    c = plan(spec, rng_for(43, "run-001", 0, "schedule"))
+    assert a == b and a != c
+    assert a[0] == 0.0 and all(y - x >= 2 + 1 for x, y in zip(a, a[1:])) and a[-1] < 60
+    every = sc.build({"fault": {"action": "kill", "duration": 1, "repeat": {"every": 10, "for": 35}}}).fault
+    assert plan(every, random.Random(0)) == [0.0, 10.0, 20.0, 30.0]
+
+
+def test_target_expressions():
+    assert _resolve("leader").nodes == ["n2"]
+    assert _resolve("followers").nodes == ["n1", "n3"]
+    assert _resolve("n1,leader").nodes == ["n1", "n2"]
+    one = _resolve("followers[1]").nodes
+    assert len(one) == 1 and one[0] in ("n1", "n3")
+    assert _resolve("followers[1]", seed=5).nodes == _resolve("followers[1]", seed=5).nodes
+    assert _resolve("leader", groups=True).groups == [["n2"], ["n1", "n3"]]
+    assert _resolve("n1|n2", groups=True).groups == [["n1"], ["n2"], ["n3"]]
+    m = _resolve("minority", n=5, groups=True).groups
+    assert len(m[0]) == 2 and len(m[1]) == 3
+    with pytest.raises(LookupError):
+        _resolve("all", groups=True)
+    with pytest.raises(TargetError):
+        check_expression("coordinator", ["n1"], Replicas)
+    check_expression("coordinator", ["n1"], SYSTEMS.get("nats"))
+
+
+def test_majorities_ring_gives_every_node_a_different_majority():
+    for n in (4, 5, 7):
+        names = [f"n{i}" for i in range(1, n + 1)]
+        sysm = Replicas(n)
+        f = FAULTS.get("majorities-ring")(FaultContext(sysm, random.Random(3)))
+        cut = f.links(Target(names, [names]))
+        sees = {a: frozenset([a] + [b for b in names if b != a and tuple(sorted((a, b))) not in cut]) for a in names}
+        assert all(len(v) >= n // 2 + 1 for v in sees.values()), sees
+        assert len(set(sees.values())) == n, sees
+
+
+def test_bridge_node_sees_both_halves():
+    f = FAULTS.get("bridge")(FaultContext(Replicas(5), random.Random(3)))
+    cut = f.links(Target(["n3"], [["n3"]]))
+    assert not any("n3" in link for link in cut)
+    a, b = f.effect["halves"]
+    assert sorted(a + b) == ["n1", "n2", "n4", "n5"] and len(cut) == len(a) * len(b)
+
+
+def test_a_heal_ends_the_window_of_its_own_action():
+    rows = [
+        {"t_ns": 10, "type": "fault", "detail": "delay all", "node": "n1"},
+        {"t_ns": 20, "type": "fault", "detail": "kill leader", "node": "n2"},
+        {"t_ns": 30, "type": "heal", "detail": "kill leader (before read)", "node": "n2"},
+        {"t_ns": 40, "type": "heal", "detail": "delay all (before read)", "node": "n1"},
+        {"t_ns": 50, "type": "fault", "detail": "x", "node": "n1"},
+        {"t_ns": 60, "type": "fault", "detail": "y", "node": "n1"},
+        {"t_ns": 70, "type": "heal", "detail": None, "node": None},
+        {"t_ns": 80, "type": "fault", "detail": "kill", "node": "n1"},
+    ]
+    got = [(a, b) for a, b, _ in pair_windows(rows, 99)]
+    assert got == [(10, 40), (20, 30), (50, 70), (60, 70), (80, 99)]
+
+
+def test_faults_command_lists_every_fault_with_its_systems():
+    out = subprocess.run([sys.executable, "-m", "brokerchaos.cli", "faults"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for name in FAULTS.names():
+        line = next((ln for ln in out.stdout.splitlines() if ln.split()[:1] == [name]), None)
+        assert line, f"{name} not listed"
+    lines = out.stdout.splitlines()
+    for name in ("kill", "isolate-from", "delay", "tcp-kill", "pause", "partition"):
+        i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [name])
+        assert "nats" in lines[i + 1], lines[i + 1]
+    for flag in ("probability", "delay_ms", "from"):
+        assert f"{flag}:" in out.stdout
+
+
+def test_unsupported_or_bad_fault_stops_the_cli_before_anything_starts(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "brokerchaos.cli", "run", "--fault", "loss-leader",
+                          "--fault-param", "probability=2", "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "fault.params.probability" in out.stderr
+    assert not (tmp_path / "r").exists()

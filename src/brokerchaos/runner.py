@@ -174,6 +174,10 @@ class Session:
             finally:
                 progress.cancel()
                 for n, task in zip(nemeses, nem_tasks):
+                    if not task.done() and n.active is not None and n.spec.duration is not None:
+                        # a window under way lasts its configured duration (no new window starts)
+                        n.stopping = True
+                        await asyncio.wait([task], timeout=n.spec.duration + 5)
                     if not task.done():
                         if not n.windows:
                             n.state["why"] = f"trigger not reached (acks: {gate.acks})"

@@ -100,6 +100,7 @@ class Scenario(_Strict):
     seed: int = Field(0, ge=0)
     sandbox: Literal["auto", "netns", "loopback"] = "auto"
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    options: dict[str, Any] = Field(default_factory=dict, description="the system's own settings (see `faults`)")
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     fault: FaultSpec = Field(default_factory=FaultSpec)
     faults: list[FaultSpec] = Field(
@@ -275,6 +276,13 @@ def check_registries(s: Scenario) -> None:
     if s.system not in SYSTEMS:
         raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} (known: {', '.join(SYSTEMS.names())})")
     system = SYSTEMS.get(s.system)
+    try:
+        system.Options.model_validate(s.options)
+    except ValidationError as e:
+        msg = _first_error(e)
+        raise ScenarioError(msg.replace("scenario field '", "scenario field 'options.", 1)
+                            if msg.startswith("scenario field '") else msg.replace("scenario:", "scenario field 'options':", 1)) from None
+    system.check(s)
     node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)]
     for path, f in s.fault_fields():
         if f.action not in FAULTS:

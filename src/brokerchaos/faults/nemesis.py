@@ -65,6 +65,7 @@ class Nemesis:
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
         self.active: Optional[tuple[Fault, dict]] = None
         self.pending: Optional[Fault] = None  # prepared, not injected yet
+        self.stopping = False  # the write phase is over: finish the current window, start no other
         self.windows: list[dict] = []
         self.state: dict = {
             "index": index, "action": spec.action, "target": spec.target, "params": spec.params,
@@ -119,6 +120,8 @@ class Nemesis:
             await asyncio.sleep(max(0.0, t.at_seconds - (time.monotonic() - t_begin)))
             t_trigger = time.monotonic_ns()
         for k, offset in enumerate(self.schedule):
+            if self.stopping:
+                return
             if k > 0:
                 fault = await self._prepared()
                 if fault is None:
@@ -127,6 +130,8 @@ class Nemesis:
             wait = (t_start - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
+            if self.stopping:
+                return
             self.pending = None
             ok = await self._window(k, t_start, fault)
             if self.spec.duration is not None and self.active is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -57,7 +58,9 @@ def verify(proc: Proc) -> None:
         exe_name = Path(os.readlink(f"/proc/{proc.pid}/exe")).name
     except OSError:
         return  # exited meanwhile
-    if exe_name != Path(proc.argv[0]).name:
+    # compare resolved paths: redis-server, for one, is a link to redis-check-rdb
+    expected = Path(os.path.realpath(shutil.which(proc.argv[0]) or proc.argv[0])).name
+    if exe_name != expected:
         raise NotOurProcess(f"pid {proc.pid} runs {exe_name}, expected {proc.argv[0]}")
     if proc.netns is not None:
         got = netns.pid_inode(proc.pid)

@@ -5,5 +5,6 @@ from .base import ProducerClient, ReaderClient, System, SystemError_
 SYSTEMS: Registry[type[System]] = Registry("system")
 
 from . import nats  # noqa: E402,F401  (registers itself)
+from . import redis  # noqa: E402,F401
 
 __all__ = ["SYSTEMS", "System", "ProducerClient", "ReaderClient", "SystemError_"]

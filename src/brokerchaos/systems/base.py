@@ -8,12 +8,14 @@ from __future__ import annotations
 import abc
 import signal
 from pathlib import Path
-from typing import Callable, ClassVar, Optional, Protocol
+from typing import Any, Callable, ClassVar, Optional, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from ..sandbox import Host, Proc, Sandbox, process
 from ..scenario import Scenario
 
-# (value, "ack" | "nack", offset, node, detail)
+# (value, "ack" | "nack" | "unknown", offset, node, detail)
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
 # (payload, offset, node)
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
@@ -36,11 +38,21 @@ class ReaderClient(Protocol):
         ...
 
 
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
 class System(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     supported_faults: ClassVar[frozenset[str]]
     has_coordinator: ClassVar[bool] = False
+    # the system's own scenario settings (`options:` in the YAML)
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    @classmethod
+    def check(cls, scenario: Scenario) -> None:
+        """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
 
     def __init__(self, scenario: Scenario, sandbox: Sandbox, run_id: str, logdir: Path) -> None:
         self.scenario = scenario
@@ -50,6 +62,7 @@ class System(abc.ABC):
         self.datadir = sandbox.dir / run_id
         self.node_names = [f"n{i}" for i in range(1, scenario.cluster.nodes + 1)]
         self.procs: dict[str, Proc] = {}
+        self.options: Any = self.Options.model_validate(scenario.options)
 
     def host(self, node: str) -> Host:
         return self.sandbox.hosts[node]

@@ -46,12 +46,14 @@ class ProducerLoop:
         if kind == "ack":
             if self.acct.on_ack(value):
                 self.on_first_ack()
+        elif kind == "unknown":  # the client knows it cannot learn the outcome (e.g. a WAIT fell short)
+            self.acct.on_unknown(value)
         else:
             self.acct.on_nack(value)
         attempt = self.attempts.pop(value, None)
         if attempt is None:
             return  # late answer to a send already timed out: recorded, nothing to release
-        if kind == "nack" and attempt <= self.spec.retries:
+        if kind != "ack" and attempt <= self.spec.retries:
             self._retry(value, attempt + 1)
         else:
             self._slots.release()

@@ -1,0 +1,401 @@
+"""Redis with Sentinel: redis-server + sentinel from Debian, the redis-py client.
+
+One redis-server and one sentinel per node namespace; n1 starts as the primary, the others
+replicate it. The workload writes a Redis Stream: XADD is a send and its reply (the entry
+id) the ack; the read is XRANGE from the start on the primary the sentinels name. Writes
+are pipelined in batches on a few connections so thousands can be in flight.
+
+Durability setting: `options.wait_replicas: n` sends `WAIT n timeout` after each batch (the
+analogue of acks=all); a batch that reaches fewer replicas is recorded as *unknown*, since
+Redis has already applied it on the primary and may or may not keep it. Replication is
+asynchronous otherwise: a primary cut off from its replicas and sentinels keeps acking the
+clients that can still reach it, and when the sentinels have promoted another node those
+writes are discarded (the split-brain positive control).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import time
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import SYSTEMS
+from .base import DeliverCallback, OutcomeCallback, System, SystemError_
+
+REDIS_PORT = 6379
+SENTINEL_PORT = 26379
+MASTER = "bc"
+FIELD = b"p"
+
+
+class RedisOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    wait_replicas: int = Field(0, ge=0, le=8, description="WAIT for this many replicas after each batch (0: no WAIT)")
+    wait_timeout_ms: int = Field(1000, ge=1, le=60_000, description="WAIT timeout")
+    follow_failover: bool = Field(
+        True, description="producers move to the new primary after a failover; false pins them to the first one")
+    down_after_ms: int = Field(2000, ge=100, le=60_000, description="sentinel down-after-milliseconds")
+    batch: int = Field(256, ge=1, le=10_000, description="XADDs per pipelined batch")
+    connections: int = Field(4, ge=1, le=64, description="connections per producer, each with one batch in flight")
+
+
+def _redis():
+    import redis.asyncio as aioredis
+
+    return aioredis
+
+
+def _bin() -> str:
+    return shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+@SYSTEMS.register("redis")
+class RedisSystem(System):
+    name = "redis"
+    description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
+    supported_faults = frozenset({
+        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
+        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
+    })
+    Options = RedisOptions
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        from ..scenario import ScenarioError
+
+        c = scenario.cluster
+        if c.replicas != c.nodes:
+            raise ScenarioError(f"scenario field 'cluster.replicas': Redis replicates to every node; set it to "
+                                f"cluster.nodes ({c.nodes})")
+        w = scenario.options.get("wait_replicas", 0)
+        if isinstance(w, int) and w > c.nodes - 1:
+            raise ScenarioError(f"scenario field 'options.wait_replicas': {w} is more than the {c.nodes - 1} replicas")
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        self.key = f"bc-{self.run_id}"
+        self.sentinels: dict[str, object] = {}
+        self.admin: dict = {}
+
+    # -- processes -------------------------------------------------------------
+    def addr(self, node: str) -> tuple[str, int]:
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, REDIS_PORT)
+
+    def sentinel_addr(self, node: str) -> tuple[str, int]:
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, SENTINEL_PORT)
+
+    def node_of(self, ip: str, port: int) -> Optional[str]:
+        for n in self.node_names:
+            if self.addr(n) == (ip, int(port)):
+                return n
+        return None
+
+    def _server_conf(self, node: str) -> str:
+        ip, port = self.addr(node)
+        d = self.datadir / node
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [f"bind {ip}", f"port {port}", "protected-mode no", "daemonize no", f'dir "{d}"',
+                 "appendonly yes", "appendfsync everysec", 'save ""', f"replica-announce-ip {ip}",
+                 f"replica-announce-port {port}", "repl-diskless-sync no"]
+        first = self.node_names[0]
+        if node != first:
+            lines.append("replicaof {} {}".format(*self.addr(first)))
+        return "\n".join(lines) + "\n"
+
+    def _sentinel_conf(self, node: str) -> str:
+        ip, port = self.sentinel_addr(node)
+        d = self.datadir / f"{node}-sentinel"
+        d.mkdir(parents=True, exist_ok=True)
+        pip, pport = self.addr(self.node_names[0])
+        quorum = len(self.node_names) // 2 + 1
+        return "\n".join([
+            f"bind {ip}", f"port {port}", "daemonize no", "protected-mode no", f'dir "{d}"',
+            f"sentinel announce-ip {ip}", f"sentinel announce-port {port}",
+            f"sentinel monitor {MASTER} {pip} {pport} {quorum}",
+            f"sentinel down-after-milliseconds {MASTER} {self.options.down_after_ms}",
+            # a first attempt often finds no replica whose INFO is fresh enough (sentinels
+            # refresh it every 10 s until the primary is down) and the next attempt waits
+            # 2 x failover-timeout: 3 s keeps that wait at 6 s instead of 20 s
+            f"sentinel failover-timeout {MASTER} 3000",
+            f"sentinel parallel-syncs {MASTER} 1",
+        ]) + "\n"
+
+    def start(self) -> None:
+        if not os.path.exists(_bin()):
+            raise SystemError_("redis-server not found: run `make setup` (apt-get install redis-server redis-sentinel)")
+        for n in self.node_names:
+            self.start_node(n)
+        for n in self.node_names:
+            conf = self.datadir / f"{n}-sentinel.conf"
+            conf.write_text(self._sentinel_conf(n))
+            self.sentinels[n] = self.sandbox.spawn(self.host(n), f"{n}-sentinel", [_bin(), str(conf), "--sentinel"],
+                                                   self.logdir / f"{n}-sentinel.log")
+
+    def start_node(self, node: str) -> None:
+        old = self.procs.get(node)
+        if old is not None and old.alive():
+            raise SystemError_(f"{node} is already running (pid {old.pid})")
+        if old is not None:
+            self.sandbox.forget(old)
+        conf = self.datadir / f"{node}.conf"
+        if not conf.exists():  # a restart keeps the file the sentinels may have rewritten
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(self._server_conf(node))
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, [_bin(), str(conf)], self.logdir / f"{node}.log")
+
+    def stop(self) -> None:
+        from ..sandbox import process
+
+        for p in list(self.sentinels.values()):
+            process.terminate(p, grace=2.0)
+            self.sandbox.forget(p)
+        self.sentinels.clear()
+        super().stop()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    # -- control plane ---------------------------------------------------------
+    def _client(self, addr: tuple[str, int], timeout: float = 2.0):
+        return _redis().Redis(host=addr[0], port=addr[1], socket_connect_timeout=timeout, socket_timeout=timeout)
+
+    async def _ask(self, addr, *cmd, timeout: float = 2.0):
+        r = self._client(addr, timeout)
+        try:
+            return await asyncio.wait_for(r.execute_command(*cmd), timeout + 1)
+        finally:
+            await r.aclose()
+
+    async def connect(self, timeout: float) -> None:
+        """Every server answers, the replicas are in sync, and every sentinel sees the others."""
+        deadline = time.monotonic() + timeout
+        want = len(self.node_names) - 1
+        last = "not started"
+        while time.monotonic() < deadline:
+            for n in self.node_names:
+                if not self.node_alive(n):
+                    raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
+            try:
+                info = await self._ask(self.addr(self.node_names[0]), "INFO", "replication")
+                info = _parse_info(info)
+                ok = int(info.get("connected_slaves", 0)) >= want
+                for n in self.node_names:
+                    if ok:
+                        sents = await self._ask(self.sentinel_addr(n), "SENTINEL", "SENTINELS", MASTER)
+                        ok = len(sents) >= want
+                if ok:
+                    return
+                last = f"replicas {info.get('connected_slaves')}/{want} or sentinels not yet acquainted"
+            except Exception as e:  # noqa: BLE001 - still starting
+                last = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.2)
+        raise SystemError_(f"Redis/Sentinel not ready within {timeout}s: {last}")
+
+    async def create_stream(self, timeout: float) -> str:
+        return self.key
+
+    async def _primary_addr(self) -> tuple[str, int]:
+        """The primary most reachable sentinels name (a lone isolated one may disagree)."""
+        async def one(n: str):
+            ip, port = await self._ask(self.sentinel_addr(n), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER,
+                                       timeout=1.0)
+            return ip.decode() if isinstance(ip, bytes) else ip, int(port)
+
+        answers = await asyncio.gather(*(one(n) for n in self.node_names), return_exceptions=True)
+        votes = collections.Counter(a for a in answers if not isinstance(a, BaseException))
+        if not votes:
+            errors = [f"{n}: {type(a).__name__}" for n, a in zip(self.node_names, answers)]
+            raise SystemError_(f"no sentinel answered ({', '.join(errors)})")
+        return votes.most_common(1)[0][0]
+
+    async def leader(self) -> str:
+        ip, port = await self._primary_addr()
+        node = self.node_of(ip, port)
+        if node is None:
+            raise SystemError_(f"sentinels name an unknown primary {ip}:{port}")
+        return node
+
+    async def replicas(self) -> list[str]:
+        lead = await self.leader()
+        return [lead] + [n for n in self.node_names if n != lead]
+
+    async def wait_stream_ready(self, timeout: float) -> bool:
+        """True once the named primary is a primary with every replica online."""
+        deadline = time.monotonic() + timeout
+        want = len(self.node_names) - 1
+        while time.monotonic() < deadline:
+            try:
+                lead = await self.leader()
+                info = _parse_info(await self._ask(self.addr(lead), "INFO", "replication"))
+                online = sum(1 for k, v in info.items() if k.startswith("slave") and "state=online" in v)
+                if info.get("role") == "master" and online >= want:
+                    return True
+            except Exception:  # noqa: BLE001
+                pass
+            await asyncio.sleep(0.2)
+        return False
+
+    def producer(self, name: str) -> "RedisProducer":
+        return RedisProducer(self, name)
+
+    def reader(self, name: str) -> "RedisReader":
+        return RedisReader(self, name)
+
+    async def close(self) -> None:
+        pass
+
+
+def _parse_info(raw) -> dict:
+    if isinstance(raw, dict):
+        return {k: (",".join(f"{a}={b}" for a, b in v.items()) if isinstance(v, dict) else str(v))
+                for k, v in raw.items()}
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    out = {}
+    for line in text.splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+class RedisProducer:
+    """XADDs pipelined in batches over a few connections to the primary."""
+
+    def __init__(self, system: RedisSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+        self.o = system.options
+        self.queue: collections.deque = collections.deque()
+        self.wake = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        self.addr: Optional[tuple[str, int]] = None
+        self.on_outcome: Optional[OutcomeCallback] = None
+        self.connected = False
+
+    async def open(self, on_outcome: OutcomeCallback) -> None:
+        self.on_outcome = on_outcome
+        self.addr = await self.system._primary_addr()
+        self.tasks = [asyncio.create_task(self._writer()) for _ in range(self.o.connections)]
+
+    async def send(self, value: int, payload: bytes) -> None:
+        self.queue.append((value, payload))
+        self.wake.set()
+
+    def node(self) -> Optional[str]:
+        return self.system.node_of(*self.addr) if self.addr and self.connected else None
+
+    async def _writer(self) -> None:
+        r = None
+        while True:
+            if not self.queue:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            batch = [self.queue.popleft() for _ in range(min(self.o.batch, len(self.queue)))]
+            try:
+                if r is None:
+                    r = self.system._client(self.addr, timeout=10)
+                pipe = r.pipeline(transaction=False)
+                for _, payload in batch:
+                    pipe.xadd(self.system.key, {FIELD: payload})
+                if self.o.wait_replicas:
+                    pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
+                res = await pipe.execute(raise_on_error=False)
+                self.connected = True
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - connection lost: the outcome is unknowable
+                # nothing is reported: the producer loop's ack_timeout makes them unknown
+                self.connected = False
+                if r is not None:
+                    await _aclose(r)
+                r = None
+                await asyncio.sleep(0.2)
+                if self.o.follow_failover:
+                    try:
+                        self.addr = await self.system._primary_addr()
+                    except Exception:  # noqa: BLE001
+                        pass
+                continue
+            node = self.system.node_of(*self.addr)
+            short = None
+            if self.o.wait_replicas:
+                got = res[-1]
+                res = res[:-1]
+                if isinstance(got, Exception) or int(got) < self.o.wait_replicas:
+                    short = f"WAIT: {got} of {self.o.wait_replicas} replicas"
+            for (value, _), reply in zip(batch, res):
+                if isinstance(reply, Exception):
+                    self.on_outcome(value, "nack", None, node, f"{type(reply).__name__}: {reply}"[:200])
+                    if self.o.follow_failover and "READONLY" in str(reply):
+                        self._refresh_soon()
+                elif short:
+                    self.on_outcome(value, "unknown", _id(reply), node, short)
+                else:
+                    self.on_outcome(value, "ack", _id(reply), node, None)
+
+    def _refresh_soon(self) -> None:
+        async def refresh():
+            try:
+                self.addr = await self.system._primary_addr()
+            except Exception:  # noqa: BLE001
+                pass
+        asyncio.ensure_future(refresh())
+
+    async def close(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def _id(reply) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+async def _aclose(r) -> None:
+    try:
+        await asyncio.wait_for(r.aclose(), 2)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+class RedisReader:
+    """XRANGE over the whole stream, on the primary the sentinels name."""
+
+    def __init__(self, system: RedisSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        s = self.system
+        deadline = time.monotonic() + idle
+        addr = None
+        last = ""
+        while addr is None:
+            try:
+                addr = await s._primary_addr()
+            except Exception as e:  # noqa: BLE001
+                last = f"{type(e).__name__}: {e}"
+                if time.monotonic() > deadline:
+                    return f"incomplete: no primary known for {idle:.0f}s ({last})"
+                await asyncio.sleep(0.2)
+        node = s.node_of(*addr)
+        r = s._client(addr, timeout=idle)
+        try:
+            start = "-"
+            while True:
+                try:
+                    entries = await r.xrange(s.key, min=start, max="+", count=10_000)
+                except Exception as e:  # noqa: BLE001
+                    return f"incomplete: XRANGE on {node} failed: {type(e).__name__}: {e}"
+                for eid, fields in entries:
+                    deliver(fields.get(FIELD, b""), _id(eid), node)
+                if len(entries) < 10_000:
+                    return "complete"
+                start = "(" + _id(entries[-1][0])
+        finally:
+            await _aclose(r)

@@ -79,3 +79,19 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "workload.messages" in r.stderr
     assert not (tmp_path / "res").exists()  # nothing started, nothing written
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"system": "redis", "options": {"wait_replicas": 3}}, "options.wait_replicas"),
+    ({"system": "redis", "options": {"pipelining": 3}}, "options.pipelining"),
+    ({"system": "redis", "cluster": {"nodes": 3, "replicas": 2}}, "cluster.replicas"),
+    ({"system": "nats", "options": {"wait_replicas": 1}}, "options.wait_replicas"),
+])
+def test_system_options_are_checked_per_system(doc, field):
+    with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):
+        sc.build(doc)
+
+
+def test_redis_options_have_defaults():
+    s = sc.build({"system": "redis", "options": {"wait_replicas": 1}})
+    assert s.options == {"wait_replicas": 1}

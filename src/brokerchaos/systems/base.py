@@ -53,6 +53,7 @@ class System(abc.ABC):
     @classmethod
     def check(cls, scenario: Scenario) -> None:
         """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
+        return None
 
     def __init__(self, scenario: Scenario, sandbox: Sandbox, run_id: str, logdir: Path) -> None:
         self.scenario = scenario

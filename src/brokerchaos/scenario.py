@@ -172,9 +172,11 @@ def split_fault(value: str, targets: list[str]) -> tuple[str, Optional[str]]:
     return value, None
 
 
-def _first_error(e: ValidationError) -> str:
+def _first_error(e: ValidationError, within: str = "") -> str:
+    """One line for the first error; `within` is the field path of a nested model
+    validated on its own (a fault's params, a system's options)."""
     err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    loc = ".".join([within] * bool(within) + [str(p) for p in err["loc"]])
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
@@ -279,9 +281,7 @@ def check_registries(s: Scenario) -> None:
     try:
         system.Options.model_validate(s.options)
     except ValidationError as e:
-        msg = _first_error(e)
-        raise ScenarioError(msg.replace("scenario field '", "scenario field 'options.", 1)
-                            if msg.startswith("scenario field '") else msg.replace("scenario:", "scenario field 'options':", 1)) from None
+        raise ScenarioError(_first_error(e, "options")) from None
     system.check(s)
     node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)]
     for path, f in s.fault_fields():
@@ -302,10 +302,7 @@ def check_registries(s: Scenario) -> None:
         try:
             params = cls.Params.model_validate(f.params)
         except ValidationError as e:
-            msg = _first_error(e)
-            msg = msg.replace("scenario field '", f"scenario field '{path}.params.", 1) \
-                if msg.startswith("scenario field '") else msg.replace("scenario:", f"scenario field '{path}.params':", 1)
-            raise ScenarioError(msg) from None
+            raise ScenarioError(_first_error(e, f"{path}.params")) from None
         try:
             check_expression(f.target, node_names, system, groups=cls.takes_groups)
             cls.check(params, node_names, system, s)

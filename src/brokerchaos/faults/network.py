@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..sandbox import netfilter, process
 from . import FAULTS
 from .base import Fault, Target
-from .targets import TargetError, check_expression, resolve_set
+from .targets import TargetError, check_expression, parse, resolve_set
 
 DEV = "eth0"
 
@@ -50,14 +50,25 @@ class NetFault(Fault):
     def tag(self) -> str:
         return f"bc{self.ctx.uid}-{self.name}"
 
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        expr = getattr(params, "from_", None)
+        if expr is not None:
+            check_expression(expr, node_names, system, relative=True, field="params.from")
+
+    async def from_set(self, expr: str, targeted: list[str]) -> tuple[list[str], bool]:
+        """The nodes a `from` expression names (never the target's own) and whether it names
+        the client host."""
+        nodes = [n for n in await resolve_set(expr, self.ctx, targeted) if n not in targeted]
+        return nodes, any(name == "clients" for name, _ in parse(expr)[0])
+
     async def endpoints(self, expr: Optional[str], targeted: list[str]) -> list[str]:
         """IPs of a `from` set (None: everyone but the target, clients included)."""
         if expr is None:
-            return [self.ip(n) for n in self.ctx.system.node_names if n not in targeted] + [self.sb.client.ip]
-        ips = [self.ip(n) for n in await resolve_set(expr, self.ctx, targeted) if n not in targeted]
-        if "clients" in [t.strip().split("[")[0] for t in expr.split(",")]:
-            ips.append(self.sb.client.ip)
-        return ips
+            nodes, clients = [n for n in self.ctx.system.node_names if n not in targeted], True
+        else:
+            nodes, clients = await self.from_set(expr, targeted)
+        return [self.ip(n) for n in nodes] + ([self.sb.client.ip] if clients else [])
 
     def load(self, per_node: dict[str, tuple[list[str], list[str]]]) -> None:
         """Load every node's rules at once, so the fault lands in one step."""
@@ -135,11 +146,6 @@ class FromParams(BaseModel):
                                                       "leader, followers, n2,n3, …")
 
 
-def _check_from(expr: Optional[str], node_names, system) -> None:
-    if expr is not None:
-        check_expression(expr, node_names, system, relative=True, field="params.from")
-
-
 @FAULTS.register("isolate-from")
 class IsolateFrom(Cut):
     name = "isolate-from"
@@ -147,15 +153,11 @@ class IsolateFrom(Cut):
                   "e.g. a leader isolated from its peers but not from the clients"
     Params = FromParams
 
-    @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
-        _check_from(params.from_, node_names, system)
-
     async def compute_links(self, target: Target) -> set[tuple[str, str]]:
         expr = self.p.from_
-        others = [n for n in await resolve_set(expr, self.ctx, target.nodes) if n not in target.nodes]
+        others, clients = await self.from_set(expr, target.nodes)
         out = {tuple(sorted((a, b))) for a in target.nodes for b in others}
-        if "clients" in [t.strip() for t in expr.split(",")]:
+        if clients:
             out |= {(a, "clients") for a in target.nodes}
         if not out:
             raise LookupError(f"isolate-from {expr!r}: nothing to cut the target {target.nodes} from")
@@ -219,18 +221,12 @@ class Loss(NetFault):
     description = "drop each packet entering or leaving the target with params.probability"
     Params = LossParams
 
-    @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
-        _check_from(params.from_, node_names, system)
-
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)
         stat = f"-m statistic --mode random --probability {self.p.probability:.6f} -j DROP"
-        per_node = {}
-        for n in target.nodes:
-            ips = await self.endpoints(self.p.from_, target.nodes)
-            per_node[n] = ([f"-i {DEV} -s {ip} {stat}" for ip in ips], [f"-o {DEV} -d {ip} {stat}" for ip in ips])
-        self.load(per_node)
+        ips = await self.endpoints(self.p.from_, target.nodes)
+        rules = ([f"-i {DEV} -s {ip} {stat}" for ip in ips], [f"-o {DEV} -d {ip} {stat}" for ip in ips])
+        self.load({n: rules for n in target.nodes})
 
 
 class DelayParams(BaseModel):
@@ -269,10 +265,6 @@ class Delay(NetFault):
         super().__init__(ctx)
         self.qdisc: list[str] = []
         self.delayers: dict = {}
-
-    @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
-        _check_from(params.from_, node_names, system)
 
     def _use_netem(self) -> bool:
         p = self.p

@@ -27,8 +27,8 @@ def run_sync(ns: str, argv: list[str], stdin: Optional[str] = None, timeout: flo
     return r
 
 
-def run_many(cmds: list[tuple[str, list[str], Optional[str]]], timeout: float = 15.0) -> list[tuple[int, str]]:
-    """Run commands in several namespaces at once and wait for all: (returncode, stderr) each.
+def run_many(cmds: list[tuple[str, list[str], Optional[str]]], timeout: float = 15.0) -> list[tuple[int, str, str]]:
+    """Run commands in several namespaces at once and wait for all: (returncode, stdout, stderr) each.
 
     Called synchronously from the client loop on purpose: the few milliseconds it blocks
     are less than what waking the loop for each thread's result costs while thousands of
@@ -42,13 +42,13 @@ def run_many(cmds: list[tuple[str, list[str], Optional[str]]], timeout: float = 
     out = []
     for p, stdin in procs:
         try:
-            _, err = p.communicate(stdin, timeout=timeout)
+            so, err = p.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
             p.communicate()
-            out.append((-1, f"did not finish within {timeout}s"))
+            out.append((-1, "", f"did not finish within {timeout}s"))
             continue
-        out.append((p.returncode, err.strip()))
+        out.append((p.returncode, so, err.strip()))
     return out
 
 
@@ -88,7 +88,7 @@ class Chains:
 def load(chains: list[tuple["Chains", list[str], list[str]]]) -> None:
     """Load several namespaces' chains at once; raise if any failed (the caller heals)."""
     results = run_many([c.load_cmd(rin, rout) for c, rin, rout in chains])
-    errors = [f"{c.ns}: {err}" for (c, _, _), (rc, err) in zip(chains, results) if rc != 0]
+    errors = [f"{c.ns}: {err}" for (c, _, _), (rc, _, err) in zip(chains, results) if rc != 0]
     if errors:
         raise NetnsError("iptables-restore failed: " + "; ".join(errors))
 
@@ -125,21 +125,8 @@ def del_root_qdisc(ns: str, dev: str) -> None:
 def kill_tcp(nss: list[str], peer_ip: str) -> int:
     """Destroy every TCP socket in the namespaces connected to `peer_ip` (`ss -K`: the
     kernel sends an RST). Returns how many sockets ss listed as destroyed."""
-    procs = [subprocess.Popen(["ip", "netns", "exec", ns, "ss", "-K", "-H", "-tn", "dst", peer_ip],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for ns in nss]
-    n = 0
-    errors = []
-    for ns, p in zip(nss, procs):
-        try:
-            out, err = p.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            errors.append(f"{ns}: timed out")
-            continue
-        if p.returncode != 0:
-            errors.append(f"{ns}: {err.strip()}")
-        n += sum(1 for line in out.splitlines() if line.strip())
+    results = run_many([(ns, ["ss", "-K", "-H", "-tn", "dst", peer_ip], None) for ns in nss])
+    errors = [f"{ns}: {err}" for ns, (rc, _, err) in zip(nss, results) if rc != 0]
     if errors:
         raise NetnsError("`ss -K` failed: " + "; ".join(errors))
-    return n
+    return sum(1 for _, out, _ in results for line in out.splitlines() if line.strip())

@@ -68,21 +68,13 @@ def verify(proc: Proc) -> None:
             raise NotOurProcess(f"pid {proc.pid} is not in namespace {proc.netns}")
 
 
-def send_signal(proc: Proc, sig: int) -> None:
+def send_signal(proc: Proc, sig: int, group: bool = False) -> None:
+    """Signal the process, or with `group` the process group we started it in (its PID:
+    spawned in a new session, so a broker's helpers are in it too)."""
     verify(proc)
     if proc.alive():
         try:
-            os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def signal_group(proc: Proc, sig: int) -> None:
-    """Signal the process group we started the broker in (its PID: spawned in a new session)."""
-    verify(proc)
-    if proc.alive():
-        try:
-            os.killpg(proc.pid, sig)
+            (os.killpg if group else os.kill)(proc.pid, sig)
         except ProcessLookupError:
             pass
 
@@ -102,7 +94,7 @@ def terminate(proc: Proc, grace: float = 5.0) -> None:
         return
     send_signal(proc, signal.SIGTERM)
     # a paused broker (the pause fault) would never act on SIGTERM
-    signal_group(proc, signal.SIGCONT)
+    send_signal(proc, signal.SIGCONT, group=True)
     if not wait_exit(proc, grace):
         send_signal(proc, signal.SIGKILL)
         wait_exit(proc, 5.0)

@@ -93,10 +93,10 @@ class System(abc.ABC):
 
     def pause_node(self, node: str) -> None:
         """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
-        process.signal_group(self.procs[node], signal.SIGSTOP)
+        process.send_signal(self.procs[node], signal.SIGSTOP, group=True)
 
     def resume_node(self, node: str) -> None:
-        process.signal_group(self.procs[node], signal.SIGCONT)
+        process.send_signal(self.procs[node], signal.SIGCONT, group=True)
 
     def node_alive(self, node: str) -> bool:
         p = self.procs.get(node)

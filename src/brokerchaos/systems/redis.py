@@ -306,7 +306,9 @@ class RedisProducer:
                     pipe.xadd(self.system.key, {FIELD: payload})
                 if self.o.wait_replicas:
                     pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
-                res = await pipe.execute(raise_on_error=False)
+                # bounded: a pipeline on a connection whose server died mid-batch was seen to
+                # wait forever (the write phase then ran into write_timeout)
+                res = await asyncio.wait_for(pipe.execute(raise_on_error=False), 10)
                 self.connected = True
             except asyncio.CancelledError:
                 raise

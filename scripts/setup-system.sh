@@ -14,6 +14,8 @@ have_cmd nats-server   || need+=(nats-server)
 have_cmd redis-server  || need+=(redis-server)
 have_cmd redis-sentinel || need+=(redis-sentinel)
 have_cmd tc            || need+=(iproute2)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+have_cmd mosquitto     || need+=(mosquitto)
 have_cmd ps            || need+=(procps)
 [ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need+=(openjdk-17-jre-headless)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
@@ -31,7 +33,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Some machines auto-start services on install; ours must not be running.
-for svc in nats-server redis-server redis-sentinel; do
+for svc in nats-server redis-server redis-sentinel rabbitmq-server mosquitto epmd.socket epmd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
     systemctl disable "$svc" >/dev/null 2>&1 || true

@@ -6,6 +6,7 @@ check by eye; the Spark job in brokerchaos.analysis.metrics must agree with it e
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 
 
@@ -48,10 +49,55 @@ def analyze(rows: list[dict]) -> list[dict]:
     by_run: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_run[r["run"]].append(r)
-    return [_run(run, by_run[run]) for run in sorted(by_run)]
+    return [_run(run, by_run[run], i) for i, run in enumerate(sorted(by_run), 1)]
 
 
-def _run(run: str, rows: list[dict]) -> dict:
+def _session(run: str, position: int, rows: list[dict], windows: list, live_gaps: list, outages: list) -> dict:
+    """The VerneMQ seed's per-run columns, as docs/history-format.md defines them."""
+    digits = re.search(r"(\d+)$", run)
+    nem = sorted((r for r in rows if r["type"] in ("fault", "heal")), key=lambda r: (r["t_ns"], r["type"] != "fault"))
+    faults = [r for r in nem if r["type"] == "fault"]
+    tf, te = windows[0] if windows else (None, None)
+    killed = faults[0]["node"] if faults else None
+
+    def node_of(kind, last_before):
+        rs = [r for r in rows if r["type"] == kind and r["node"] is not None]
+        key = lambda r: (r["t_ns"], r["client"], r["seq"])  # noqa: E731
+        if last_before is not None:
+            before = [r for r in rs if r["t_ns"] <= last_before]
+            if before:
+                return max(before, key=key)["node"]
+        return min(rs, key=key)["node"] if rs else None
+
+    txm, rxm = node_of("send", tf), node_of("recv", tf)
+    sends = [r["t_ns"] for r in rows if r["type"] == "send"]
+    acks = [r["t_ns"] for r in rows if r["type"] == "ack"]
+    t_send = min(sends) if sends else None
+    t_eos = max(acks) if acks else None
+    readies = [r["t_ns"] for r in rows if r["type"] == "ready" and tf is not None and r["t_ns"] >= tf]
+    t_ready = min(readies) if readies else None
+
+    def sec(a, b):
+        return None if a is None or b is None else (b - a) / 1e9
+
+    hit = set(re.split(r"[,|]", killed)) if killed else set()
+    tx_down = outages[0] / 1e3 if txm in hit and outages and outages[0] is not None else None
+    rx = [b - max(a, tf) for a, b in live_gaps if tf is not None and b > tf and a <= te]
+    return {
+        "seq_ix": int(digits.group(1)) if digits else position,
+        "killed_node": killed,
+        "runtime_s": sec(t_send, t_ready),
+        "txtime_s": sec(t_send, t_eos),
+        "gaptime_s": sec(tf, t_eos),
+        "downtime_s": sec(tf, t_ready),
+        "tx_downtime_s": tx_down,
+        "rx_downtime_s": max(rx) / 1e9 if rx else None,
+        "txm": txm,
+        "rxm": rxm,
+    }
+
+
+def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     msgs: dict = defaultdict(lambda: {"sent": False, "ack": False, "nack": False, "unk": False,
                                       "recv": 0, "t_send": None, "t_ack": None, "t_recv": None})
     for r in rows:
@@ -163,6 +209,12 @@ def _run(run: str, rows: list[dict]) -> dict:
     sends = [r["t_ns"] for r in rows if r["type"] == "send"]
     live_reader = bool(recv_rows) and bool(sends) and min(r["t_ns"] for r in recv_rows) < max(sends)
     v["e2e_latency_ms"] = _lat([(m["t_recv"] - m["t_send"]) / 1e6 for m in sent if m["recv"]]) if live_reader else None
+
+    rx_gaps = []
+    if windows:
+        reading = {r["client"] for r in recv_rows if r["t_ns"] <= windows[0][1]}
+        rx_gaps = _gaps([r["t_ns"] for r in recv_rows if r["client"] in reading])
+    v.update(_session(run, position, rows, windows, rx_gaps, outages))
 
     if v["received_after_nack"] > 0:
         v["result"] = "fail"

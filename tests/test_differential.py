@@ -17,16 +17,17 @@ KEYS = [
     "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
     "acked_missing", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
     "msgs_with_dups", "duplicate_deliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
-    "recv_rows", "result",
+    "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm",
 ]
-FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms"]
+FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "runtime_s", "txtime_s", "gaptime_s", "downtime_s",
+              "tx_downtime_s", "rx_downtime_s"]
 
 
 @st.composite
 def history(draw):
     rnd = draw(st.randoms(use_true_random=False))
     rows = []
-    for run in draw(st.sampled_from([["r1"], ["r1", "r2"]])):
+    for run in draw(st.sampled_from([["r1"], ["r1", "r2"], ["alpha", "r7"]])):
         clients: dict[str, list] = {}
         producers = [f"p{i}" for i in range(1, draw(st.integers(1, 3)) + 1)]
         sent = []
@@ -55,6 +56,8 @@ def history(draw):
             nem.append(("fault", None, None, "kill leader"))
             if draw(st.booleans()):
                 nem.append(("heal", None, None, "kill leader"))
+                if draw(st.booleans()):
+                    nem.append(("ready", None, None, "kill leader: cluster whole again"))
         # interleave clients (each keeps its own order), time strictly non-decreasing
         queues = {c: list(evs) for c, evs in clients.items() if evs}
         seq = {c: 0 for c in queues}
@@ -68,8 +71,9 @@ def history(draw):
             seq[c] += 1
             rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p, value=v,
                              offset=x if ty in ("ack", "recv") else None,
-                             node="n1" if ty in ("fault", "heal") else None,
-                             detail=x if ty in ("fault", "heal", "read_end") else None))
+                             node="n1" if ty in ("fault", "heal", "ready") else
+                             rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
+                             detail=x if ty in ("fault", "heal", "read_end", "ready") else None))
     return rows
 
 

@@ -152,3 +152,37 @@ def test_sigterm_heals_and_tears_down(tmp_path):
     answered = {r["value"] for r in rows if r["type"] in ("ack", "nack", "unknown")}
     assert sent and sent == answered
     assert not list(hist.glob("*.tmp"))
+
+
+class _Quiet(Observer):
+    def line(self, text):
+        pass
+
+
+def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, monkeypatch):
+    from brokerchaos.systems.nats import NatsSystem
+
+    real = NatsSystem.healthy
+    calls = []
+
+    async def healthy_then_not(self, timeout):
+        ok, why = await real(self, timeout)
+        calls.append((self.run_id, ok))
+        # the real check first (it must pass on a whole cluster), then the second run is
+        # declared unfit so that the third must build a new cluster
+        return (ok, why) if self.run_id != "run-002" else (False, "declared unfit by the test")
+
+    monkeypatch.setattr(NatsSystem, "healthy", healthy_then_not)
+    s = sc.load("scenarios/nats-kill-leader.yaml",
+                {"runs": 3, "messages": 3000, "after_acks": 1000, "retries": 20, "name": "it-reuse"})
+    result = Session(s, tmp_path, observer=_Quiet()).run()
+    clusters = [result.metas[f"run-00{i}"]["cluster"] for i in (1, 2, 3)]
+    assert clusters == ["started", "reused (started in run-001)",
+                        "started (rebuilt: declared unfit by the test)"], clusters
+    assert calls == [("run-001", True), ("run-002", True)]  # no check after the last run
+    for v in result.verdicts:
+        assert v["acked_missing"] == 0 and v["read_complete"] is True
+    # each run had its own stream: run-002's read saw only run-002's messages
+    assert all(v["send_count"] == 3000 and v["received"] >= 3000 and v["stowaways"] == 0 for v in result.verdicts)
+    # the rebuilt cluster logs to the run that started it
+    assert all((result.dir / "run-003" / "logs" / f"n{i}.log").exists() for i in (1, 2, 3))

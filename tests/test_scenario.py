@@ -86,6 +86,12 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "redis", "options": {"pipelining": 3}}, "options.pipelining"),
     ({"system": "redis", "cluster": {"nodes": 3, "replicas": 2}}, "cluster.replicas"),
     ({"system": "nats", "options": {"wait_replicas": 1}}, "options.wait_replicas"),
+    ({"system": "rabbitmq", "options": {"queue_type": "mirrored"}}, "options.queue_type"),
+    ({"system": "rabbitmq", "options": {"queue_type": "classic"}, "cluster": {"nodes": 3, "replicas": 2}},
+     "cluster.replicas"),
+    ({"system": "mqtt", "options": {"broker": "mosquitto"}}, "cluster.nodes"),
+    ({"system": "mqtt", "options": {"rx_node": "n7"}}, "options.rx_node"),
+    ({"system": "mqtt", "options": {"qos": 2}}, "options.qos"),
 ])
 def test_system_options_are_checked_per_system(doc, field):
     with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):
@@ -95,3 +101,19 @@ def test_system_options_are_checked_per_system(doc, field):
 def test_redis_options_have_defaults():
     s = sc.build({"system": "redis", "options": {"wait_replicas": 1}})
     assert s.options == {"wait_replicas": 1}
+
+
+def test_option_flag_sets_system_options_and_is_validated():
+    s = sc.load(None, {"system": "rabbitmq", "option": ["queue_type=classic", "prefetch=50"]})
+    assert s.options == {"queue_type": "classic", "prefetch": 50}
+    # a classic queue lives on one node: the default replication factor is not an error
+    assert s.cluster.replicas == 3
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'options': expected KEY=VALUE"):
+        sc.load(None, {"system": "rabbitmq", "option": ["queue_type"]})
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'options.tx_node'"):
+        sc.load(None, {"system": "mqtt", "option": ["tx_node=n9"]})
+
+
+def test_consumer_node_target_is_known():
+    s = sc.load(None, {"system": "mqtt", "fault": "kill-consumer-node"})
+    assert (s.fault.action, s.fault.target) == ("kill", "consumer-node")

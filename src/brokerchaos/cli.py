@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "n1, n1,n2, followers[1], or groups n1|n2,n3 for partition")
     r.add_argument("--fault-param", action="append", metavar="KEY=VALUE",
                    help="a setting of the fault action, repeatable: probability=0.3, delay_ms=50, from=peers")
+    r.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a setting of the system, repeatable: queue_type=classic, wait_replicas=1 "
+                        "(see `brokerchaos faults`)")
     r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
     r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
     r.add_argument("--duration", type=float, help="heal the fault this many seconds after injecting it")
@@ -79,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ["system", "fault", "target", "fault_param", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
+FLAG_KEYS = ["system", "option", "fault", "target", "fault_param", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
              "in_flight", "producers", "message_size", "retries", "dedup", "ack_timeout", "write_timeout",
              "read_timeout", "nodes", "replicas", "seed", "name", "sandbox"]
 
@@ -185,21 +188,26 @@ def cmd_faults(args) -> int:
         print(f"  {name:<16} {cls.description}{net}")
         print(f"  {'':<16} systems: {', '.join(systems) or '-'}")
         if cls.Params is not NoParams:
-            for pname, finfo in cls.Params.model_fields.items():
-                key = finfo.alias or pname
-                req = "required" if finfo.is_required() else \
-                    "optional" if finfo.default is None else f"default {finfo.default}"
-                print(f"  {'':<16}   {key}: {finfo.description} ({req})")
+            _print_fields(cls.Params)
     print("\nTargets (--target), resolved when the fault fires:")
     for name, fn in TARGETS.items():
         print(f"  {name:<16} {(fn.__doc__ or '').strip()}")
     print(f"  {'n1, n2, …':<16} that node;  n1,n2: several;  followers[1]: n of a role, chosen with the seed")
     print(f"  {'n1|n2,n3':<16} groups (partition only); one group alone is set against the rest")
     print(f"  {'peers, clients':<16} in a fault's `from` setting: every untargeted node; the client host")
-    print("\nSystems:")
+    print("\nSystems (--system NAME; settings with --option K=V or `options:`):")
     for name, cls in SYSTEMS.items():
         print(f"  {name:<16} {cls.description}")
+        _print_fields(cls.Options)
     return 0
+
+
+def _print_fields(model) -> None:
+    for pname, finfo in model.model_fields.items():
+        key = finfo.alias or pname
+        req = "required" if finfo.is_required() else \
+            "optional" if finfo.default is None else f"default {finfo.default}"
+        print(f"  {'':<16}   {key}: {finfo.description} ({req})")
 
 
 def cmd_clean(args) -> int:

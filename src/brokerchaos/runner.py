@@ -1,12 +1,15 @@
-"""A session: N runs of one scenario, each on a fresh cluster inside one sandbox.
+"""A session: N runs of one scenario inside one sandbox.
 
-Per run: start the cluster, create the stream, produce while the nemesis waits for its
-trigger, heal, read everything back, stop the cluster, analyse the history on Spark.
+Per run: start the cluster (or take the previous run's, if it ended healthy), create a
+fresh stream, produce while the nemesis waits for its trigger, heal, read everything back,
+check the cluster is whole again (else stop it: the next run builds a new one), analyse
+the history on Spark.
 Every fault is healed in `finally`; every process and namespace goes with the sandbox.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -22,7 +25,7 @@ from .report import console, files
 from .sandbox import Sandbox
 from .scenario import Scenario
 from .systems import SYSTEMS, System
-from .workload import ProducerLoop, read_all
+from .workload import ProducerLoop, finish_live, read_all, start_live
 
 
 class Observer:
@@ -65,6 +68,9 @@ class Session:
         self.obs = observer or Observer()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.dir = self.out / f"{scenario.name}-{stamp}"
+        self._system: Optional[System] = None  # the cluster, kept between runs while healthy
+        self._system_from = ""
+        self._rebuild_why = ""
 
     def run(self) -> SessionResult:
         s = self.s
@@ -74,7 +80,7 @@ class Session:
         spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
-            with Sandbox([f"n{i}" for i in range(1, s.cluster.nodes + 1)], s.sandbox) as sb:
+            with Sandbox([f"n{i}" for i in range(1, s.cluster.nodes + 1)], s.sandbox) as sb, self._cluster():
                 self._announce(sb)
                 for i in range(1, s.runs + 1):
                     run_id = f"run-{i:03d}"
@@ -110,23 +116,50 @@ class Session:
 
     # -- one run ---------------------------------------------------------------
     def _run_one(self, sb: Sandbox, run_id: str, index: int) -> dict:
+        """One run, on the previous run's cluster when that ended healthy (and reuse is on),
+        else on a new one; the cluster is stopped here unless the next run may reuse it."""
         s = self.s
         run_dir = self.dir / run_id
         meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
                       "scenario": s.model_dump(), "started": time.time()}
-        system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
+        system = self._system
+        if system is not None:
+            system.begin_run(run_id, run_dir / "logs")
+            meta["cluster"] = f"reused (started in {self._system_from})"
+        else:
+            system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
+            meta["cluster"] = "started" if index == 1 else f"started ({self._rebuild_why})"
+            self._system, self._system_from = system, run_id
+        self.obs.line(f"Cluster: {meta['cluster']}")
+        keep = False
         try:
             t0 = time.monotonic()
-            system.start()
+            if meta["cluster"].startswith("started"):
+                system.start()
             meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0),
                                       timeout=self._run_bound()))
+            keep = bool(meta.get("healthy_after")) and index < s.runs
         finally:
             try:
-                system.stop()
+                if not keep:
+                    self._drop_system()
+                    self._rebuild_why = f"rebuilt: {meta.get('health_after', 'the run did not finish')}"
             finally:
                 meta["finished"] = time.time()
                 (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
         return meta
+
+    @contextlib.contextmanager
+    def _cluster(self):
+        try:
+            yield
+        finally:
+            self._drop_system()
+
+    def _drop_system(self) -> None:
+        system, self._system = self._system, None
+        if system is not None:
+            system.stop()
 
     def _run_bound(self) -> float:
         w = self.s.workload
@@ -156,14 +189,25 @@ class Session:
                 if when is None or n.spec.heal == when:
                     await n.heal_active(why)
 
+        reader: Optional[Recorder] = None
+        reader_client = None
+        live = False
         try:
-            await system.connect(timeout=60)
+            await system.connect(timeout=90)
             await system.create_stream(timeout=30)
             out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
+            reader_client = system.reader("c1")
+            live = hasattr(reader_client, "start")  # reads during the write phase (MQTT)
+            reader = Recorder(hist, run_id, "c1", origin)
+            if live:
+                await start_live(reader_client, reader)
             out["leader_at_start"] = await system.leader()
+            # where one run can receive another's messages, names carry the run id (the
+            # seed's sequence id), so those are stowaways and not this run's messages
+            names = [f"p{i}" + (f"-{run_id}" if system.tags_runs else "") for i in range(1, w.producers + 1)]
             producers.extend(
                 ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, gate.on_first_ack)
-                for name in (f"p{i}" for i in range(1, w.producers + 1))
+                for name in names
             )
             nem_tasks = [asyncio.create_task(n.run()) for n in nemeses]
             progress = asyncio.create_task(self._progress(producers))
@@ -190,20 +234,36 @@ class Session:
             await heal("before read", "before-read")
             if any(n.windows for n in nemeses):
                 out["stream_ready_before_read"] = await system.wait_stream_ready(timeout=30)
+                for n in nemeses:
+                    await n.settle(5)
             if any(n.windows and n.spec.target == "leader" for n in nemeses):
                 try:
                     out["leader_before_read"] = await system.leader()
                 except Exception as e:  # noqa: BLE001
                     out["leader_before_read"] = f"unavailable: {type(e).__name__}"
             t_read = time.monotonic()
-            reader = Recorder(hist, run_id, "c1", origin)
-            out["read_status"] = await read_all(system.reader("c1"), reader, w.read_idle, w.read_timeout)
+            if live:
+                out["read_status"] = await finish_live(reader_client, reader, w.read_idle, w.read_timeout)
+            else:
+                out["read_status"] = await read_all(reader_client, reader, w.read_idle, w.read_timeout)
             reader.close()
             out["read_s"] = round(time.monotonic() - t_read, 3)
         finally:
             try:
                 await heal("end of run")
+                for n in nemeses:
+                    await n.settle(0)
+                if s.cluster.reuse and system.reusable and out.get("read_status") is not None:
+                    # the next run may take this cluster only if it is whole again
+                    ok, why = await system.healthy(timeout=30)
+                    out["healthy_after"], out["health_after"] = ok, why
+                    if ok:
+                        await system.drop_stream()
             finally:
+                if live and reader_client is not None:
+                    await reader_client.close()  # no-op after finish; else stops it receiving
+                if reader is not None:
+                    reader.close()
                 nem.close()
                 await system.close()
         return out

@@ -24,6 +24,9 @@ class _Strict(BaseModel):
 class ClusterSpec(_Strict):
     nodes: int = Field(3, ge=1, le=9, description="broker nodes, one namespace each")
     replicas: int = Field(3, ge=1, le=9, description="replication factor of the stream/topic/queue")
+    reuse: bool = Field(
+        True, description="let the next run use this run's cluster when it ends healthy (fresh stream/queue); "
+                          "false: a new cluster per run")
 
 
 class WorkloadSpec(_Strict):
@@ -238,6 +241,14 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
                 if not sep or not k.strip():
                     raise ScenarioError(f"scenario field 'fault.params': expected KEY=VALUE, got {item!r}")
                 _set_path(doc, f"fault.params.{k.strip()}", _param_value(v))
+        elif key == "option":
+            if isinstance(doc.get("options"), dict):
+                doc["options"] = dict(doc["options"])
+            for item in value:
+                k, sep, v = item.partition("=")
+                if not sep or not k.strip():
+                    raise ScenarioError(f"scenario field 'options': expected KEY=VALUE, got {item!r}")
+                _set_path(doc, f"options.{k.strip()}", _param_value(v))
         else:
             _set_path(doc, FLAG_PATHS[key], value)
     try:

@@ -5,6 +5,7 @@ figure and tests/oracle.py re-implements them in plain Python to check this one.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -146,6 +147,7 @@ def run_frame(df: DataFrame) -> DataFrame:
     ts = F.col("t_ns")
     return df.groupBy("run").agg(
         F.max(ts).alias("t_end"),
+        F.min(F.when(t == "send", ts)).alias("t_first_send"),
         F.max(F.when(t == "send", ts)).alias("t_last_send"),
         F.max(F.when(t == "ack", ts)).alias("t_last_ack"),
         F.max(F.when(t.isin("send", "ack", "nack", "unknown"), ts)).alias("t_write_end"),
@@ -288,6 +290,84 @@ def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Opti
     return closed[1] - t_fault
 
 
+def _session_facts(spark: SparkSession, df: DataFrame, windows: list) -> dict[str, dict]:
+    """What the VerneMQ seed's per-run table needs beyond the verdicts, per run: the node
+    the transmitter/receiver was on at the first fault (else at its first event), the
+    first `ready` after that fault, and the receiver's longest delivery gap in its window."""
+    t, ts = F.col("type"), F.col("t_ns")
+    first = [(r, tf, te) for r, i, tf, te, _, _ in windows if i == 0]
+    w0 = spark.createDataFrame(first, "run string, t_fault long, t_wend long")
+    order = F.struct(ts, F.col("client"), F.col("seq"))
+    before = ts <= F.col("t_fault")
+    rows = (
+        df.where(t.isin("send", "recv", "ready"))
+        .join(F.broadcast(w0), "run", "left")
+        .groupBy("run")
+        .agg(
+            F.max_by("node", F.when((t == "send") & before & F.col("node").isNotNull(), order)).alias("txm_f"),
+            F.min_by("node", F.when((t == "send") & F.col("node").isNotNull(), order)).alias("txm_0"),
+            F.max_by("node", F.when((t == "recv") & before & F.col("node").isNotNull(), order)).alias("rxm_f"),
+            F.min_by("node", F.when((t == "recv") & F.col("node").isNotNull(), order)).alias("rxm_0"),
+            F.min(F.when((t == "ready") & (ts >= F.col("t_fault")), ts)).alias("t_ready"),
+        )
+    )
+    out = {r["run"]: r.asDict() for r in rows.collect()}
+    if first:
+        # the receivers already reading when the fault's window closed (a consumer that only
+        # reads after the write phase has no row by then and costs nothing here)
+        recv = df.where(t == "recv").select("run", "client", "t_ns")
+        reading = (
+            recv.join(F.broadcast(w0), "run")
+            .where(ts <= F.col("t_wend"))
+            .select("run", "client")
+            .distinct()
+        )
+        recv_gaps = gaps(recv.join(F.broadcast(reading), ["run", "client"]))
+        eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
+        rx = (
+            recv_gaps.join(F.broadcast(w0), "run")
+            .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
+            .groupBy("run").agg(F.max(eff).alias("rx_down"))
+        )
+        for r in rx.collect():
+            out.setdefault(r["run"], {})["rx_down"] = r["rx_down"]
+    return out
+
+
+def _session_row(run: str, position: int, f: dict, facts: dict, run_windows: list,
+                 outages_ms: list) -> dict[str, Any]:
+    """The seed's per-run table (Seq_ix … Rxm) from one run's facts; seconds, None = NA."""
+    digits = re.search(r"(\d+)$", run)
+    first = run_windows[0] if run_windows else None
+    tf = first[2] if first else None
+    killed = first[4] if first else None
+    txm = (facts.get("txm_f") or facts.get("txm_0")) if first else facts.get("txm_0")
+    rxm = (facts.get("rxm_f") or facts.get("rxm_0")) if first else facts.get("rxm_0")
+    t_ready = facts.get("t_ready") if first else None
+    t_send, t_eos = f.get("t_first_send"), f.get("t_last_ack")
+
+    def sec(a, b):
+        return None if a is None or b is None else (b - a) / 1e9
+
+    hit = set(re.split(r"[,|]", killed)) if killed else set()
+    tx_down = None
+    if txm is not None and txm in hit and outages_ms and outages_ms[0] is not None:
+        tx_down = outages_ms[0] / 1e3
+    rx_down = facts.get("rx_down")
+    return {
+        "seq_ix": int(digits.group(1)) if digits else position,
+        "killed_node": killed,
+        "runtime_s": sec(t_send, t_ready),
+        "txtime_s": sec(t_send, t_eos),
+        "gaptime_s": sec(tf, t_eos),
+        "downtime_s": sec(tf, t_ready),
+        "tx_downtime_s": tx_down,
+        "rx_downtime_s": None if rx_down is None else rx_down / 1e9,
+        "txm": txm,
+        "rxm": rxm,
+    }
+
+
 def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
     if arr is None or mx is None:
         return None
@@ -350,6 +430,8 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
         rg = gaps(recv.join(F.broadcast(live), ["run", "client"]))
         max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
 
+    session = _session_facts(spark, df, windows)
+
     verdicts = []
     zero_msgs = {k: 0 for k in (
         "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
@@ -387,5 +469,7 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
         v["e2e_latency_ms"] = _pct(m["_e2e_p"], m["_e2e_max"]) if live_reader else None
         v["latency_exact"] = exact
         v["result"] = result_of(v)
+        v.update(_session_row(run, sorted(frames).index(run) + 1, f, session.get(run, {}), run_windows,
+                              v["fault_outages_ms"]))
         verdicts.append(v)
     return Analysis(verdicts, j, duplicates(df), exact)

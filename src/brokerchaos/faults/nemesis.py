@@ -73,6 +73,7 @@ class Nemesis:
             "schedule": self.schedule, "windows": self.windows, "nodes": [],
         }
         self._uid = 0
+        self._watchers: list[asyncio.Task] = []
 
     @property
     def label(self) -> str:
@@ -186,4 +187,22 @@ class Nemesis:
             t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})")
             self.rec.flush()
             w["healed_ms"] = round(t / 1e6, 3)
+            if "heal_error" not in w:
+                self._watchers.append(asyncio.ensure_future(self._ready_after(w)))
         w["effect"] = fault.effect
+
+    async def _ready_after(self, w: dict) -> None:
+        """Record when the cluster is whole again after a heal (the seeds' end of downtime)."""
+        if await self.system.wait_stream_ready(timeout=120):
+            t = self.rec.record("ready", node=w["label"], detail=f"{self.label}: cluster whole again")
+            self.rec.flush()
+            w["ready_ms"] = round(t / 1e6, 3)
+
+    async def settle(self, timeout: float) -> None:
+        """Let the ready watchers finish (bounded), then stop what is left."""
+        if self._watchers:
+            await asyncio.wait(self._watchers, timeout=timeout)
+        for t in self._watchers:
+            t.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        self._watchers.clear()

@@ -74,6 +74,15 @@ async def client_node(ctx: FaultContext) -> list[str]:
     return nodes
 
 
+@TARGETS.register("consumer-node")
+async def consumer_node(ctx: FaultContext) -> list[str]:
+    """the node(s) the live consumers are connected to when the fault fires (MQTT's receiver)"""
+    nodes = sorted(set(ctx.system.consumer_nodes()))
+    if not nodes:
+        raise LookupError("no live consumer is connected to a node right now")
+    return nodes
+
+
 @TARGETS.register("coordinator")
 async def coordinator(ctx: FaultContext) -> list[str]:
     """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""

@@ -25,9 +25,10 @@ COLUMNS = SCHEMA.names
 
 # send/ack/nack/unknown/recv/fault/heal are the core of v1. read_end is an optional
 # marker a reader writes when it stops (detail "complete" or "incomplete: why"), so a
-# read that could not finish is never mistaken for data loss.
+# read that could not finish is never mistaken for data loss. ready (optional, nemesis)
+# marks the cluster whole again after a heal: the end of the seeds' "downtime".
 MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
-EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end",)
+EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready")
 
 NEMESIS_CLIENT = "nemesis"

@@ -63,6 +63,10 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         ("Outage per fault", ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
         ("Ack latency", _lat(v["ack_latency_ms"])),
     ]
+    if v.get("downtime_s") is not None:
+        rows.append(("Downtime (fault to cluster whole)", f"{v['downtime_s']:.1f} s"))
+    if v.get("rx_downtime_s") is not None:
+        rows.append(("Receiver gap in the fault", f"{v['rx_downtime_s']:.1f} s"))
     width = max(len(k) for k, _ in rows)
     lines += [f"{k + ':':<{width + 1}} {val}" for k, val in rows]
     if v["read_complete"] is False:

@@ -1,5 +1,5 @@
-"""Session outputs written next to the histories: results.csv, jumps.csv, duplicates.csv,
-summary.json. The logs stream from Spark row by row, so a run with millions of jumps
+"""Session outputs written next to the histories: results.csv, session_table.csv,
+jumps.csv, duplicates.csv, summary.json. The logs stream from Spark row by row, so a run with millions of jumps
 neither fills memory nor gets truncated."""
 from __future__ import annotations
 
@@ -22,6 +22,23 @@ EXTRA_COLUMNS = [
     "duplicate_deliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
     "fault_outages_ms", "fault_nodes", "ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
 ]
+
+
+# the VerneMQ seed's per-run table (docs/history-format.md defines each column)
+SESSION_COLUMNS = [
+    ("Run", "run"), ("Seq_ix", "seq_ix"), ("Killed node", "killed_node"), ("Stowaways", "stowaways"),
+    ("Admitted", "received"), ("Duplicates", "duplicate_deliveries"), ("Missing", "missing"),
+    ("Runtime", "runtime_s"), ("Txtime", "txtime_s"), ("Gaptime", "gaptime_s"), ("Downtime", "downtime_s"),
+    ("tx_downtime", "tx_downtime_s"), ("rx_downtime", "rx_downtime_s"), ("Txm", "txm"), ("Rxm", "rxm"),
+]
+
+
+def session_row(v: dict) -> list:
+    out = []
+    for _, key in SESSION_COLUMNS:
+        x = v.get(key)
+        out.append("NA" if x is None else round(x, 3) if isinstance(x, float) else x)
+    return out
 
 
 def load_metas(root: Path) -> dict[str, dict]:
@@ -84,6 +101,11 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -
         w.writeheader()
         for i, v in enumerate(verdicts, 1):
             w.writerow(_csv_row(i, v, metas.get(v["run"], {})))
+    with open(out / "session_table.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([c for c, _ in SESSION_COLUMNS])
+        for v in verdicts:
+            w.writerow(session_row(v))
     with open(out / "jumps.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["run", "consumer", "producer", "class", "from", "to", "size", "line"])

@@ -21,6 +21,9 @@ class Proc:
     netns: Optional[str]
     log: Path
     started: float = field(default_factory=time.monotonic)
+    # the executable the PID runs once the start script has exec'd (e.g. beam.smp), when
+    # argv[0] is a wrapper script
+    exe: Optional[str] = None
 
     @property
     def pid(self) -> int:
@@ -30,7 +33,8 @@ class Proc:
         return self.popen.poll() is None
 
 
-def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optional[dict] = None) -> Proc:
+def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optional[dict] = None,
+          exe: Optional[str] = None) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     # `ip netns exec` execs the command after setns, so the PID we get is the broker's.
     full = (["ip", "netns", "exec", ns] if ns else []) + argv
@@ -43,7 +47,7 @@ def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optiona
             start_new_session=True,  # a Ctrl-C in the terminal reaches us, not the brokers
             env=env,
         )
-    return Proc(name, argv, popen, ns, log)
+    return Proc(name, argv, popen, ns, log, exe=exe)
 
 
 class NotOurProcess(RuntimeError):
@@ -59,9 +63,9 @@ def verify(proc: Proc) -> None:
     except OSError:
         return  # exited meanwhile
     # compare resolved paths: redis-server, for one, is a link to redis-check-rdb
-    expected = Path(os.path.realpath(shutil.which(proc.argv[0]) or proc.argv[0])).name
+    expected = proc.exe or Path(os.path.realpath(shutil.which(proc.argv[0]) or proc.argv[0])).name
     if exe_name != expected:
-        raise NotOurProcess(f"pid {proc.pid} runs {exe_name}, expected {proc.argv[0]}")
+        raise NotOurProcess(f"pid {proc.pid} runs {exe_name}, expected {expected}")
     if proc.netns is not None:
         got = netns.pid_inode(proc.pid)
         if got is not None and got != netns.inode(proc.netns):

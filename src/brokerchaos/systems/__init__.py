@@ -6,5 +6,7 @@ SYSTEMS: Registry[type[System]] = Registry("system")
 
 from . import nats  # noqa: E402,F401  (registers itself)
 from . import redis  # noqa: E402,F401
+from . import rabbitmq  # noqa: E402,F401
+from . import mqtt  # noqa: E402,F401
 
 __all__ = ["SYSTEMS", "System", "ProducerClient", "ReaderClient", "SystemError_"]

@@ -6,6 +6,8 @@ brokers is a coroutine run inside the client namespace (Sandbox.run_client).
 from __future__ import annotations
 
 import abc
+import asyncio
+import base64
 import signal
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Protocol
@@ -19,6 +21,27 @@ from ..scenario import Scenario
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
 # (payload, offset, node)
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
+
+
+async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None) -> bytes:
+    """One bounded HTTP/1.0 GET (monitoring and management endpoints); raises OSError unless 200."""
+    async def get() -> bytes:
+        r, w = await asyncio.open_connection(host, port)
+        try:
+            head = f"GET {path} HTTP/1.0\r\nHost: {host}\r\n"
+            if auth:
+                head += "Authorization: Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() + "\r\n"
+            w.write((head + "\r\n").encode())
+            await w.drain()
+            data = await r.read()
+        finally:
+            w.close()
+        head_b, _, body = data.partition(b"\r\n\r\n")
+        if b" 200 " not in head_b.split(b"\r\n", 1)[0]:
+            raise OSError(f"HTTP {head_b[:40]!r} for {path}")
+        return body
+
+    return await asyncio.wait_for(get(), timeout)
 
 
 class SystemError_(RuntimeError):
@@ -47,6 +70,10 @@ class System(abc.ABC):
     description: ClassVar[str]
     supported_faults: ClassVar[frozenset[str]]
     has_coordinator: ClassVar[bool] = False
+    # a healthy cluster may serve the next run (with a fresh stream/queue) instead of a new one
+    reusable: ClassVar[bool] = True
+    # producer names carry the run id, for systems where one run can read another's messages
+    tags_runs: ClassVar[bool] = False
     # the system's own scenario settings (`options:` in the YAML)
     Options: ClassVar[type[BaseModel]] = NoOptions
 
@@ -60,10 +87,36 @@ class System(abc.ABC):
         self.sandbox = sandbox
         self.run_id = run_id
         self.logdir = logdir
+        # the cluster's data stays where the run that started it put it, even when reused
         self.datadir = sandbox.dir / run_id
         self.node_names = [f"n{i}" for i in range(1, scenario.cluster.nodes + 1)]
         self.procs: dict[str, Proc] = {}
         self.options: Any = self.Options.model_validate(scenario.options)
+
+    @property
+    def stream_name(self) -> str:
+        """The run's stream/topic/queue/key: fresh per run, also on a reused cluster."""
+        return f"bc-{self.run_id}"
+
+    def begin_run(self, run_id: str, logdir: Path) -> None:
+        """Serve another run on this (healthy) cluster: new names, logs of restarts go there."""
+        self.run_id = run_id
+        self.logdir = logdir
+
+    async def healthy(self, timeout: float) -> tuple[bool, str]:
+        """Can the next run reuse this cluster? Every node up and the cluster serving."""
+        down = [n for n in self.node_names if not self.node_alive(n)]
+        if down:
+            return False, f"{', '.join(down)} not running"
+        try:
+            await self.connect(timeout)
+        except Exception as e:  # noqa: BLE001
+            return False, f"not serving: {e}"
+        return True, "healthy"
+
+    async def drop_stream(self) -> None:
+        """Free the run's stream/queue on a cluster that will be reused (best effort)."""
+        return None
 
     def host(self, node: str) -> Host:
         return self.sandbox.hosts[node]
@@ -123,6 +176,10 @@ class System(abc.ABC):
     @abc.abstractmethod
     async def replicas(self) -> list[str]:
         """All nodes holding a replica of the stream, leader included."""
+
+    def consumer_nodes(self) -> list[str]:
+        """Nodes the live consumers are connected to now (systems that read during the run)."""
+        return []
 
     async def coordinator(self) -> str:
         """The node coordinating the cluster (controller, meta leader), where there is one."""

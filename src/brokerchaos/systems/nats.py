@@ -19,7 +19,7 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from . import SYSTEMS
-from .base import DeliverCallback, OutcomeCallback, System, SystemError_
+from .base import DeliverCallback, OutcomeCallback, System, SystemError_, http_get
 
 CLIENT_PORT = 4222
 CLUSTER_PORT = 6222
@@ -67,23 +67,6 @@ async def _connect(servers: list[str], name: str, timeout: float):
     raise SystemError_(f"could not connect to NATS at {servers} within {timeout}s: {last!r}")
 
 
-async def _http_get(host: str, port: int, path: str, timeout: float) -> bytes:
-    async def get() -> bytes:
-        r, w = await asyncio.open_connection(host, port)
-        try:
-            w.write(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
-            await w.drain()
-            data = await r.read()
-        finally:
-            w.close()
-        head, _, body = data.partition(b"\r\n\r\n")
-        if b" 200 " not in head.split(b"\r\n", 1)[0]:
-            raise OSError(f"HTTP {head[:40]!r}")
-        return body
-
-    return await asyncio.wait_for(get(), timeout)
-
-
 @SYSTEMS.register("nats")
 class NatsSystem(System):
     name = "nats"
@@ -96,7 +79,6 @@ class NatsSystem(System):
 
     def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
-        self.stream = f"bc-{self.run_id}"
         self.nc = None
         self.js = None
         self.binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
@@ -142,7 +124,11 @@ class NatsSystem(System):
                 f"  routes: [{routes}]",
                 "}",
             ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self.extra_config(node)) + "\n"
+
+    def extra_config(self, node: str) -> list[str]:
+        """More server configuration (the MQTT listener of the mqtt system's NATS backend)."""
+        return []
 
     def start_node(self, node: str) -> None:
         if not shutil.which(self.binary):
@@ -187,21 +173,48 @@ class NatsSystem(System):
         while time.monotonic() < deadline:
             try:
                 await self.js.add_stream(
-                    name=self.stream,
-                    subjects=[f"{self.stream}.>"],
+                    name=self.stream_name,
+                    subjects=[f"{self.stream_name}.>"],
                     num_replicas=self.scenario.cluster.replicas,
                     storage=api.StorageType.FILE,
                     duplicate_window=120.0,
                 )
-                return self.stream
+                return self.stream_name
             except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
                 # right after start-up the meta leader may not yet know every peer
                 last = e
                 await asyncio.sleep(0.2)
-        raise SystemError_(f"could not create stream {self.stream} within {timeout}s: {last!r}")
+        raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: {last!r}")
+
+    async def healthy(self, timeout: float) -> tuple[bool, str]:
+        down = [n for n in self.node_names if not self.node_alive(n)]
+        if down:
+            return False, f"{', '.join(down)} not running"
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                body = await http_get(self.host(self.node_names[0]).ip,
+                                      self.sandbox.port(self.host(self.node_names[0]), MONITOR_PORT), "/jsz", 2.0)
+                meta = json.loads(body).get("meta_cluster") or {}
+                peers = meta.get("replicas") or []
+                if (meta.get("leader") or len(self.node_names) == 1) and \
+                        all(p.get("current") and not p.get("offline") for p in peers):
+                    return True, "healthy"
+                last = f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
+            except (OSError, ValueError, asyncio.TimeoutError) as e:
+                last = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.2)
+        return False, f"JetStream not healthy within {timeout}s: {last}"
+
+    async def drop_stream(self) -> None:
+        try:
+            await self.js.delete_stream(self.stream_name)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
 
     async def _info(self):
-        return await self.js.stream_info(self.stream)
+        return await self.js.stream_info(self.stream_name)
 
     async def leader(self) -> str:
         info = await self._info()
@@ -209,7 +222,7 @@ class NatsSystem(System):
             # single server without clustering: it is the leader
             if len(self.node_names) == 1:
                 return self.node_names[0]
-            raise SystemError_(f"stream {self.stream} has no leader")
+            raise SystemError_(f"stream {self.stream_name} has no leader")
         return info.cluster.leader
 
     async def coordinator(self) -> str:
@@ -220,7 +233,7 @@ class NatsSystem(System):
                 continue
             h = self.host(n)
             try:
-                body = await _http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)
+                body = await http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)
                 leader = (json.loads(body).get("meta_cluster") or {}).get("leader")
             except (OSError, ValueError, asyncio.TimeoutError) as e:
                 last = f"{n}: {type(e).__name__}: {e}"
@@ -265,7 +278,7 @@ class NatsProducer:
     def __init__(self, system: NatsSystem, name: str) -> None:
         self.system = system
         self.name = name
-        self.subject = f"{system.stream}.{name}"
+        self.subject = f"{system.stream_name}.{name}"
         self.dedup = system.scenario.workload.dedup
         self.nc = None
         self.inbox = ""
@@ -332,12 +345,12 @@ class NatsReader:
             last_err: Exception | None = None
             while info is None and time.monotonic() < deadline:
                 try:
-                    info = await js.stream_info(s.stream)
+                    info = await js.stream_info(s.stream_name)
                 except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
                     last_err = e
                     await asyncio.sleep(0.2)
             if info is None:
-                return f"incomplete: stream {s.stream} unavailable for {idle:.0f}s ({type(last_err).__name__})"
+                return f"incomplete: stream {s.stream_name} unavailable for {idle:.0f}s ({type(last_err).__name__})"
             last_seq = info.state.last_seq
             if info.state.messages == 0:
                 return "complete"
@@ -345,8 +358,8 @@ class NatsReader:
             while psub is None:
                 try:
                     psub = await js.pull_subscribe(
-                        f"{s.stream}.>",
-                        stream=s.stream,
+                        f"{s.stream_name}.>",
+                        stream=s.stream_name,
                         config=api.ConsumerConfig(
                             ack_policy=api.AckPolicy.NONE,
                             deliver_policy=api.DeliverPolicy.ALL,
@@ -372,7 +385,7 @@ class NatsReader:
                 if not msgs:
                     try:
                         # the stream may really have lost its tail: then it ends earlier
-                        last_seq = min(last_seq, (await js.stream_info(s.stream)).state.last_seq)
+                        last_seq = min(last_seq, (await js.stream_info(s.stream_name)).state.last_seq)
                     except (APIError, NatsTimeout, asyncio.TimeoutError):
                         pass
                     if seen >= last_seq:

@@ -79,7 +79,6 @@ class RedisSystem(System):
 
     def __init__(self, *a, **k) -> None:
         super().__init__(*a, **k)
-        self.key = f"bc-{self.run_id}"
         self.sentinels: dict[str, object] = {}
         self.admin: dict = {}
 
@@ -182,9 +181,15 @@ class RedisSystem(System):
                 if not self.node_alive(n):
                     raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
             try:
-                info = await self._ask(self.addr(self.node_names[0]), "INFO", "replication")
+                # the primary the sentinels name: n1 at first, another node after a failover
+                # (a reused cluster); before the sentinels answer, n1
+                try:
+                    primary = await self._primary_addr()
+                except Exception:  # noqa: BLE001
+                    primary = self.addr(self.node_names[0])
+                info = await self._ask(primary, "INFO", "replication")
                 info = _parse_info(info)
-                ok = int(info.get("connected_slaves", 0)) >= want
+                ok = info.get("role") == "master" and int(info.get("connected_slaves", 0)) >= want
                 for n in self.node_names:
                     if ok:
                         sents = await self._ask(self.sentinel_addr(n), "SENTINEL", "SENTINELS", MASTER)
@@ -197,8 +202,14 @@ class RedisSystem(System):
             await asyncio.sleep(0.2)
         raise SystemError_(f"Redis/Sentinel not ready within {timeout}s: {last}")
 
+    async def drop_stream(self) -> None:
+        try:
+            await self._ask(await self._primary_addr(), "DEL", self.stream_name)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
     async def create_stream(self, timeout: float) -> str:
-        return self.key
+        return self.stream_name
 
     async def _primary_addr(self) -> tuple[str, int]:
         """The primary most reachable sentinels name (a lone isolated one may disagree)."""
@@ -303,7 +314,7 @@ class RedisProducer:
                     r = self.system._client(self.addr, timeout=10)
                 pipe = r.pipeline(transaction=False)
                 for _, payload in batch:
-                    pipe.xadd(self.system.key, {FIELD: payload})
+                    pipe.xadd(self.system.stream_name, {FIELD: payload})
                 if self.o.wait_replicas:
                     pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
                 # bounded: a pipeline on a connection whose server died mid-batch was seen to
@@ -393,7 +404,7 @@ class RedisReader:
             start = "-"
             while True:
                 try:
-                    entries = await r.xrange(s.key, min=start, max="+", count=10_000)
+                    entries = await r.xrange(s.stream_name, min=start, max="+", count=10_000)
                 except Exception as e:  # noqa: BLE001
                     return f"incomplete: XRANGE on {node} failed: {type(e).__name__}: {e}"
                 for eid, fields in entries:

@@ -1,6 +1,6 @@
 from .accounting import Accounting
 from .payload import decode, encode
 from .producer import ProducerLoop
-from .reader import read_all
+from .reader import finish_live, read_all, start_live
 
-__all__ = ["Accounting", "ProducerLoop", "read_all", "encode", "decode"]
+__all__ = ["Accounting", "ProducerLoop", "read_all", "start_live", "finish_live", "encode", "decode"]

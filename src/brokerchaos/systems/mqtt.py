@@ -1,0 +1,564 @@
+"""MQTT with the paho-mqtt client: the VerneMQ seed's session test.
+
+Brokers (`options.broker`): the RabbitMQ MQTT plugin on the 3-node RabbitMQ cluster (a
+QoS 1 subscription of a persistent session is a classic queue on the node the subscriber
+first connected to), the MQTT listener of the NATS JetStream cluster (sessions and
+messages in replicated streams), or a single Mosquitto node (QoS 1, persistence on).
+
+The test, as in the seed: a receiver with a persistent session (fixed client id, clean
+session off) is subscribed before the transmitter starts and reads *live*; the
+transmitter publishes the run's keyspace at QoS 1 (PUBACK = ack) to a node drawn per run
+with the seed; the fault hits the receiver's node (target `leader` here means the node
+holding the receiver's session, `consumer-node` says the same generally); the receiver
+reconnects to another node with the same session and keeps reading until nothing new has
+arrived for `read_idle` seconds. The cluster and the receiver's session live on from run
+to run, so a message of an earlier run delivered late is a stowaway: producer names carry
+the run id ("p1-run-004"), the seed's sequence id.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import threading
+import time
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import SYSTEMS
+from .base import DeliverCallback, OutcomeCallback, System, SystemError_
+from .nats import NatsSystem
+from .rabbitmq import MQTT_PORT, RabbitBase
+
+MOSQUITTO = "/usr/sbin/mosquitto"
+
+
+class MqttOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    broker: Literal["rabbitmq", "nats", "mosquitto"] = Field(
+        "rabbitmq", description="rabbitmq (the MQTT plugin on the RabbitMQ cluster), nats (the MQTT listener of "
+                                "the JetStream cluster) or mosquitto (one node)")
+    qos: Literal[0, 1] = Field(1, description="QoS of publish and subscription")
+    clean_session: bool = Field(False, description="receiver's clean-session flag (false: a persistent session)")
+    tx_node: str = Field("random", description="node the transmitter connects to: random (drawn per run "
+                                               "with the seed) or a node name")
+    rx_node: str = Field("random", description="node the receiver connects to: random or a node name")
+    topic: str = Field("bc/keyspace", description="topic of every run (one topic: late messages are stowaways)")
+    keepalive: int = Field(5, ge=1, le=600, description="MQTT keepalive, seconds")
+    rx_reconnect_s: float = Field(30.0, gt=0, le=3600, description="after the write: how long the receiver may "
+                                                                  "stay disconnected before the read is incomplete")
+    autosave_interval: int = Field(1800, ge=0, le=86_400,
+                                   description="mosquitto: seconds between persistence saves (its default)")
+    ack_wait_s: float = Field(30.0, gt=0, le=3600, description="nats: redelivery of a QoS 1 message the receiver "
+                                                             "has not acknowledged (NATS's default 30 s)")
+
+
+def _paho():
+    import paho.mqtt.client as mqtt
+
+    return mqtt
+
+
+class _ClusterOnly:
+    """The workload-side methods a backend cluster does not need (MqttSystem has them)."""
+
+    async def create_stream(self, timeout: float) -> str:
+        raise NotImplementedError
+
+    async def wait_stream_ready(self, timeout: float) -> bool:
+        raise NotImplementedError
+
+    def producer(self, name: str):
+        raise NotImplementedError
+
+    def reader(self, name: str):
+        raise NotImplementedError
+
+
+class RabbitMqttCluster(_ClusterOnly, RabbitBase):
+    name = "rabbitmq-mqtt"
+    description = "RabbitMQ cluster with the MQTT plugin"
+    supported_faults = frozenset()
+    Options = MqttOptions
+    plugins = ("rabbitmq_management", "rabbitmq_mqtt")
+
+
+class NatsMqttCluster(_ClusterOnly, NatsSystem):
+    """NATS keeps MQTT sessions and QoS 1 messages in JetStream streams, replicated on
+    `cluster.replicas` nodes."""
+
+    name = "nats-mqtt"
+    description = "NATS JetStream cluster with its MQTT listener"
+    supported_faults = frozenset()
+    Options = MqttOptions
+
+    def extra_config(self, node: str) -> list[str]:
+        h = self.host(node)
+        return ["mqtt {", f'  listen: "{h.ip}:{self.sandbox.port(h, MQTT_PORT)}"',
+                f"  stream_replicas: {self.scenario.cluster.replicas}",
+                f'  ack_wait: "{int(self.options.ack_wait_s * 1000)}ms"', "}"]
+
+
+class MosquittoCluster(_ClusterOnly, System):
+    name = "mosquitto"
+    description = "one Mosquitto node"
+    supported_faults = frozenset()
+    Options = MqttOptions
+
+    def _conf(self, node: str) -> str:
+        h = self.host(node)
+        d = self.datadir / node
+        d.mkdir(parents=True, exist_ok=True)
+        return "\n".join([
+            # started as root, mosquitto would switch to its own user and then fail to write
+            # its persistence file in our (root-owned) data directory
+            f"listener {self.sandbox.port(h, MQTT_PORT)} {h.ip}", "allow_anonymous true", "user root",
+            "persistence true", f"persistence_location {d}/", f"autosave_interval {self.options.autosave_interval}",
+            "max_inflight_messages 0", "max_queued_messages 0", "log_dest stdout", "log_type error",
+            "log_type warning",
+        ]) + "\n"
+
+    def start_node(self, node: str) -> None:
+        if not os.path.exists(MOSQUITTO):
+            raise SystemError_("mosquitto not found: run `make setup` (apt-get install mosquitto)")
+        old = self.procs.get(node)
+        if old is not None and old.alive():
+            raise SystemError_(f"{node} is already running (pid {old.pid})")
+        if old is not None:
+            self.sandbox.forget(old)
+        conf = self.datadir / f"{node}.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(self._conf(node))
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, [MOSQUITTO, "-c", str(conf)],
+                                              self.logdir / f"{node}.log")
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    async def connect(self, timeout: float) -> None:
+        return None  # MqttSystem waits for the MQTT ports
+
+    async def leader(self) -> str:
+        return self.node_names[0]
+
+    async def replicas(self) -> list[str]:
+        return self.node_names[:1]
+
+    async def close(self) -> None:
+        pass
+
+
+@SYSTEMS.register("mqtt")
+class MqttSystem(System):
+    name = "mqtt"
+    description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
+                   "RabbitMQ's MQTT plugin on its cluster, or Mosquitto")
+    supported_faults = frozenset({
+        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
+        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
+    })
+    Options = MqttOptions
+    tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        from ..scenario import ScenarioError
+
+        o = scenario.options
+        n = scenario.cluster.nodes
+        if o.get("broker") == "mosquitto" and n != 1:
+            raise ScenarioError(f"scenario field 'cluster.nodes': mosquitto runs one node; set it to 1 (got {n})")
+        names = {f"n{i}" for i in range(1, n + 1)}
+        for key in ("tx_node", "rx_node"):
+            v = o.get(key, "random")
+            if v != "random" and v not in names:
+                raise ScenarioError(f"scenario field 'options.{key}': {v!r} is not random or one of "
+                                    f"{', '.join(sorted(names))}")
+        if scenario.cluster.replicas > n:
+            raise ScenarioError(f"scenario field 'cluster.replicas': {scenario.cluster.replicas} is more than "
+                                f"the {n} nodes")
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        backend = {"rabbitmq": RabbitMqttCluster, "nats": NatsMqttCluster,
+                   "mosquitto": MosquittoCluster}[self.options.broker]
+        self.backend = backend(self.scenario, self.sandbox, self.run_id, self.logdir)
+        self.procs = self.backend.procs  # one table: the base class's kill/stop/pause act on it
+        self.datadir = self.backend.datadir
+        self.receiver: Optional[MqttReceiver] = None
+        self._pick()
+
+    def _pick(self) -> None:
+        rng = random.Random(f"{self.scenario.seed}/{self.run_id}/mqtt-nodes")
+        o = self.options
+        self.tx_node = o.tx_node if o.tx_node != "random" else rng.choice(self.node_names)
+        self.rx_node = o.rx_node if o.rx_node != "random" else rng.choice(self.node_names)
+
+    def begin_run(self, run_id, logdir) -> None:
+        super().begin_run(run_id, logdir)
+        self.backend.begin_run(run_id, logdir)
+        self._pick()
+
+    def mqtt_addr(self, node: str) -> tuple[str, int]:
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, MQTT_PORT)
+
+    # -- processes: the backend's ---------------------------------------------------
+    def start(self) -> None:
+        self.backend.start()
+
+    def start_node(self, node: str) -> None:
+        self.backend.start_node(node)
+
+    def stop(self) -> None:
+        self.backend.stop()
+
+    # -- control plane ---------------------------------------------------------------
+    async def _mqtt_ports(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for n in self.node_names:
+            while True:
+                if not self.node_alive(n):
+                    raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
+                try:
+                    _, w = await asyncio.wait_for(asyncio.open_connection(*self.mqtt_addr(n)), 1.0)
+                    w.close()
+                    break
+                except (OSError, asyncio.TimeoutError) as e:
+                    if time.monotonic() > deadline:
+                        raise SystemError_(f"MQTT port of {n} not open within {timeout}s: {e!r}") from None
+                    await asyncio.sleep(0.2)
+
+    async def connect(self, timeout: float) -> None:
+        t0 = time.monotonic()
+        await self.backend.connect(timeout)
+        await self._mqtt_ports(max(1.0, timeout - (time.monotonic() - t0)))
+
+    async def healthy(self, timeout: float) -> tuple[bool, str]:
+        ok, why = await self.backend.healthy(timeout)
+        if not ok:
+            return ok, why
+        try:
+            await self._mqtt_ports(5)
+        except SystemError_ as e:
+            return False, str(e)
+        return True, "healthy"
+
+    async def create_stream(self, timeout: float) -> str:
+        return self.options.topic
+
+    async def wait_stream_ready(self, timeout: float) -> bool:
+        ok, _ = await self.healthy(timeout)
+        return ok
+
+    async def leader(self) -> str:
+        """The node holding the receiver's session. RabbitMQ: the node of the session's
+        subscription queue (where the session was first created, whatever node the
+        receiver is on now); otherwise the node the receiver is connected to."""
+        if isinstance(self.backend, RabbitMqttCluster) and self.receiver is not None:
+            try:
+                return await self.backend.leader(f"mqtt-subscription-{self.receiver.client_id}qos{self.options.qos}")
+            except Exception:  # noqa: BLE001 - no session queue yet: fall back
+                pass
+        nodes = self.consumer_nodes()
+        return nodes[0] if nodes else self.rx_node
+
+    async def replicas(self) -> list[str]:
+        lead = await self.leader()
+        return [lead] + [n for n in self.node_names if n != lead]
+
+    def consumer_nodes(self) -> list[str]:
+        r = self.receiver
+        return [r.current] if r is not None and r.current else []
+
+    def producer(self, name: str) -> "MqttProducer":
+        return MqttProducer(self, name)
+
+    def reader(self, name: str) -> "MqttReceiver":
+        self.receiver = MqttReceiver(self, name)
+        return self.receiver
+
+    async def close(self) -> None:
+        self.receiver = None
+        await self.backend.close()
+
+
+async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> Optional[asyncio.Event]:
+    ta, tb = asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())
+    done, pending = await asyncio.wait({ta, tb}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return a if ta in done else b if tb in done else None
+
+
+def _node_order(system: MqttSystem, first: str) -> list[str]:
+    names = system.node_names
+    i = names.index(first)
+    return names[i:] + names[:i]
+
+
+class _Connection:
+    """One paho client on one node, its network loop in paho's thread; callbacks are handed
+    to the asyncio loop. A new one per (re)connection, so paho never replays old messages."""
+
+    def __init__(self, system: MqttSystem, client_id: str, clean: bool, node: str, loop,
+                 on_message=None, on_publish=None, on_lost=None, inflight: int = 0) -> None:
+        mqtt = _paho()
+        self.node = node
+        self.loop = loop
+        self.connected = asyncio.Event()
+        self.lost = False
+        self.result: Optional[str] = None
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean,
+                        reconnect_on_failure=False)
+        c.max_inflight_messages_set(inflight)
+        c.max_queued_messages_set(0)
+
+        self.subscribed = asyncio.Event()
+        self.refused = asyncio.Event()
+
+        def on_connect(_c, _u, _flags, rc, _p=None):
+            self.result = str(rc)
+            if not rc.is_failure:
+                self._hand(self.connected.set)
+
+        def on_disconnect(_c, _u, _flags, rc, _p=None):
+            self.lost = True
+            if on_lost is not None:
+                self._hand(on_lost, self, str(rc))
+
+        def on_subscribe(_c, _u, _mid, codes, _p=None):
+            ok = all(not rc.is_failure for rc in codes)
+            loop.call_soon_threadsafe(self.subscribed.set if ok else self.refused.set)
+
+        c.on_connect = on_connect
+        c.on_disconnect = on_disconnect
+        c.on_subscribe = on_subscribe
+        if on_message is not None:
+            c.on_message = lambda _c, _u, msg: self._hand(on_message, self, msg.payload)
+        if on_publish is not None:
+            c.on_publish = lambda _c, _u, mid, _rc=None, _p=None: self._hand(on_publish, self, mid)
+        self.client = c
+        self.keepalive = system.options.keepalive
+        self.addr = system.mqtt_addr(node)
+
+    def _hand(self, fn, *args) -> None:
+        """From paho's thread to the event loop; after the run's loop is gone, drop it."""
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass
+
+    async def open(self, timeout: float) -> bool:
+        try:
+            self.client.connect_async(self.addr[0], self.addr[1], keepalive=self.keepalive)
+            self.client.loop_start()
+            await asyncio.wait_for(self.connected.wait(), timeout)
+            return True
+        except (OSError, asyncio.TimeoutError):
+            await self.close()
+            return False
+        except asyncio.CancelledError:
+            threading.Thread(target=self._stop, daemon=True).start()
+            raise
+
+    def _stop(self) -> None:
+        try:
+            self.client.disconnect()
+        except Exception:  # noqa: BLE001
+            pass
+        self.client.loop_stop()
+
+    async def close(self) -> None:
+        # loop_stop joins paho's thread; keep it off the event loop, bounded
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, self._stop), 5)
+        except (asyncio.TimeoutError, RuntimeError):
+            pass
+
+
+class MqttProducer:
+    """QoS 1 publishes; PUBACK is the ack. A lost connection makes its unanswered messages
+    unknown, and the next connection (next node) starts clean: resends are the producer
+    loop's, never paho's."""
+
+    def __init__(self, system: MqttSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+        self.conn: Optional[_Connection] = None
+        self.pending: dict[int, tuple[int, str]] = {}  # mid -> (value, node)
+        self.on_outcome: Optional[OutcomeCallback] = None
+        self.ready = asyncio.Event()
+        self.reconnecting: Optional[asyncio.Task] = None
+        self.order: list[str] = []
+        self.idx = 0
+        self.closing = False
+
+    async def open(self, on_outcome: OutcomeCallback) -> None:
+        self.on_outcome = on_outcome
+        self.order = _node_order(self.system, self.system.tx_node)
+        if not await self._connect(attempts=3 * len(self.order)):
+            raise SystemError_(f"{self.name}: no MQTT node accepted a connection ({self.order})")
+
+    async def _connect(self, attempts: int) -> bool:
+        loop = asyncio.get_running_loop()
+        for _ in range(attempts):
+            node = self.order[self.idx % len(self.order)]
+            conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
+                               on_lost=self._lost, inflight=self.system.scenario.workload.in_flight)
+            if await conn.open(2.0):
+                self.conn = conn
+                self.ready.set()
+                return True
+            self.idx += 1
+            await asyncio.sleep(0.2)
+        return False
+
+    def _acked(self, conn: _Connection, mid: int) -> None:
+        got = self.pending.pop((id(conn), mid), None)
+        if got is not None:
+            self.on_outcome(got[0], "ack", None, got[1], None)
+
+    def _lost(self, conn: _Connection, why: str) -> None:
+        if conn is not self.conn or self.closing:
+            return
+        self.ready.clear()
+        for key in [k for k in self.pending if k[0] == id(conn)]:
+            value, node = self.pending.pop(key)
+            self.on_outcome(value, "unknown", None, node, f"connection lost: {why}"[:200])
+        self.idx += 1
+        old, self.conn = self.conn, None
+        if self.reconnecting is None or self.reconnecting.done():
+            self.reconnecting = asyncio.ensure_future(self._reconnect(old))
+
+    async def _reconnect(self, old: _Connection) -> None:
+        await old.close()
+        while not await self._connect(attempts=len(self.order)):
+            await asyncio.sleep(0.5)
+
+    async def send(self, value: int, payload: bytes) -> None:
+        if not self.ready.is_set():
+            try:  # backpressure while failing over, bounded by the ack timeout
+                await asyncio.wait_for(self.ready.wait(), self.system.scenario.workload.ack_timeout)
+            except asyncio.TimeoutError:
+                raise ConnectionError("not connected to any node") from None
+        conn = self.conn
+        info = conn.client.publish(self.system.options.topic, payload, qos=self.system.options.qos)
+        if info.rc != 0:
+            raise ConnectionError(f"publish refused: {_paho().error_string(info.rc)}")
+        if self.system.options.qos == 0:
+            self.on_outcome(value, "unknown", None, conn.node, "QoS 0: no acknowledgement")
+            return
+        self.pending[(id(conn), info.mid)] = (value, conn.node)
+
+    def node(self) -> Optional[str]:
+        return self.conn.node if self.conn is not None and self.ready.is_set() else None
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.reconnecting is not None:
+            self.reconnecting.cancel()
+            await asyncio.gather(self.reconnecting, return_exceptions=True)
+        if self.conn is not None:
+            await self.conn.close()
+
+
+class MqttReceiver:
+    """The live reader: subscribed before the transmitter starts, reconnecting with the
+    same persistent session to the next node when its node goes away."""
+
+    def __init__(self, system: MqttSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+        self.conn: Optional[_Connection] = None
+        self.current: Optional[str] = None
+        self.deliver: Optional[DeliverCallback] = None
+        self.last_delivery = time.monotonic()
+        self.reconnecting: Optional[asyncio.Task] = None
+        self.order: list[str] = []
+        self.idx = 0
+        self.errors: list[str] = []
+        self.closing = False
+
+    @property
+    def client_id(self) -> str:
+        return f"bc-rx-{self.name}"
+
+    async def start(self, deliver: DeliverCallback) -> None:
+        self.deliver = deliver
+        self.order = _node_order(self.system, self.system.rx_node)
+        if not await self._connect(attempts=3 * len(self.order)):
+            raise SystemError_(f"receiver: no MQTT node accepted a connection ({self.order})")
+
+    async def _connect(self, attempts: int) -> bool:
+        loop = asyncio.get_running_loop()
+        o = self.system.options
+        for _ in range(attempts):
+            node = self.order[self.idx % len(self.order)]
+            conn = _Connection(self.system, self.client_id, o.clean_session, node, loop,
+                               on_message=self._message, on_lost=self._lost)
+            if await conn.open(2.0):
+                res, _ = conn.client.subscribe(o.topic, qos=o.qos)
+                if res == 0 and await _first(conn.subscribed, conn.refused, 5.0) is conn.subscribed:
+                    self.conn, self.current = conn, node
+                    return True
+                self.errors.append(f"{node}: subscription refused")
+                await conn.close()
+            self.idx += 1
+            await asyncio.sleep(0.2)
+        return False
+
+    def _message(self, conn: _Connection, payload: bytes) -> None:
+        self.last_delivery = time.monotonic()
+        self.deliver(payload, None, conn.node)
+
+    def _lost(self, conn: _Connection, why: str) -> None:
+        if conn is not self.conn or self.closing:
+            return
+        self.errors.append(f"{conn.node}: {why}")
+        self.conn, self.current = None, None
+        self.idx += 1
+        if self.reconnecting is None or self.reconnecting.done():
+            self.reconnecting = asyncio.ensure_future(self._reconnect(conn))
+
+    async def _reconnect(self, old: _Connection) -> None:
+        await old.close()
+        while not await self._connect(attempts=len(self.order)):
+            await asyncio.sleep(0.5)
+
+    async def finish(self, idle: float) -> str:
+        """Keep reading until nothing new has arrived for `idle` seconds while connected."""
+        self.last_delivery = max(self.last_delivery, time.monotonic() - idle / 2)
+        not_connected_since: Optional[float] = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self.conn is None:
+                    not_connected_since = not_connected_since or now
+                    bound = self.system.options.rx_reconnect_s
+                    if now - not_connected_since > bound:
+                        return f"incomplete: receiver not connected for {bound:.0f}s ({'; '.join(self.errors[-2:])})"
+                else:
+                    not_connected_since = None
+                    if now - self.last_delivery > idle:
+                        return "complete"
+                await asyncio.sleep(0.1)
+        finally:
+            await self.close()
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        raise RuntimeError("the MQTT receiver reads live: start() before the write, finish() after")
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.reconnecting is not None:
+            self.reconnecting.cancel()
+            await asyncio.gather(self.reconnecting, return_exceptions=True)
+        if self.conn is not None:
+            # a clean DISCONNECT keeps a persistent session (and what it queues) on the broker
+            await self.conn.close()
+            self.conn, self.current = None, None

@@ -1,0 +1,70 @@
+"""MQTT for real: the VerneMQ seed's session test on RabbitMQ's MQTT plugin and on NATS's
+MQTT listener (3 nodes each), and Mosquitto. The receiver reads live with a persistent session across runs."""
+import csv
+import os
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.runner import Observer, Session
+from brokerchaos.systems.mqtt import MOSQUITTO
+from brokerchaos.systems.rabbitmq import SERVER
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+
+class _Quiet(Observer):
+    def line(self, text):
+        pass
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param("scenarios/mqtt-session-kill.yaml", marks=pytest.mark.skipif(
+        not os.path.exists(SERVER), reason="rabbitmq-server not installed (make setup)"), id="rabbitmq"),
+    pytest.param("scenarios/mqtt-nats-session-kill.yaml", id="nats"),
+])
+def test_session_test_on_a_clustered_mqtt_broker(scenario, tmp_path, spark):
+    # a node holding neither the transmitter nor the receiver's session is killed: no acked
+    # message may go missing; run 2 reuses the cluster and the receiver's session
+    doc = sc.load_document(scenario)
+    doc["runs"] = 2
+    doc["options"].update(tx_node="n2", rx_node="n1")
+    doc["faults"] = [dict(doc.pop("fault"), target="n3")]
+    doc["faults"][0]["trigger"] = {"after_acks": 200}
+    s = sc.build(doc, {"name": "it-mqtt-session", "messages": 600})
+    result = Session(s, tmp_path, observer=_Quiet()).run()
+    v1, v2 = result.verdicts
+    m1, m2 = result.metas["run-001"], result.metas["run-002"]
+    assert m1["fault"]["nodes"] == ["n3"] and m2["cluster"].startswith("reused")
+    for v in (v1, v2):
+        assert v["read_complete"] is True, v["read_status"]
+        assert v["send_count"] == 600
+        assert v["acked_missing"] == 0 and v["result"] == "pass", v
+        assert v["killed_node"] == "n3" and v["txm"] == "n2" and v["rxm"] == "n1"
+        assert v["downtime_s"] is not None and v["downtime_s"] > 0
+        assert v["txtime_s"] > 0 and v["tx_downtime_s"] is None  # the transmitter's node was not hit
+    # producers carry the run id, so the second run's payloads are its own
+    assert v2["received"] >= 600 and v2["stowaways"] == 0
+    with open(result.dir / "session_table.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["Seq_ix"] for r in rows] == ["1", "2"]
+    assert rows[0]["Killed node"] == "n3" and rows[0]["Txm"] == "n2" and rows[0]["Rxm"] == "n1"
+    assert rows[0]["tx_downtime"] == "NA" and float(rows[0]["Downtime"]) > 0
+
+
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (make setup)")
+def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark):
+    # a clean stop writes mosquitto's persistence file: the session's queue survives it
+    s = sc.load("scenarios/mosquitto-kill.yaml",
+                {"runs": 1, "fault": "stop", "name": "it-mosquitto", "messages": 800, "after_acks": 250})
+    result = Session(s, tmp_path, observer=_Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["fault"]["nodes"] == ["n1"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["send_count"] == 800 and v["pos_ack_count"] > 250
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v
+    assert v["killed_node"] == "n1" and v["rx_downtime_s"] is not None and v["rx_downtime_s"] > 0.5

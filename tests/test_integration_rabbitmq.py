@@ -1,0 +1,51 @@
+"""A real 3-node RabbitMQ cluster in network namespaces: a durable quorum queue survives a
+leader kill on a reused cluster; a classic queue on a killed node loses acked messages."""
+import os
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.runner import Observer, Session
+from brokerchaos.systems.rabbitmq import SERVER
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(not os.path.exists(SERVER), reason="rabbitmq-server not installed (make setup)"),
+]
+
+
+class _Quiet(Observer):
+    def line(self, text):
+        pass
+
+
+def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_path, spark):
+    s = sc.load("scenarios/rabbitmq-kill-leader.yaml",
+                {"runs": 2, "messages": 12_000, "after_acks": 4_000, "name": "it-rabbit-kill"})
+    result = Session(s, tmp_path, observer=_Quiet()).run()
+    assert [v["run"] for v in result.verdicts] == ["run-001", "run-002"]
+    for v in result.verdicts:
+        meta = result.metas[v["run"]]
+        # the kill hit the queue's leader, and a new leader served the read
+        assert meta["fault"]["nodes"] == [meta["leader_at_start"]]
+        assert meta["leader_before_read"] != meta["leader_at_start"]
+        assert v["read_complete"] is True, v["read_status"]
+        assert v["send_count"] == 12_000 and v["pos_ack_count"] > 4_000
+        assert v["acked_missing"] == 0 and v["result"] == "pass", v
+        assert v["stowaways"] == 0
+    first, second = result.metas["run-001"], result.metas["run-002"]
+    assert first["cluster"] == "started" and first["healthy_after"] is True
+    assert second["cluster"].startswith("reused"), second["cluster"]
+    assert second["cluster_ready_s"] < first["cluster_ready_s"]
+
+
+def test_classic_queue_on_a_killed_node_loses_acked_messages(tmp_path, spark):
+    s = sc.load("scenarios/rabbitmq-classic-kill.yaml", {"runs": 1, "name": "it-rabbit-classic"})
+    result = Session(s, tmp_path, observer=_Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["fault"]["nodes"] == ["n1"] == [meta["leader_at_start"]]
+    assert v["read_complete"] is True, v["read_status"]
+    # the positive control: confirmed while the queue's only node was down, then gone
+    assert v["acked_missing"] > 0 and v["result"] == "fail"

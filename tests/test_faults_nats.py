@@ -17,9 +17,10 @@ import pytest
 from brokerchaos import scenario as sc
 from brokerchaos.faults import FAULTS, FaultContext
 from brokerchaos.faults.targets import resolve
-from brokerchaos.runner import Observer, Session
+from brokerchaos.runner import Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
 from brokerchaos.systems import SYSTEMS
+from observers import Quiet
 
 pytestmark = [
     pytest.mark.integration,
@@ -128,7 +129,7 @@ class Cluster:
             await system.connect(timeout=30)
             try:
                 ready = await system.wait_stream_ready(timeout=45)
-                ack = await system.js.publish(f"{system.stream}.probe", b"x", timeout=10)
+                ack = await system.js.publish(f"{system.stream_name}.probe", b"x", timeout=10)
                 return ready and ack.seq > 0
             finally:
                 await system.close()
@@ -423,11 +424,6 @@ def _rows(d):
     return pds.dataset(sorted(str(p) for p in d.rglob("*.parquet")), format="parquet").to_table().to_pylist()
 
 
-class _Quiet(Observer):
-    def line(self, text):
-        pass
-
-
 def _delayers_running():
     out = []
     for pid in os.listdir("/proc"):
@@ -453,14 +449,18 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
     }
 
     before = set(netns.list_all())
-    result = Session(sc.build(doc), tmp_path, observer=_Quiet()).run()
+    result = Session(sc.build(doc), tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     rows = _rows(result.dir / "run-001" / "history")
-    nem = [(r["type"], r["detail"].split(" (")[0]) for r in sorted(rows, key=lambda r: r["t_ns"])
+    nem = [(r["type"], r["detail"].split(" (")[0].split(":")[0]) for r in sorted(rows, key=lambda r: r["t_ns"])
            if r["client"] == "nemesis"]
-    assert nem == [("fault", "delay all"), ("fault", "isolate-from leader"), ("heal", "isolate-from leader"),
-                   ("heal", "delay all")], nem
+    assert [x for x in nem if x[0] != "ready"] == [
+        ("fault", "delay all"), ("fault", "isolate-from leader"), ("heal", "isolate-from leader"),
+        ("heal", "delay all")], nem
+    # after each heal, once the cluster is whole again, a ready row for that fault
+    for action in ("isolate-from leader", "delay all"):
+        assert nem.index(("ready", action)) > nem.index(("heal", action)), nem
     assert len(v["fault_outages_ms"]) == 2
     delay, iso = meta["faults"]
     assert delay["nodes"] == ["n1", "n2", "n3"] and delay["acks_at_effect"] >= 2_000
@@ -483,14 +483,15 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
                   "repeat": {"every": 1.5, "for": 3.5}},
     }
 
-    result = Session(sc.build(doc), tmp_path, observer=_Quiet()).run()
+    result = Session(sc.build(doc), tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     f = result.metas["run-001"]["faults"][0]
     assert f["schedule"] == [0.0, 1.5, 3.0]
     assert result.metas["run-001"]["write_s"] > 4.5, "the write phase outlasted the schedule"
     rows = _rows(result.dir / "run-001" / "history")
     kinds = [r["type"] for r in sorted(rows, key=lambda r: r["t_ns"]) if r["client"] == "nemesis"]
-    assert kinds == ["fault", "heal"] * 3
+    assert [k for k in kinds if k != "ready"] == ["fault", "heal"] * 3
+    assert "ready" in kinds
     starts = [w["t_ms"] for w in f["windows"]]
     assert all(1000 < b - a < 2000 for a, b in zip(starts, starts[1:])), starts
     assert len(v["fault_outages_ms"]) == 3

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from brokerchaos import scenario as sc
-from brokerchaos.runner import Observer, Session
+from brokerchaos.runner import Session
+from observers import Quiet
 from brokerchaos.systems.mqtt import MOSQUITTO
 from brokerchaos.systems.rabbitmq import SERVER
 
@@ -14,11 +15,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
 ]
-
-
-class _Quiet(Observer):
-    def line(self, text):
-        pass
 
 
 @pytest.mark.parametrize("scenario", [
@@ -35,7 +31,7 @@ def test_session_test_on_a_clustered_mqtt_broker(scenario, tmp_path, spark):
     doc["faults"] = [dict(doc.pop("fault"), target="n3")]
     doc["faults"][0]["trigger"] = {"after_acks": 200}
     s = sc.build(doc, {"name": "it-mqtt-session", "messages": 600})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     v1, v2 = result.verdicts
     m1, m2 = result.metas["run-001"], result.metas["run-002"]
     assert m1["fault"]["nodes"] == ["n3"] and m2["cluster"].startswith("reused")
@@ -60,7 +56,7 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
     # a clean stop writes mosquitto's persistence file: the session's queue survives it
     s = sc.load("scenarios/mosquitto-kill.yaml",
                 {"runs": 1, "fault": "stop", "name": "it-mosquitto", "messages": 800, "after_acks": 250})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"]

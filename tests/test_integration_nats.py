@@ -13,6 +13,7 @@ import pytest
 from brokerchaos import scenario as sc
 from brokerchaos.sandbox import netns
 from brokerchaos.runner import Observer, Session
+from observers import Quiet
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,7 +51,7 @@ class LeaderWitness(Observer):
         other = next(n for n in system.node_names if n not in nodes)
         nc = await nats.connect(servers=[system.client_url(other)], connect_timeout=2, max_reconnect_attempts=0)
         try:
-            info = await nc.jetstream(timeout=2).stream_info(system.stream)
+            info = await nc.jetstream(timeout=2).stream_info(system.stream_name)
             self.seen = (info.cluster.leader, list(nodes))
         finally:
             await nc.close()
@@ -154,11 +155,6 @@ def test_sigterm_heals_and_tears_down(tmp_path):
     assert not list(hist.glob("*.tmp"))
 
 
-class _Quiet(Observer):
-    def line(self, text):
-        pass
-
-
 def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, monkeypatch):
     from brokerchaos.systems.nats import NatsSystem
 
@@ -175,7 +171,7 @@ def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, m
     monkeypatch.setattr(NatsSystem, "healthy", healthy_then_not)
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 3, "messages": 3000, "after_acks": 1000, "retries": 20, "name": "it-reuse"})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     clusters = [result.metas[f"run-00{i}"]["cluster"] for i in (1, 2, 3)]
     assert clusters == ["started", "reused (started in run-001)",
                         "started (rebuilt: declared unfit by the test)"], clusters

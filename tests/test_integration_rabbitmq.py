@@ -5,7 +5,8 @@ import os
 import pytest
 
 from brokerchaos import scenario as sc
-from brokerchaos.runner import Observer, Session
+from brokerchaos.runner import Session
+from observers import Quiet
 from brokerchaos.systems.rabbitmq import SERVER
 
 pytestmark = [
@@ -15,15 +16,10 @@ pytestmark = [
 ]
 
 
-class _Quiet(Observer):
-    def line(self, text):
-        pass
-
-
 def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-kill-leader.yaml",
                 {"runs": 2, "messages": 12_000, "after_acks": 4_000, "name": "it-rabbit-kill"})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     assert [v["run"] for v in result.verdicts] == ["run-001", "run-002"]
     for v in result.verdicts:
         meta = result.metas[v["run"]]
@@ -42,7 +38,7 @@ def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_pa
 
 def test_classic_queue_on_a_killed_node_loses_acked_messages(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-classic-kill.yaml", {"runs": 1, "name": "it-rabbit-classic"})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"] == [meta["leader_at_start"]]

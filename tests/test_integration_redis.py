@@ -5,7 +5,8 @@ import shutil
 import pytest
 
 from brokerchaos import scenario as sc
-from brokerchaos.runner import Observer, Session
+from brokerchaos.runner import Session
+from observers import Quiet
 
 pytestmark = [
     pytest.mark.integration,
@@ -14,15 +15,10 @@ pytestmark = [
 ]
 
 
-class _Quiet(Observer):
-    def line(self, text):
-        pass
-
-
 def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     s = sc.load("scenarios/redis-kill-primary.yaml",
                 {"runs": 1, "messages": 30_000, "after_acks": 10_000, "name": "it-redis-kill"})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == [meta["leader_at_start"]] == ["n1"]
@@ -34,7 +30,7 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
 
 def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     s = sc.load("scenarios/redis-split-brain.yaml", {"name": "it-redis-split"})
-    result = Session(s, tmp_path, observer=_Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"]

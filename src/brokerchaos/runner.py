@@ -136,9 +136,10 @@ class Session:
             t0 = time.monotonic()
             if meta["cluster"].startswith("started"):
                 system.start()
-            meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0),
+            more = index < s.runs
+            meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0, more),
                                       timeout=self._run_bound()))
-            keep = bool(meta.get("healthy_after")) and index < s.runs
+            keep = bool(meta.get("healthy_after"))
         finally:
             try:
                 if not keep:
@@ -165,7 +166,8 @@ class Session:
         w = self.s.workload
         return 120 + w.write_timeout + w.read_timeout + 60
 
-    async def _client_side(self, system: System, sb: Sandbox, run_id: str, run_dir: Path, t0: float) -> dict:
+    async def _client_side(self, system: System, sb: Sandbox, run_id: str, run_dir: Path, t0: float,
+                           more: bool = False) -> dict:
         s, w = self.s, self.s.workload
         hist = run_dir / "history"
         origin = time.monotonic_ns()
@@ -253,7 +255,7 @@ class Session:
                 await heal("end of run")
                 for n in nemeses:
                     await n.settle(0)
-                if s.cluster.reuse and system.reusable and out.get("read_status") is not None:
+                if more and s.cluster.reuse and system.reusable and out.get("read_status") is not None:
                     # the next run may take this cluster only if it is whole again
                     ok, why = await system.healthy(timeout=30)
                     out["healthy_after"], out["health_after"] = ok, why

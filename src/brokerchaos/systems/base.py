@@ -61,6 +61,13 @@ class ReaderClient(Protocol):
         ...
 
 
+# the whole fault library: every system here supports every action (`faults` lists them)
+EVERY_FAULT = frozenset({
+    "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
+    "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
+})
+
+
 class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -105,7 +112,7 @@ class System(abc.ABC):
 
     async def healthy(self, timeout: float) -> tuple[bool, str]:
         """Can the next run reuse this cluster? Every node up and the cluster serving."""
-        down = [n for n in self.node_names if not self.node_alive(n)]
+        down = self.not_running()
         if down:
             return False, f"{', '.join(down)} not running"
         try:
@@ -128,6 +135,19 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def start_node(self, node: str) -> None: ...
+
+    def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None, exe: Optional[str] = None) -> None:
+        """Start `node`'s broker process (first start or restart), logging to this run's logs."""
+        old = self.procs.get(node)
+        if old is not None and old.alive():
+            raise SystemError_(f"{node} is already running (pid {old.pid})")
+        if old is not None:
+            self.sandbox.forget(old)
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.logdir / f"{node}.log",
+                                              env=env, exe=exe)
+
+    def not_running(self) -> list[str]:
+        return [n for n in self.node_names if not self.node_alive(n)]
 
     def kill_node(self, node: str, timeout: float = 10.0) -> None:
         proc = self.procs[node]

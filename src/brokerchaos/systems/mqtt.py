@@ -28,7 +28,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import SYSTEMS
-from .base import DeliverCallback, OutcomeCallback, System, SystemError_
+from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_
 from .nats import NatsSystem
 from .rabbitmq import MQTT_PORT, RabbitBase
 
@@ -123,16 +123,10 @@ class MosquittoCluster(_ClusterOnly, System):
     def start_node(self, node: str) -> None:
         if not os.path.exists(MOSQUITTO):
             raise SystemError_("mosquitto not found: run `make setup` (apt-get install mosquitto)")
-        old = self.procs.get(node)
-        if old is not None and old.alive():
-            raise SystemError_(f"{node} is already running (pid {old.pid})")
-        if old is not None:
-            self.sandbox.forget(old)
         conf = self.datadir / f"{node}.conf"
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(self._conf(node))
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, [MOSQUITTO, "-c", str(conf)],
-                                              self.logdir / f"{node}.log")
+        self.spawn_node(node, [MOSQUITTO, "-c", str(conf)])
 
     def stop(self) -> None:
         super().stop()
@@ -156,10 +150,7 @@ class MqttSystem(System):
     name = "mqtt"
     description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
                    "RabbitMQ's MQTT plugin on its cluster, or Mosquitto")
-    supported_faults = frozenset({
-        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
-        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
-    })
+    supported_faults = EVERY_FAULT
     Options = MqttOptions
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
 
@@ -295,12 +286,6 @@ async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> Optional
     return a if ta in done else b if tb in done else None
 
 
-def _node_order(system: MqttSystem, first: str) -> list[str]:
-    names = system.node_names
-    i = names.index(first)
-    return names[i:] + names[:i]
-
-
 class _Connection:
     """One paho client on one node, its network loop in paho's thread; callbacks are handed
     to the asyncio loop. A new one per (re)connection, so paho never replays old messages."""
@@ -381,71 +366,107 @@ class _Connection:
             pass
 
 
-class MqttProducer:
-    """QoS 1 publishes; PUBACK is the ack. A lost connection makes its unanswered messages
-    unknown, and the next connection (next node) starts clean: resends are the producer
-    loop's, never paho's."""
+class _Failover:
+    """A client that stays on one node until it loses it, then tries the nodes in order
+    from the next one, a fresh paho client per attempt, until one takes it."""
 
     def __init__(self, system: MqttSystem, name: str) -> None:
         self.system = system
         self.name = name
         self.conn: Optional[_Connection] = None
-        self.pending: dict[int, tuple[int, str]] = {}  # mid -> (value, node)
-        self.on_outcome: Optional[OutcomeCallback] = None
-        self.ready = asyncio.Event()
         self.reconnecting: Optional[asyncio.Task] = None
         self.order: list[str] = []
         self.idx = 0
         self.closing = False
+        self.errors: list[str] = []
 
-    async def open(self, on_outcome: OutcomeCallback) -> None:
-        self.on_outcome = on_outcome
-        self.order = _node_order(self.system, self.system.tx_node)
+    async def _attempt(self, node: str, loop) -> Optional[_Connection]:
+        raise NotImplementedError
+
+    def _on_lost(self, conn: _Connection, why: str) -> None:
+        """What the subclass must settle when its connection goes (before reconnecting)."""
+
+    async def _begin(self, first: str) -> None:
+        names = self.system.node_names
+        i = names.index(first)
+        self.order = names[i:] + names[:i]
         if not await self._connect(attempts=3 * len(self.order)):
-            raise SystemError_(f"{self.name}: no MQTT node accepted a connection ({self.order})")
+            raise SystemError_(f"{self.name}: no MQTT node accepted a connection ({self.order}; "
+                               f"{'; '.join(self.errors[-2:])})")
 
     async def _connect(self, attempts: int) -> bool:
         loop = asyncio.get_running_loop()
         for _ in range(attempts):
-            node = self.order[self.idx % len(self.order)]
-            conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
-                               on_lost=self._lost, inflight=self.system.scenario.workload.in_flight)
-            if await conn.open(2.0):
+            conn = await self._attempt(self.order[self.idx % len(self.order)], loop)
+            if conn is not None:
                 self.conn = conn
-                self.ready.set()
                 return True
             self.idx += 1
             await asyncio.sleep(0.2)
         return False
 
-    def _acked(self, conn: _Connection, mid: int) -> None:
-        got = self.pending.pop((id(conn), mid), None)
-        if got is not None:
-            self.on_outcome(got[0], "ack", None, got[1], None)
-
     def _lost(self, conn: _Connection, why: str) -> None:
         if conn is not self.conn or self.closing:
-            return
-        self.ready.clear()
-        for key in [k for k in self.pending if k[0] == id(conn)]:
-            value, node = self.pending.pop(key)
-            self.on_outcome(value, "unknown", None, node, f"connection lost: {why}"[:200])
+            return  # an old connection, or our own DISCONNECT
+        self.errors.append(f"{conn.node}: {why}")
+        self._on_lost(conn, why)
+        self.conn = None
         self.idx += 1
-        old, self.conn = self.conn, None
         if self.reconnecting is None or self.reconnecting.done():
-            self.reconnecting = asyncio.ensure_future(self._reconnect(old))
+            self.reconnecting = asyncio.ensure_future(self._reconnect(conn))
 
     async def _reconnect(self, old: _Connection) -> None:
         await old.close()
         while not await self._connect(attempts=len(self.order)):
             await asyncio.sleep(0.5)
 
+    async def close(self) -> None:
+        self.closing = True
+        if self.reconnecting is not None:
+            self.reconnecting.cancel()
+            await asyncio.gather(self.reconnecting, return_exceptions=True)
+        if self.conn is not None:
+            # a clean DISCONNECT keeps a persistent session (and what it queues) on the broker
+            await self.conn.close()
+            self.conn = None
+
+
+class MqttProducer(_Failover):
+    """QoS 1 publishes; PUBACK is the ack. A lost connection makes its unanswered messages
+    unknown, and the next connection (next node) starts clean: resends are the producer
+    loop's, never paho's."""
+
+    def __init__(self, system: MqttSystem, name: str) -> None:
+        super().__init__(system, name)
+        self.pending: dict[tuple[int, int], tuple[int, str]] = {}  # (connection, mid) -> (value, node)
+        self.on_outcome: Optional[OutcomeCallback] = None
+
+    async def open(self, on_outcome: OutcomeCallback) -> None:
+        self.on_outcome = on_outcome
+        await self._begin(self.system.tx_node)
+
+    async def _attempt(self, node: str, loop) -> Optional[_Connection]:
+        conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
+                           on_lost=self._lost, inflight=self.system.scenario.workload.in_flight)
+        return conn if await conn.open(2.0) else None
+
+    def _acked(self, conn: _Connection, mid: int) -> None:
+        got = self.pending.pop((id(conn), mid), None)
+        if got is not None:
+            self.on_outcome(got[0], "ack", None, got[1], None)
+
+    def _on_lost(self, conn: _Connection, why: str) -> None:
+        for key in [k for k in self.pending if k[0] == id(conn)]:
+            value, node = self.pending.pop(key)
+            self.on_outcome(value, "unknown", None, node, f"connection lost: {why}"[:200])
+
     async def send(self, value: int, payload: bytes) -> None:
-        if not self.ready.is_set():
-            try:  # backpressure while failing over, bounded by the ack timeout
-                await asyncio.wait_for(self.ready.wait(), self.system.scenario.workload.ack_timeout)
-            except asyncio.TimeoutError:
-                raise ConnectionError("not connected to any node") from None
+        if self.conn is None:
+            deadline = time.monotonic() + self.system.scenario.workload.ack_timeout
+            while self.conn is None:  # backpressure while failing over, bounded by the ack timeout
+                if time.monotonic() > deadline:
+                    raise ConnectionError("not connected to any node")
+                await asyncio.sleep(0.01)
         conn = self.conn
         info = conn.client.publish(self.system.options.topic, payload, qos=self.system.options.qos)
         if info.rc != 0:
@@ -456,79 +477,48 @@ class MqttProducer:
         self.pending[(id(conn), info.mid)] = (value, conn.node)
 
     def node(self) -> Optional[str]:
-        return self.conn.node if self.conn is not None and self.ready.is_set() else None
-
-    async def close(self) -> None:
-        self.closing = True
-        if self.reconnecting is not None:
-            self.reconnecting.cancel()
-            await asyncio.gather(self.reconnecting, return_exceptions=True)
-        if self.conn is not None:
-            await self.conn.close()
+        return self.conn.node if self.conn is not None else None
 
 
-class MqttReceiver:
+class MqttReceiver(_Failover):
     """The live reader: subscribed before the transmitter starts, reconnecting with the
     same persistent session to the next node when its node goes away."""
 
     def __init__(self, system: MqttSystem, name: str) -> None:
-        self.system = system
-        self.name = name
-        self.conn: Optional[_Connection] = None
-        self.current: Optional[str] = None
+        super().__init__(system, name)
         self.deliver: Optional[DeliverCallback] = None
         self.last_delivery = time.monotonic()
-        self.reconnecting: Optional[asyncio.Task] = None
-        self.order: list[str] = []
-        self.idx = 0
-        self.errors: list[str] = []
-        self.closing = False
 
     @property
     def client_id(self) -> str:
         return f"bc-rx-{self.name}"
 
+    @property
+    def current(self) -> Optional[str]:
+        return self.conn.node if self.conn is not None else None
+
     async def start(self, deliver: DeliverCallback) -> None:
         self.deliver = deliver
-        self.order = _node_order(self.system, self.system.rx_node)
-        if not await self._connect(attempts=3 * len(self.order)):
-            raise SystemError_(f"receiver: no MQTT node accepted a connection ({self.order})")
+        await self._begin(self.system.rx_node)
 
-    async def _connect(self, attempts: int) -> bool:
-        loop = asyncio.get_running_loop()
+    async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         o = self.system.options
-        for _ in range(attempts):
-            node = self.order[self.idx % len(self.order)]
-            conn = _Connection(self.system, self.client_id, o.clean_session, node, loop,
-                               on_message=self._message, on_lost=self._lost)
-            if await conn.open(2.0):
-                res, _ = conn.client.subscribe(o.topic, qos=o.qos)
-                if res == 0 and await _first(conn.subscribed, conn.refused, 5.0) is conn.subscribed:
-                    self.conn, self.current = conn, node
-                    return True
-                self.errors.append(f"{node}: subscription refused")
-                await conn.close()
-            self.idx += 1
-            await asyncio.sleep(0.2)
-        return False
+        conn = _Connection(self.system, self.client_id, o.clean_session, node, loop,
+                           on_message=self._message, on_lost=self._lost)
+        if not await conn.open(2.0):
+            return None
+        res, _ = conn.client.subscribe(o.topic, qos=o.qos)
+        # generous: NATS creates the session's JetStream consumers before its SUBACK, which on
+        # a cluster that has just started was seen to take more than 5 s
+        if res == 0 and await _first(conn.subscribed, conn.refused, 15.0) is conn.subscribed:
+            return conn
+        self.errors.append(f"{node}: subscription refused")
+        await conn.close()
+        return None
 
     def _message(self, conn: _Connection, payload: bytes) -> None:
         self.last_delivery = time.monotonic()
         self.deliver(payload, None, conn.node)
-
-    def _lost(self, conn: _Connection, why: str) -> None:
-        if conn is not self.conn or self.closing:
-            return
-        self.errors.append(f"{conn.node}: {why}")
-        self.conn, self.current = None, None
-        self.idx += 1
-        if self.reconnecting is None or self.reconnecting.done():
-            self.reconnecting = asyncio.ensure_future(self._reconnect(conn))
-
-    async def _reconnect(self, old: _Connection) -> None:
-        await old.close()
-        while not await self._connect(attempts=len(self.order)):
-            await asyncio.sleep(0.5)
 
     async def finish(self, idle: float) -> str:
         """Keep reading until nothing new has arrived for `idle` seconds while connected."""
@@ -552,13 +542,3 @@ class MqttReceiver:
 
     async def read(self, deliver: DeliverCallback, idle: float) -> str:
         raise RuntimeError("the MQTT receiver reads live: start() before the write, finish() after")
-
-    async def close(self) -> None:
-        self.closing = True
-        if self.reconnecting is not None:
-            self.reconnecting.cancel()
-            await asyncio.gather(self.reconnecting, return_exceptions=True)
-        if self.conn is not None:
-            # a clean DISCONNECT keeps a persistent session (and what it queues) on the broker
-            await self.conn.close()
-            self.conn, self.current = None, None

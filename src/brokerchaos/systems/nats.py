@@ -19,7 +19,7 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from . import SYSTEMS
-from .base import DeliverCallback, OutcomeCallback, System, SystemError_, http_get
+from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
 
 CLIENT_PORT = 4222
 CLUSTER_PORT = 6222
@@ -71,10 +71,7 @@ async def _connect(servers: list[str], name: str, timeout: float):
 class NatsSystem(System):
     name = "nats"
     description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
-    supported_faults = frozenset({
-        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
-        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
-    })
+    supported_faults = EVERY_FAULT
     has_coordinator = True  # the JetStream meta leader, from the monitoring endpoint
 
     def __init__(self, *a, **k) -> None:
@@ -133,17 +130,10 @@ class NatsSystem(System):
     def start_node(self, node: str) -> None:
         if not shutil.which(self.binary):
             raise SystemError_("nats-server not found: run `make setup` (apt-get install nats-server)")
-        old = self.procs.get(node)
-        if old is not None and old.alive():
-            raise SystemError_(f"{node} is already running (pid {old.pid})")
-        if old is not None:
-            self.sandbox.forget(old)
         conf = self.datadir / f"{node}.conf"
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(self._config(node))
-        self.procs[node] = self.sandbox.spawn(
-            self.host(node), node, [self.binary, "-c", str(conf)], self.logdir / f"{node}.log"
-        )
+        self.spawn_node(node, [self.binary, "-c", str(conf)])
 
     def stop(self) -> None:
         super().stop()
@@ -187,7 +177,7 @@ class NatsSystem(System):
         raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: {last!r}")
 
     async def healthy(self, timeout: float) -> tuple[bool, str]:
-        down = [n for n in self.node_names if not self.node_alive(n)]
+        down = self.not_running()
         if down:
             return False, f"{', '.join(down)} not running"
         deadline = time.monotonic() + timeout

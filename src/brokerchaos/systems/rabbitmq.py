@@ -30,7 +30,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import SYSTEMS
-from .base import DeliverCallback, OutcomeCallback, System, SystemError_, http_get
+from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
 
 AMQP_PORT = 5672
 DIST_PORT = 25672
@@ -166,16 +166,10 @@ class RabbitBase(System):
             self.start_node(n)
 
     def start_node(self, node: str) -> None:
-        old = self.procs.get(node)
-        if old is not None and old.alive():
-            raise SystemError_(f"{node} is already running (pid {old.pid})")
-        if old is not None:
-            self.sandbox.forget(old)
         d = self.datadir / node
         d.mkdir(parents=True, exist_ok=True)
         (d / "rabbitmq.conf").write_text(self._conf(node))
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, [SERVER], self.logdir / f"{node}.log",
-                                              env=self._env(node), exe="beam.smp")
+        self.spawn_node(node, [SERVER], env=self._env(node), exe="beam.smp")
 
     def stop(self) -> None:
         from ..sandbox import process
@@ -267,7 +261,7 @@ class RabbitBase(System):
         return ([lead] if lead else []) + rest
 
     async def healthy(self, timeout: float) -> tuple[bool, str]:
-        down = [n for n in self.node_names if not self.node_alive(n)]
+        down = self.not_running()
         if down:
             return False, f"{', '.join(down)} not running"
         deadline = time.monotonic() + timeout
@@ -294,10 +288,7 @@ class RabbitBase(System):
 class RabbitSystem(RabbitBase):
     name = "rabbitmq"
     description = "RabbitMQ cluster (rabbitmq-server 3.10): quorum, classic or stream queue, publisher confirms"
-    supported_faults = frozenset({
-        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
-        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
-    })
+    supported_faults = EVERY_FAULT
     Options = RabbitOptions
 
     @classmethod

@@ -24,7 +24,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import SYSTEMS
-from .base import DeliverCallback, OutcomeCallback, System, SystemError_
+from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_
 
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
@@ -59,10 +59,7 @@ def _bin() -> str:
 class RedisSystem(System):
     name = "redis"
     description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
-    supported_faults = frozenset({
-        "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
-        "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
-    })
+    supported_faults = EVERY_FAULT
     Options = RedisOptions
 
     @classmethod
@@ -81,6 +78,7 @@ class RedisSystem(System):
         super().__init__(*a, **k)
         self.sentinels: dict[str, object] = {}
         self.admin: dict = {}
+        self.abandoned: set[asyncio.Task] = set()
 
     # -- processes -------------------------------------------------------------
     def addr(self, node: str) -> tuple[str, int]:
@@ -139,16 +137,11 @@ class RedisSystem(System):
                                                    self.logdir / f"{n}-sentinel.log")
 
     def start_node(self, node: str) -> None:
-        old = self.procs.get(node)
-        if old is not None and old.alive():
-            raise SystemError_(f"{node} is already running (pid {old.pid})")
-        if old is not None:
-            self.sandbox.forget(old)
         conf = self.datadir / f"{node}.conf"
         if not conf.exists():  # a restart keeps the file the sentinels may have rewritten
             conf.parent.mkdir(parents=True, exist_ok=True)
             conf.write_text(self._server_conf(node))
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, [_bin(), str(conf)], self.logdir / f"{node}.log")
+        self.spawn_node(node, [_bin(), str(conf)])
 
     def stop(self) -> None:
         from ..sandbox import process
@@ -167,9 +160,9 @@ class RedisSystem(System):
     async def _ask(self, addr, *cmd, timeout: float = 2.0):
         r = self._client(addr, timeout)
         try:
-            return await asyncio.wait_for(r.execute_command(*cmd), timeout + 1)
+            return await _abandon_after(r.execute_command(*cmd), timeout + 1, self.abandoned)
         finally:
-            await r.aclose()
+            await _aclose(r, self.abandoned)
 
     async def connect(self, timeout: float) -> None:
         """Every server answers, the replicas are in sync, and every sentinel sees the others."""
@@ -288,6 +281,7 @@ class RedisProducer:
         self.addr: Optional[tuple[str, int]] = None
         self.on_outcome: Optional[OutcomeCallback] = None
         self.connected = False
+        self.abandoned: set[asyncio.Task] = set()  # stuck client calls, cancelled, never awaited
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome
@@ -317,9 +311,10 @@ class RedisProducer:
                     pipe.xadd(self.system.stream_name, {FIELD: payload})
                 if self.o.wait_replicas:
                     pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
-                # bounded: a pipeline on a connection whose server died mid-batch was seen to
-                # wait forever (the write phase then ran into write_timeout)
-                res = await asyncio.wait_for(pipe.execute(raise_on_error=False), 10)
+                # a pipeline on a connection whose server died mid-batch was seen to wait
+                # forever, and so did its cancellation (which asyncio.wait_for awaits): the
+                # write phase then ran into write_timeout. It is abandoned instead.
+                res = await _abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
                 self.connected = True
             except asyncio.CancelledError:
                 raise
@@ -327,7 +322,7 @@ class RedisProducer:
                 # nothing is reported: the producer loop's ack_timeout makes them unknown
                 self.connected = False
                 if r is not None:
-                    await _aclose(r)
+                    await _aclose(r, self.abandoned)
                 r = None
                 await asyncio.sleep(0.2)
                 if self.o.follow_failover:
@@ -336,22 +331,29 @@ class RedisProducer:
                     except Exception:  # noqa: BLE001
                         pass
                 continue
-            node = self.system.node_of(*self.addr)
-            short = None
-            if self.o.wait_replicas:
-                got = res[-1]
-                res = res[:-1]
-                if isinstance(got, Exception) or int(got) < self.o.wait_replicas:
-                    short = f"WAIT: {got} of {self.o.wait_replicas} replicas"
-            for (value, _), reply in zip(batch, res):
-                if isinstance(reply, Exception):
-                    self.on_outcome(value, "nack", None, node, f"{type(reply).__name__}: {reply}"[:200])
-                    if self.o.follow_failover and "READONLY" in str(reply):
-                        self._refresh_soon()
-                elif short:
-                    self.on_outcome(value, "unknown", _id(reply), node, short)
-                else:
-                    self.on_outcome(value, "ack", _id(reply), node, None)
+            try:
+                self._report(batch, res)
+            except Exception as e:  # noqa: BLE001 - never lose the writer (and with it the queue)
+                for value, _ in batch:
+                    self.on_outcome(value, "unknown", None, None, f"reply not understood: {type(e).__name__}: {e}"[:200])
+
+    def _report(self, batch: list, res: list) -> None:
+        node = self.system.node_of(*self.addr)
+        short = None
+        if self.o.wait_replicas:
+            got = res[-1]
+            res = res[:-1]
+            if isinstance(got, Exception) or int(got) < self.o.wait_replicas:
+                short = f"WAIT: {got} of {self.o.wait_replicas} replicas"
+        for (value, _), reply in zip(batch, res):
+            if isinstance(reply, Exception):
+                self.on_outcome(value, "nack", None, node, f"{type(reply).__name__}: {reply}"[:200])
+                if self.o.follow_failover and "READONLY" in str(reply):
+                    self._refresh_soon()
+            elif short:
+                self.on_outcome(value, "unknown", _id(reply), node, short)
+            else:
+                self.on_outcome(value, "ack", _id(reply), node, None)
 
     def _refresh_soon(self) -> None:
         async def refresh():
@@ -371,9 +373,22 @@ def _id(reply) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
-async def _aclose(r) -> None:
+async def _abandon_after(coro, timeout: float, abandoned: set):
+    """`await coro` for at most `timeout` seconds; past that it is cancelled and left behind
+    (kept in `abandoned`), not awaited as asyncio.wait_for would."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        abandoned.add(task)
+        task.add_done_callback(abandoned.discard)
+        raise TimeoutError(f"no answer within {timeout:.0f}s")
+    return task.result()
+
+
+async def _aclose(r, abandoned: Optional[set] = None) -> None:
     try:
-        await asyncio.wait_for(r.aclose(), 2)
+        await _abandon_after(r.aclose(), 2, abandoned if abandoned is not None else set())
     except Exception:  # noqa: BLE001
         pass
 

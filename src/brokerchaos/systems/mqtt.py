@@ -379,6 +379,9 @@ class _Failover:
         self.idx = 0
         self.closing = False
         self.errors: list[str] = []
+        # the first CONNACK may wait for the broker to set MQTT up (NATS creates its streams
+        # then: seen to take over 2 s on a fresh cluster); a failover must move on quickly
+        self.connack_wait = 15.0
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         raise NotImplementedError
@@ -393,6 +396,7 @@ class _Failover:
         if not await self._connect(attempts=3 * len(self.order)):
             raise SystemError_(f"{self.name}: no MQTT node accepted a connection ({self.order}; "
                                f"{'; '.join(self.errors[-2:])})")
+        self.connack_wait = 3.0
 
     async def _connect(self, attempts: int) -> bool:
         loop = asyncio.get_running_loop()
@@ -448,7 +452,7 @@ class MqttProducer(_Failover):
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
                            on_lost=self._lost, inflight=self.system.scenario.workload.in_flight)
-        return conn if await conn.open(2.0) else None
+        return conn if await conn.open(self.connack_wait) else None
 
     def _acked(self, conn: _Connection, mid: int) -> None:
         got = self.pending.pop((id(conn), mid), None)
@@ -505,7 +509,7 @@ class MqttReceiver(_Failover):
         o = self.system.options
         conn = _Connection(self.system, self.client_id, o.clean_session, node, loop,
                            on_message=self._message, on_lost=self._lost)
-        if not await conn.open(2.0):
+        if not await conn.open(self.connack_wait):
             return None
         res, _ = conn.client.subscribe(o.topic, qos=o.qos)
         # generous: NATS creates the session's JetStream consumers before its SUBACK, which on

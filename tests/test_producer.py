@@ -117,3 +117,27 @@ def test_retries_run_out_and_the_last_outcome_stays(tmp_path):
     loop, client, rows = _run(tmp_path, lambda v, n: "nack", messages=10, retries=1)
     assert loop.acct.neg == 10 and loop.acct.pos == 0
     assert sum(r["type"] == "send" for r in rows) == 20
+
+
+def test_live_progress_knows_when_every_acked_message_has_arrived():
+    from types import SimpleNamespace
+
+    from brokerchaos.scenario import WorkloadSpec
+    from brokerchaos.workload import Accounting, LiveProgress
+
+    acct = Accounting(4)
+    for v in (1, 2, 3, 4):
+        acct.on_send(v)
+    acct.on_ack(1)
+    acct.on_ack(3)
+    acct.on_unknown(4)  # not acked: the read need not wait for it
+    progress = LiveProgress()
+    progress.add(SimpleNamespace(name="p1-run-001", spec=WorkloadSpec(messages=4), acct=acct))
+    progress.saw("p1-run-001", 1)
+    progress.saw("p1-run-000", 3)  # another run's message (a stowaway) does not count
+    progress.saw(None, None)
+    assert not progress.all_acked_seen()
+    progress.saw("p1-run-001", 3)
+    assert progress.all_acked_seen()
+    acct.on_ack(2)  # a late ack makes the read wait again
+    assert not progress.all_acked_seen()

@@ -25,7 +25,7 @@ from .report import console, files
 from .sandbox import Sandbox
 from .scenario import Scenario
 from .systems import SYSTEMS, System
-from .workload import ProducerLoop, finish_live, read_all, start_live
+from .workload import LiveProgress, ProducerLoop, finish_live, read_all, start_live
 
 
 class Observer:
@@ -201,8 +201,9 @@ class Session:
             reader_client = system.reader("c1")
             live = hasattr(reader_client, "start")  # reads during the write phase (MQTT)
             reader = Recorder(hist, run_id, "c1", origin)
+            arrived = LiveProgress()
             if live:
-                await start_live(reader_client, reader)
+                await start_live(reader_client, reader, arrived)
             out["leader_at_start"] = await system.leader()
             # where one run can receive another's messages, names carry the run id (the
             # seed's sequence id), so those are stowaways and not this run's messages
@@ -211,6 +212,8 @@ class Session:
                 ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, gate.on_first_ack)
                 for name in names
             )
+            for p in producers:
+                arrived.add(p)
             nem_tasks = [asyncio.create_task(n.run()) for n in nemeses]
             progress = asyncio.create_task(self._progress(producers))
             t_write = time.monotonic()
@@ -245,7 +248,7 @@ class Session:
                     out["leader_before_read"] = f"unavailable: {type(e).__name__}"
             t_read = time.monotonic()
             if live:
-                out["read_status"] = await finish_live(reader_client, reader, w.read_idle, w.read_timeout)
+                out["read_status"] = await finish_live(reader_client, reader, arrived, w.read_idle, w.read_timeout)
             else:
                 out["read_status"] = await read_all(reader_client, reader, w.read_idle, w.read_timeout)
             reader.close()

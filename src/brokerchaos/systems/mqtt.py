@@ -524,10 +524,13 @@ class MqttReceiver(_Failover):
         self.last_delivery = time.monotonic()
         self.deliver(payload, None, conn.node)
 
-    async def finish(self, idle: float) -> str:
-        """Keep reading until nothing new has arrived for `idle` seconds while connected."""
-        self.last_delivery = max(self.last_delivery, time.monotonic() - idle / 2)
+    async def finish(self, idle: float, all_acked_seen=lambda: False) -> str:
+        """Keep reading until every acked message has arrived (then a short grace for
+        duplicates right behind), or nothing new has arrived for `idle` seconds while
+        connected, counted from the end of the write phase at the earliest."""
+        self.last_delivery = max(self.last_delivery, time.monotonic())
         not_connected_since: Optional[float] = None
+        checked = 0.0
         try:
             while True:
                 now = time.monotonic()
@@ -538,8 +541,13 @@ class MqttReceiver(_Failover):
                         return f"incomplete: receiver not connected for {bound:.0f}s ({'; '.join(self.errors[-2:])})"
                 else:
                     not_connected_since = None
-                    if now - self.last_delivery > idle:
+                    quiet = now - self.last_delivery
+                    if quiet > idle:
                         return "complete"
+                    if quiet > 0.5 and now - checked > 0.5:
+                        checked = now
+                        if all_acked_seen():
+                            return "complete"
                 await asyncio.sleep(0.1)
         finally:
             await self.close()

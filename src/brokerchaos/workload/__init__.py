@@ -1,6 +1,6 @@
 from .accounting import Accounting
 from .payload import decode, encode
 from .producer import ProducerLoop
-from .reader import finish_live, read_all, start_live
+from .reader import LiveProgress, finish_live, read_all, start_live
 
-__all__ = ["Accounting", "ProducerLoop", "read_all", "start_live", "finish_live", "encode", "decode"]
+__all__ = ["Accounting", "ProducerLoop", "read_all", "start_live", "finish_live", "LiveProgress", "encode", "decode"]

@@ -2,29 +2,60 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Optional
 
 from ..history import Recorder
 from .payload import decode
 
 
-def _deliverer(recorder: Recorder):
+class LiveProgress:
+    """Which of this run's acked messages a live consumer has received, so that its read can
+    end as soon as all have arrived instead of always waiting out `read_idle`."""
+
+    def __init__(self) -> None:
+        self.producers: dict = {}  # name -> ProducerLoop
+        self.seen: dict[str, bytearray] = {}
+
+    def add(self, loop) -> None:
+        self.producers[loop.name] = loop
+        self.seen[loop.name] = bytearray(loop.spec.messages + 1)
+
+    def saw(self, producer, value) -> None:
+        got = self.seen.get(producer)
+        if got is not None and value is not None and 0 < value < len(got):
+            got[value] = 1
+
+    def all_acked_seen(self) -> bool:
+        from .accounting import ACK
+
+        for name, loop in self.producers.items():
+            seen = self.seen[name]
+            if any(st == ACK and not s for st, s in zip(loop.acct.state, seen)):
+                return False
+        return True
+
+
+def _deliverer(recorder: Recorder, progress: Optional[LiveProgress] = None):
     def deliver(payload: bytes, offset, node) -> None:
         producer, value = decode(payload)
         detail = None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}"
         recorder.record("recv", producer, value, offset, node, detail)
         recorder.maybe_flush()
+        if progress is not None:
+            progress.saw(producer, value)
 
     return deliver
 
 
-async def start_live(client, recorder: Recorder) -> None:
+async def start_live(client, recorder: Recorder, progress: LiveProgress) -> None:
     """A live consumer (MQTT): subscribed before the write phase, recording as it goes."""
-    await client.start(_deliverer(recorder))
+    await client.start(_deliverer(recorder, progress))
 
 
-async def finish_live(client, recorder: Recorder, idle: float, timeout: float) -> str:
-    """Let a live consumer read until idle; "complete" or "incomplete: why", as read_all."""
-    return await _ended(client.finish(idle), recorder, timeout)
+async def finish_live(client, recorder: Recorder, progress: LiveProgress, idle: float, timeout: float) -> str:
+    """Let a live consumer read until every acked message has arrived, or nothing has for
+    `idle` seconds; "complete" or "incomplete: why", as read_all."""
+    return await _ended(client.finish(idle, progress.all_acked_seen), recorder, timeout)
 
 
 async def read_all(client, recorder: Recorder, idle: float, timeout: float) -> str:

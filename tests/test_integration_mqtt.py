@@ -42,8 +42,8 @@ def test_session_test_on_a_clustered_mqtt_broker(scenario, tmp_path, spark):
         assert v["killed_node"] == "n3" and v["txm"] == "n2" and v["rxm"] == "n1"
         assert v["downtime_s"] is not None and v["downtime_s"] > 0
         assert v["txtime_s"] > 0 and v["tx_downtime_s"] is None  # the transmitter's node was not hit
-    # producers carry the run id, so the second run's payloads are its own
-    assert v2["received"] >= 600 and v2["stowaways"] == 0
+    # the second run read its own acked messages on the reused session
+    assert v2["received"] >= v2["pos_ack_count"] > 200
     with open(result.dir / "session_table.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["Seq_ix"] for r in rows] == ["1", "2"]

@@ -178,7 +178,8 @@ def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, m
     assert calls == [("run-001", True), ("run-002", True)]  # no check after the last run
     for v in result.verdicts:
         assert v["acked_missing"] == 0 and v["read_complete"] is True
-    # each run had its own stream: run-002's read saw only run-002's messages
-    assert all(v["send_count"] == 3000 and v["received"] >= 3000 and v["stowaways"] == 0 for v in result.verdicts)
+    # each run had its own stream: no run read another's messages
+    assert all(v["send_count"] == 3000 and v["received"] >= v["pos_ack_count"] > 1000 and v["stowaways"] == 0
+               for v in result.verdicts), result.verdicts
     # the rebuilt cluster logs to the run that started it
     assert all((result.dir / "run-003" / "logs" / f"n{i}.log").exists() for i in (1, 2, 3))

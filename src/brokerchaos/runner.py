@@ -123,18 +123,19 @@ class Session:
         meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
                       "scenario": s.model_dump(), "started": time.time()}
         system = self._system
-        if system is not None:
-            system.begin_run(run_id, run_dir / "logs")
-            meta["cluster"] = f"reused (started in {self._system_from})"
-        else:
+        fresh = system is None
+        if fresh:
             system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
             meta["cluster"] = "started" if index == 1 else f"started ({self._rebuild_why})"
             self._system, self._system_from = system, run_id
+        else:
+            system.begin_run(run_id, run_dir / "logs")
+            meta["cluster"] = f"reused (started in {self._system_from})"
         self.obs.line(f"Cluster: {meta['cluster']}")
         keep = False
         try:
             t0 = time.monotonic()
-            if meta["cluster"].startswith("started"):
+            if fresh:
                 system.start()
             more = index < s.runs
             meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0, more),

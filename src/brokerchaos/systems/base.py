@@ -9,6 +9,7 @@ import abc
 import asyncio
 import base64
 import signal
+import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
@@ -111,15 +112,27 @@ class System(abc.ABC):
         self.logdir = logdir
 
     async def healthy(self, timeout: float) -> tuple[bool, str]:
-        """Can the next run reuse this cluster? Every node up and the cluster serving."""
+        """Can the next run reuse this cluster? Every node up, and `whole()` within `timeout`."""
         down = self.not_running()
         if down:
             return False, f"{', '.join(down)} not running"
-        try:
-            await self.connect(timeout)
-        except Exception as e:  # noqa: BLE001
-            return False, f"not serving: {e}"
-        return True, "healthy"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ok, last = await self.whole()
+                if ok:
+                    return True, "healthy"
+            except Exception as e:  # noqa: BLE001 - not whole yet
+                last = f"{type(e).__name__}: {e}"
+            if time.monotonic() >= deadline:
+                return False, f"not whole within {timeout:.0f}s: {last}"
+            await asyncio.sleep(0.25)
+
+    async def whole(self) -> tuple[bool, str]:
+        """One look: is the cluster whole and serving? (ok, what was seen). By default: the
+        start-up readiness check passes."""
+        await self.connect(5.0)
+        return True, "serving"
 
     async def drop_stream(self) -> None:
         """Free the run's stream/queue on a cluster that will be reused (best effort)."""

@@ -176,26 +176,14 @@ class NatsSystem(System):
                 await asyncio.sleep(0.2)
         raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: {last!r}")
 
-    async def healthy(self, timeout: float) -> tuple[bool, str]:
-        down = self.not_running()
-        if down:
-            return False, f"{', '.join(down)} not running"
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                body = await http_get(self.host(self.node_names[0]).ip,
-                                      self.sandbox.port(self.host(self.node_names[0]), MONITOR_PORT), "/jsz", 2.0)
-                meta = json.loads(body).get("meta_cluster") or {}
-                peers = meta.get("replicas") or []
-                if (meta.get("leader") or len(self.node_names) == 1) and \
-                        all(p.get("current") and not p.get("offline") for p in peers):
-                    return True, "healthy"
-                last = f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
-            except (OSError, ValueError, asyncio.TimeoutError) as e:
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.2)
-        return False, f"JetStream not healthy within {timeout}s: {last}"
+    async def whole(self) -> tuple[bool, str]:
+        """A JetStream meta leader, and every peer current."""
+        h = self.host(self.node_names[0])
+        meta = json.loads(await http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)).get("meta_cluster") or {}
+        peers = meta.get("replicas") or []
+        ok = bool(meta.get("leader") or len(self.node_names) == 1) and \
+            all(p.get("current") and not p.get("offline") for p in peers)
+        return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
 
     async def drop_stream(self) -> None:
         try:

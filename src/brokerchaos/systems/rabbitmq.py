@@ -260,25 +260,14 @@ class RabbitBase(System):
         rest = [m for m in members if m and m != lead]
         return ([lead] if lead else []) + rest
 
-    async def healthy(self, timeout: float) -> tuple[bool, str]:
-        down = self.not_running()
-        if down:
-            return False, f"{', '.join(down)} not running"
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                ok, last = await self._cluster_ready()
-                if ok:
-                    parts = await self.api(self.node_names[0], "/api/nodes?columns=name,partitions")
-                    split = [x["name"] for x in parts if x.get("partitions")]
-                    if not split:
-                        return True, "healthy"
-                    last = f"partitions seen by {split}"
-            except Exception as e:  # noqa: BLE001
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.25)
-        return False, f"not healthy within {timeout}s: {last}"
+    async def whole(self) -> tuple[bool, str]:
+        """Every node running, listening, and no partition seen by any."""
+        ok, last = await self._cluster_ready()
+        if not ok:
+            return ok, last
+        parts = await self.api(self.node_names[0], "/api/nodes?columns=name,partitions")
+        split = [x["name"] for x in parts if x.get("partitions")]
+        return not split, f"partitions seen by {split}" if split else "whole"
 
     async def close(self) -> None:
         pass

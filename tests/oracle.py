@@ -99,7 +99,8 @@ def _session(run: str, position: int, rows: list[dict], windows: list, live_gaps
 
 def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     msgs: dict = defaultdict(lambda: {"sent": False, "ack": False, "nack": False, "unk": False,
-                                      "recv": 0, "t_send": None, "t_ack": None, "t_recv": None})
+                                      "recv": 0, "t_send": None, "t_ack": None, "t_recv": None,
+                                      "offsets": []})
     for r in rows:
         ty = r["type"]
         if ty not in ("send", "ack", "nack", "unknown", "recv"):
@@ -118,6 +119,8 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
             m["unk"] = True
         else:
             m["recv"] += 1
+            if r["offset"] is not None:
+                m["offsets"].append((r["client"], r["offset"]))
             m["t_recv"] = t if m["t_recv"] is None else min(m["t_recv"], t)
     sent = [m for m in msgs.values() if m["sent"]]
     v = {
@@ -135,6 +138,8 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
         "received_after_unknown": sum(m["recv"] > 0 and not m["ack"] and not m["nack"] and m["unk"] for m in sent),
         "msgs_with_dups": sum(m["recv"] > 1 for m in sent),
         "duplicate_deliveries": sum(m["recv"] - 1 for m in sent if m["recv"] > 0),
+        "stored_duplicates": sum(max(0, len({o for _, o in m["offsets"]}) - 1) for m in sent),
+        "redeliveries": sum(len(m["offsets"]) - len(set(m["offsets"])) for m in sent),
     }
     v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
 

@@ -16,7 +16,7 @@ import oracle
 KEYS = [
     "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
     "acked_missing", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
-    "msgs_with_dups", "duplicate_deliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
+    "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "runtime_s", "txtime_s", "gaptime_s", "downtime_s",
@@ -47,7 +47,9 @@ def history(draw):
             pool = sent + [("p1", 999), ("px", 1), (None, None)]
             for _ in range(draw(st.integers(0, 40))):
                 p, v = rnd.choice(pool) if rnd.random() < 0.3 or not sent else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))]
-                evs.append(("recv", p, v, None if v is None else f"o{v}"))
+                # one offset per value (a redelivery), a second one (stored twice), or none
+                off = rnd.choice([f"o{v}", f"o{v}", f"o{v}b", None])
+                evs.append(("recv", p, v, None if v is None else off))
             end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
             if end:
                 evs.append(("read_end", None, None, end))

@@ -27,6 +27,10 @@ class Replicas:
         self.node_names = [f"n{i}" for i in range(1, n + 1)]
         self.lead = lead
 
+    @property
+    def host_names(self):
+        return self.node_names
+
     async def leader(self):
         return self.lead
 

@@ -92,6 +92,15 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "mqtt", "options": {"broker": "mosquitto"}}, "cluster.nodes"),
     ({"system": "mqtt", "options": {"rx_node": "n7"}}, "options.rx_node"),
     ({"system": "mqtt", "options": {"qos": 2}}, "options.qos"),
+    ({"system": "kafka", "options": {"acks": 1}, "workload": {"dedup": True}}, "options.acks"),
+    ({"system": "kafka", "options": {"acks": "2"}}, "options.acks"),
+    ({"system": "kafka", "options": {"message_timeout_ms": 9000}}, "options.message_timeout_ms"),
+    ({"system": "kafka", "workload": {"ack_timeout": 1}}, "workload.ack_timeout"),
+    ({"system": "pulsar"}, "cluster.nodes"),
+    ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"send_timeout_ms": 5000}},
+     "options.send_timeout_ms"),
+    ({"system": "kafka", "fault": {"action": "pause", "target": "stor"}}, "fault.target"),
+    ({"system": "kafka", "fault": {"action": "command", "params": {"inject": "x"}}}, "fault.action"),
 ])
 def test_system_options_are_checked_per_system(doc, field):
     with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):
@@ -117,3 +126,65 @@ def test_option_flag_sets_system_options_and_is_validated():
 def test_consumer_node_target_is_known():
     s = sc.load(None, {"system": "mqtt", "fault": "kill-consumer-node"})
     assert (s.fault.action, s.fault.target) == ("kill", "consumer-node")
+
+
+def test_store_is_a_target_of_kafka_only():
+    sc.build({"system": "kafka", "fault": {"action": "isolate-from", "target": "client-node",
+                                           "params": {"from": "store"}}})
+    sc.build({"system": "kafka", "fault": {"action": "pause", "target": "store"}})
+    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'fault.target': unknown target 'store'"):
+        sc.build({"system": "nats", "fault": {"action": "pause", "target": "store"}})
+
+
+@pytest.mark.parametrize("text, extra, field", [
+    ("nodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}, n3: {address: 'h'}}", {}, "external.nodes.n3.address"),
+    ("nodes: {n1: {address: 'h:1'}, n3: {address: 'h:2'}}", {}, "external.nodes"),
+    ("nodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}}", {}, "cluster.nodes"),
+    ("system: pulsar\nnodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}, n3: {address: 'h:3'}}", {}, "external"),
+    ("nodes: {n1: {address: 'h:1', kil: x}, n2: {address: 'h:2'}, n3: {address: 'h:3'}}", {},
+     "external.nodes.n1.kil"),
+    ("nodes: [", {}, "external"),
+    ("nodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}, n3: {address: 'h:3'}}",
+     {"fault": {"action": "command", "params": {"inject": "isolate"}}}, "fault.params"),
+    ("nodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}, n3: {address: 'h:3'}}",
+     {"fault": {"action": "delay", "params": {"delay_ms": 5}}}, "fault.action"),
+])
+def test_external_cluster_file_is_checked(tmp_path, text, extra, field):
+    f = tmp_path / "cluster.yaml"
+    f.write_text(text)
+    with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):
+        sc.build({"system": "kafka", "external": str(f), **extra})
+
+
+def test_external_hooks_run_and_fail_with_one_line(tmp_path):
+    from brokerchaos.systems.external import HookError, load
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text("hook_timeout: 2\nnodes:\n  n1: {address: 'h:1', kill: 'echo killed > %s/k', "
+                 "stop: 'echo no >&2; exit 3', pause: 'sleep 5', hooks: {cut: 'true'}}\n" % tmp_path)
+    ext = load(f)
+    assert ext.run("n1", "kill") == 0 and (tmp_path / "k").read_text() == "killed\n"
+    assert ext.has("n1", "cut") and not ext.has("n1", "start")
+    with pytest.raises(HookError, match="n1 'stop' exited 3: no$"):
+        ext.run("n1", "stop")
+    with pytest.raises(HookError, match="did not finish within 2s"):
+        ext.run("n1", "pause")
+    with pytest.raises(HookError, match="has no 'start' command"):
+        ext.run("n1", "start")
+
+
+def test_campaign_file_is_checked_before_anything_runs(tmp_path):
+    from brokerchaos import campaign as cp
+
+    spec, scenarios = cp.load("campaigns/kafka-dedup.yaml", {"runs": 2})
+    assert [s.workload.dedup for s in scenarios] == [False, True] and {s.runs for s in scenarios} == {2}
+    f = tmp_path / "c.yaml"
+    f.write_text("name: x\nscenarios: [missing.yaml]\n")
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'scenarios.0' \(missing.yaml\): scenario file"):
+        cp.load(f)
+    f.write_text("name: x\nscenarios: []\n")
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'scenarios'"):
+        cp.load(f)
+    f.write_text("name: x\nscenarios: [a.yaml]\noverrides: {runz: 3}\n")
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'overrides.runz'"):
+        cp.load(f)

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="seed for random choices (targets, schedules)")
     r.add_argument("--name", help="session name (default: the scenario file's name)")
     r.add_argument("--sandbox", choices=["auto", "netns", "loopback"], help="where nodes run (default auto)")
+    r.add_argument("--external", metavar="CLUSTER.yaml",
+                   help="test a real cluster through the hooks of this file instead of starting one "
+                        "(kafka, pulsar; see docs/external.md)")
     r.add_argument("--out", default="results", help="results directory (default results/)")
     r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
@@ -75,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-write", action="store_true", help="print only")
     a.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
+    c = sub.add_parser("campaign", help="run several scenarios (e.g. dedup off and on), one table across them",
+                       description="Runs every scenario of a campaign file as its own session and writes "
+                                   "results.csv (every run of every session, with a Scenario column) and "
+                                   "summary.json next to them.")
+    c.add_argument("campaign", help="campaign YAML: name, scenarios (files), overrides (settings for all)")
+    c.add_argument("--runs", type=int, help="runs per scenario (overrides the files)")
+    c.add_argument("--messages", type=int, help="messages per producer per run")
+    c.add_argument("--out", default="results", help="results directory (default results/)")
+    c.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
 
     c = sub.add_parser("clean", help="remove namespaces, processes and state left by crashed sessions")
@@ -84,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 FLAG_KEYS = ["system", "option", "fault", "target", "fault_param", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
              "in_flight", "producers", "message_size", "retries", "dedup", "ack_timeout", "write_timeout",
-             "read_timeout", "nodes", "replicas", "seed", "name", "sandbox"]
+             "read_timeout", "nodes", "replicas", "seed", "name", "sandbox", "external"]
 
 
 def _java_ok(master) -> bool:
@@ -142,6 +155,40 @@ def cmd_run(args) -> int:
         print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
         return 130
     return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
+
+
+def cmd_campaign(args) -> int:
+    from . import campaign as cp
+    from . import scenario as sc
+
+    try:
+        spec, scenarios = cp.load(args.campaign, {"runs": args.runs, "messages": args.messages})
+    except sc.ScenarioError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for s in scenarios:
+        err = _netns_needed(s)
+        if err:
+            print(f"brokerchaos: error: {s.name}: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if not _java_ok(args.spark_master):
+        return 1
+    from .runner import Terminated
+    from .sandbox import SandboxError
+    from .systems import SystemError_
+
+    try:
+        out = cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master)
+    except (SystemError_, SandboxError) as e:
+        print(f"brokerchaos: campaign failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Terminated):
+        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
+        return 130
+    print("\n" + cp.table(out["sessions"]))
+    print(f"Results: {out['dir']}")
+    results = {s["summary"].get("result") for s in out["sessions"]}
+    return 3 if "fail" in results else 4 if "unknown" in results else 0
 
 
 def cmd_analyze(args) -> int:
@@ -223,7 +270,8 @@ def cmd_clean(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "analyze": cmd_analyze, "faults": cmd_faults, "clean": cmd_clean}[args.command](args)
+    return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "faults": cmd_faults,
+            "clean": cmd_clean}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,9 @@ class Session:
         spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
-            with Sandbox([f"n{i}" for i in range(1, s.cluster.nodes + 1)], s.sandbox) as sb, self._cluster():
+            hosts = [f"n{i}" for i in range(1, s.cluster.nodes + 1)] + list(SYSTEMS.get(s.system).service_hosts)
+            # an external cluster is reached from the root namespace, like any other client
+            with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb, self._cluster():
                 self._announce(sb)
                 for i in range(1, s.runs + 1):
                     run_id = f"run-{i:03d}"
@@ -126,7 +128,8 @@ class Session:
         fresh = system is None
         if fresh:
             system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
-            meta["cluster"] = "started" if index == 1 else f"started ({self._rebuild_why})"
+            meta["cluster"] = ("external (" + s.external + ")") if s.external else \
+                "started" if index == 1 else f"started ({self._rebuild_why})"
             self._system, self._system_from = system, run_id
         else:
             system.begin_run(run_id, run_dir / "logs")

@@ -102,6 +102,9 @@ class Scenario(_Strict):
     runs: int = Field(5, ge=1, le=100_000)
     seed: int = Field(0, ge=0)
     sandbox: Literal["auto", "netns", "loopback"] = "auto"
+    external: Optional[str] = Field(
+        None, description="cluster file of a real cluster to test instead of starting one (kafka, pulsar): "
+                          "addresses and kill/stop/start/pause hooks per node; see docs/external.md")
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     options: dict[str, Any] = Field(default_factory=dict, description="the system's own settings (see `faults`)")
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -134,6 +137,7 @@ FLAG_PATHS = {
     "runs": "runs",
     "seed": "seed",
     "sandbox": "sandbox",
+    "external": "external",
     "nodes": "cluster.nodes",
     "replicas": "cluster.replicas",
     "messages": "workload.messages",
@@ -294,7 +298,18 @@ def check_registries(s: Scenario) -> None:
     except ValidationError as e:
         raise ScenarioError(_first_error(e, "options")) from None
     system.check(s)
-    node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)]
+    if s.external is not None:
+        from .systems import external
+
+        if not system.external_ok:
+            raise ScenarioError(f"scenario field 'external': system {s.system!r} has no external mode "
+                                f"(kafka and pulsar have)")
+        ext = external.load(s.external)
+        if ext.system is not None and ext.system != s.system:
+            raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
+        if len(ext.nodes) != s.cluster.nodes:
+            raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
+    node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)] + list(system.service_hosts)
     for path, f in s.fault_fields():
         if f.action not in FAULTS:
             raise ScenarioError(
@@ -305,6 +320,11 @@ def check_registries(s: Scenario) -> None:
             raise ScenarioError(
                 f"scenario field '{path}.action': system {s.system!r} does not support fault {f.action!r} "
                 f"(it supports: {', '.join(sorted(system.supported_faults))})"
+            )
+        if cls.needs_netns and s.external is not None:
+            raise ScenarioError(
+                f"scenario field '{path}.action': {f.action!r} works inside the sandbox only; on an external "
+                f"cluster use action 'command' with a hook of the cluster file"
             )
         if cls.needs_netns and s.sandbox == "loopback":
             raise ScenarioError(

@@ -83,6 +83,13 @@ def message_table(df: DataFrame) -> DataFrame:
             F.max((t == "nack").cast("int")).alias("nacked"),
             F.max((t == "unknown").cast("int")).alias("unk"),
             F.sum((t == "recv").cast("long")).alias("recv_n"),
+            # deliveries with an offset, how many distinct offsets, and how many distinct
+            # (consumer, offset): a message at two offsets was stored twice; one a consumer
+            # got twice at one offset was delivered twice
+            F.sum(((t == "recv") & F.col("offset").isNotNull()).cast("long")).alias("recv_o"),
+            F.size(F.collect_set(F.when(t == "recv", F.col("offset")))).alias("recv_od"),
+            F.size(F.collect_set(F.when((t == "recv") & F.col("offset").isNotNull(),
+                                        F.struct("client", "offset")))).alias("recv_cod"),
             F.min(F.when(t == "send", ts)).alias("t_send"),
             F.min(F.when(t == "ack", ts)).alias("t_ack"),
             F.min(F.when(t == "recv", ts)).alias("t_recv"),
@@ -133,6 +140,8 @@ def message_verdicts(m: DataFrame, exact: bool) -> DataFrame:
         _count(sent & (r > 0) & ~acked & ~nacked & unk).alias("received_after_unknown"),
         _count(sent & (r > 1)).alias("msgs_with_dups"),
         F.sum(F.when(sent & (r > 0), r - 1).otherwise(0)).alias("duplicate_deliveries"),
+        F.sum(F.when(sent & (F.col("recv_od") > 1), F.col("recv_od") - 1).otherwise(0)).alias("stored_duplicates"),
+        F.sum(F.when(sent, F.col("recv_o") - F.col("recv_cod")).otherwise(0)).alias("redeliveries"),
         pct(ack_lat).alias("_ack_p"),
         F.max(ack_lat).alias("_ack_max"),
         pct(e2e_lat).alias("_e2e_p"),
@@ -436,7 +445,7 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
     zero_msgs = {k: 0 for k in (
         "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
         "acked_missing", "missing", "received_no_ack", "received_after_nack",
-        "received_after_unknown", "msgs_with_dups", "duplicate_deliveries")}
+        "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries")}
     for run in sorted(frames):
         f = frames[run]
         m = msgs.get(run) or {**zero_msgs, "_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None}

@@ -65,7 +65,7 @@ class NetFault(Fault):
     async def endpoints(self, expr: Optional[str], targeted: list[str]) -> list[str]:
         """IPs of a `from` set (None: everyone but the target, clients included)."""
         if expr is None:
-            nodes, clients = [n for n in self.ctx.system.node_names if n not in targeted], True
+            nodes, clients = [n for n in self.ctx.system.host_names if n not in targeted], True
         else:
             nodes, clients = await self.from_set(expr, targeted)
         return [self.ip(n) for n in nodes] + ([self.sb.client.ip] if clients else [])
@@ -136,7 +136,7 @@ class Isolate(Cut):
     description = "cut the target off from every other node and from the clients"
 
     def links(self, target: Target) -> set[tuple[str, str]]:
-        others = [n for n in self.ctx.system.node_names if n not in target.nodes]
+        others = [n for n in self.ctx.system.host_names if n not in target.nodes]
         return {tuple(sorted((a, b))) for a in target.nodes for b in others} | {(a, "clients") for a in target.nodes}
 
 
@@ -282,7 +282,7 @@ class Delay(NetFault):
             return
         queue = self.ctx.uid
         todo = []
-        for node in self.ctx.system.node_names:
+        for node in self.ctx.system.host_names:
             log = self.sb.dir / "faults" / f"nfqdelay-{node}-{queue}.log"
             # -I -S: no site packages to import, the delayer needs only the standard library
             argv = [os.path.realpath(sys.executable), "-I", "-S", str(NFQDELAY), "--queue", str(queue),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -106,3 +107,42 @@ class Restart(_Restarting):
         if self.p.down:
             await asyncio.sleep(self.p.down)
         await self.heal()
+
+
+class CommandParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inject: str = Field(..., description="hook of the external cluster file run on each target node")
+    heal: Optional[str] = Field(None, description="hook run on each of them to heal (none: nothing to heal)")
+
+
+@FAULTS.register("command")
+class Command(Fault):
+    name = "command"
+    description = ("external clusters: run the target nodes' hook params.inject from the cluster file "
+                   "(an iptables snippet, docker network disconnect, …); heal runs params.heal")
+    Params = CommandParams
+
+    @classmethod
+    def check(cls, params, node_names, system, scenario) -> None:
+        from ..systems.external import load
+        from .targets import TargetError
+
+        if scenario.external is None:
+            raise TargetError("the command fault runs hooks of an external cluster file (--external)", "action")
+        ext = load(scenario.external)
+        for hook in filter(None, (params.inject, params.heal)):
+            missing = [n for n in ext.nodes if not ext.has(n, hook)]
+            if missing:
+                raise TargetError(f"hook {hook!r} is missing for {', '.join(missing)} in the cluster file",
+                                  "params")
+
+    async def inject(self, target: Target) -> None:
+        for n in target.nodes:
+            self.nodes.append(n)
+            await asyncio.to_thread(self.ctx.system.external.run, n, self.p.inject)
+
+    async def heal(self) -> None:
+        while self.nodes:
+            if self.p.heal:
+                await asyncio.to_thread(self.ctx.system.external.run, self.nodes[0], self.p.heal)
+            self.nodes.pop(0)

@@ -134,7 +134,7 @@ async def _term(name: str, n: Optional[int], ctx: FaultContext, targeted: list[s
         got = [x for x in ctx.system.node_names if x not in targeted]
     elif name in TARGETS:
         got = await TARGETS.get(name)(ctx)
-    elif name in ctx.system.node_names:
+    elif name in ctx.system.host_names:
         got = [name]
     else:
         raise LookupError(f"unknown target {name!r}")

@@ -57,6 +57,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         ("  after a nack / after unknown", f"{v['received_after_nack']} / {v['received_after_unknown']}"),
         ("Out-of-order", v["out_of_order"]),
         ("Duplicates", v["msgs_with_dups"]),
+        ("  stored twice / redelivered", f"{v['stored_duplicates']} / {v['redeliveries']}"),
         ("JF / JB / DJF / DJB", f"{v['jf']} / {v['jb']} / {v['djf']} / {v['djb']}"),
         ("Stowaways", v["stowaways"]),
         ("Longest ack gap", _ms(v["max_ack_gap_ms"])),

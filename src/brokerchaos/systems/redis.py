@@ -61,6 +61,7 @@ class RedisSystem(System):
     description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
     supported_faults = EVERY_FAULT
     Options = RedisOptions
+    client_port = REDIS_PORT
 
     @classmethod
     def check(cls, scenario) -> None:
@@ -81,19 +82,9 @@ class RedisSystem(System):
         self.abandoned: set[asyncio.Task] = set()
 
     # -- processes -------------------------------------------------------------
-    def addr(self, node: str) -> tuple[str, int]:
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, REDIS_PORT)
-
     def sentinel_addr(self, node: str) -> tuple[str, int]:
         h = self.host(node)
         return h.ip, self.sandbox.port(h, SENTINEL_PORT)
-
-    def node_of(self, ip: str, port: int) -> Optional[str]:
-        for n in self.node_names:
-            if self.addr(n) == (ip, int(port)):
-                return n
-        return None
 
     def _server_conf(self, node: str) -> str:
         ip, port = self.addr(node)
@@ -224,10 +215,6 @@ class RedisSystem(System):
         if node is None:
             raise SystemError_(f"sentinels name an unknown primary {ip}:{port}")
         return node
-
-    async def replicas(self) -> list[str]:
-        lead = await self.leader()
-        return [lead] + [n for n in self.node_names if n != lead]
 
     async def wait_stream_ready(self, timeout: float) -> bool:
         """True once the named primary is a primary with every replica online."""

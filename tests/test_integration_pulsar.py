@@ -99,3 +99,58 @@ def test_resends_after_a_pause_are_stored_twice_not_redelivered(tmp_path, spark)
         if r["type"] == "recv":
             ids.setdefault(r["value"], set()).add(r["offset"])
     assert sum(len(x) - 1 for x in ids.values()) == v["stored_duplicates"]
+
+
+def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
+    """Real message ids from the broker: a copy sent twice (a resend) has two ids; a message
+    the consumer nacked comes back with the same id. The analysis must count each as what it is."""
+    from histories import H
+
+    from brokerchaos.workload.payload import decode, encode
+
+    s = sc.build({"name": "it-pulsar-redeliver", "system": "pulsar", "runs": 1,
+                  "cluster": {"nodes": 1, "replicas": 1}})
+    with Sandbox(["n1"], "netns") as sb:
+        system = ps.PulsarSystem(s, sb, "run-001", tmp_path / "logs")
+        try:
+            system.start()
+
+            async def body():
+                import pulsar
+
+                await system.connect(60)
+                client = system.new_client(10)
+                try:
+                    p = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False)
+                    sent = [(v, str(p.send(encode("p1", v, 0)))) for v in range(1, 21)]
+                    sent.append((5, str(p.send(encode("p1", 5, 0)))))  # a resend: stored again
+                    consumer = await asyncio.to_thread(
+                        client.subscribe, system.topic, "bc-it", consumer_type=pulsar.ConsumerType.Shared,
+                        initial_position=pulsar.InitialPosition.Earliest, negative_ack_redelivery_delay_ms=100)
+                    got, nacked = [], set()
+                    while len(got) < 25:
+                        m = await asyncio.to_thread(consumer.receive, 5000)
+                        _, v = decode(m.data())
+                        got.append((v, str(m.message_id())))
+                        if v in (3, 7, 11, 15) and v not in nacked:
+                            nacked.add(v)
+                            consumer.negative_acknowledge(m)  # the broker hands it out again
+                        else:
+                            consumer.acknowledge(m)
+                    return sent, got
+                finally:
+                    await asyncio.to_thread(client.close)
+
+            sent, got = sb.run_client(body, 120)
+        finally:
+            system.stop()
+    assert len({mid for _, mid in sent}) == 21
+    h = H()
+    for v, mid in sent:
+        h.ev("p1", "send", "p1", v).ev("p1", "ack", "p1", v, offset=mid)
+    for v, mid in got:
+        h.ev("c1", "recv", "p1", v, offset=mid)
+    h.ev("c1", "read_end", detail="complete")
+    (v,) = spark_analyze(h.rows, tmp_path / "h").verdicts
+    assert v["duplicate_deliveries"] == 5 and v["msgs_with_dups"] == 5
+    assert v["stored_duplicates"] == 1 and v["redeliveries"] == 4

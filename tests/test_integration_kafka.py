@@ -4,7 +4,6 @@ The delivery reports librdkafka gives must land in the right history row, and a 
 the producer's broker killed must show the producer moving to another broker. The same
 cluster driven through an external-mode cluster file (hooks only) is tested too.
 """
-import asyncio
 import os
 import signal
 import subprocess
@@ -16,9 +15,8 @@ import pytest
 
 from brokerchaos import scenario as sc
 from brokerchaos.runner import Session
-from brokerchaos.sandbox import Sandbox
 from brokerchaos.systems import kafka
-from observers import Quiet
+from observers import Quiet, started, until
 
 pytestmark = [
     pytest.mark.integration,
@@ -34,48 +32,42 @@ def _cluster(tmp_path, options=None, workload=None):
 
 def test_delivery_reports_map_to_ack_nack_unknown(tmp_path):
     s = _cluster(tmp_path, options={"message_timeout_ms": 2000})
-    with Sandbox(["n1", "n2", "n3", "store"], "netns") as sb:
-        system = kafka.KafkaSystem(s, sb, "run-001", tmp_path / "logs")
-        outcomes: dict[int, tuple] = {}
-        try:
-            system.start()
-
-            async def body():
-                await system.connect(60)
-                await system.create_stream(10)
-                assert await system.wait_stream_ready(10)
-                p = system.producer("p1")
-                await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+    outcomes: dict[int, tuple] = {}
+    with started(kafka.KafkaSystem, s, ["n1", "n2", "n3", "store"], tmp_path / "logs") as (sb, system):
+        async def body():
+            await system.connect(60)
+            await system.create_stream(10)
+            assert await system.wait_stream_ready(10)
+            p = system.producer("p1")
+            await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+            try:
+                # ack: a broker wrote it, at an offset
+                for v in range(1, 11):
+                    await p.send(v, b"p1 %d" % v)
+                await until(lambda: len(outcomes) == 10, 15)
+                assert p.node() in system.node_names
+                # unknown: every broker silent (SIGSTOP) until message.timeout.ms passes
+                for n in system.node_names:
+                    system.pause_node(n)
                 try:
-                    # ack: a broker wrote it, at an offset
-                    for v in range(1, 11):
-                        await p.send(v, b"p1 %d" % v)
-                    await _until(lambda: len(outcomes) == 10, 15)
-                    assert p.node() in system.node_names
-                    # unknown: every broker silent (SIGSTOP) until message.timeout.ms passes
-                    for n in system.node_names:
-                        system.pause_node(n)
-                    try:
-                        await p.send(11, b"p1 11")
-                        await _until(lambda: 11 in outcomes, 10)
-                    finally:
-                        for n in system.node_names:
-                            system.resume_node(n)
+                    await p.send(11, b"p1 11")
+                    await until(lambda: 11 in outcomes, 10)
                 finally:
-                    await p.close()
-                # nack: a partition the topic does not have, as the broker's metadata says;
-                # nothing was written
-                from confluent_kafka import Producer
+                    for n in system.node_names:
+                        system.resume_node(n)
+            finally:
+                await p.close()
+            # nack: a partition the topic does not have, as the broker's metadata says;
+            # nothing was written
+            from confluent_kafka import Producer
 
-                raw = Producer({k: v for k, v in system.producer_config("p2").items() if k != "logger"})
-                errs = []
-                raw.produce(system.stream_name, b"x", partition=7, on_delivery=lambda err, msg: errs.append(err))
-                raw.flush(10)
-                return errs
+            raw = Producer({k: v for k, v in system.producer_config("p2").items() if k != "logger"})
+            errs = []
+            raw.produce(system.stream_name, b"x", partition=7, on_delivery=lambda err, msg: errs.append(err))
+            raw.flush(10)
+            return errs
 
-            errs = sb.run_client(body, 120)
-        finally:
-            system.stop()
+        errs = sb.run_client(body, 120)
     for v in range(1, 11):
         kind, off, node, _ = outcomes[v]
         assert kind == "ack" and off.startswith("0:") and node in ("n1", "n2", "n3"), outcomes[v]
@@ -83,13 +75,6 @@ def test_delivery_reports_map_to_ack_nack_unknown(tmp_path):
     kind, off, _, detail = outcomes[11]
     assert kind == "unknown" and off is None and "TIMED_OUT" in detail, outcomes[11]
     assert len(errs) == 1 and kafka.outcome_of(errs[0])[0] == "nack", errs
-
-
-async def _until(cond, timeout):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
 
 
 def test_kill_the_producers_broker_moves_it_to_another(tmp_path, spark):

@@ -5,15 +5,13 @@ told apart from a reader's redeliveries.
 """
 import asyncio
 import os
-import time
 
 import pytest
 
 from brokerchaos import scenario as sc
 from brokerchaos.runner import Session
-from brokerchaos.sandbox import Sandbox
 from brokerchaos.systems import pulsar as ps
-from observers import Quiet
+from observers import Quiet, started, until
 
 pytestmark = [
     pytest.mark.integration,
@@ -21,56 +19,44 @@ pytestmark = [
 ]
 
 
-async def _until(cond, timeout):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
-
-
 def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
     s = sc.build({"name": "it-pulsar-dr", "system": "pulsar", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
                   "options": {"send_timeout_ms": 1500, "batching": False}, "workload": {"ack_timeout": 3}})
-    with Sandbox(["n1"], "netns") as sb:
-        system = ps.PulsarSystem(s, sb, "run-001", tmp_path / "logs")
-        outcomes: dict[int, tuple] = {}
-        try:
-            system.start()
+    outcomes: dict[int, tuple] = {}
+    with started(ps.PulsarSystem, s, ["n1"], tmp_path / "logs") as (sb, system):
 
-            async def body():
-                import pulsar
+        async def body():
+            import pulsar
 
-                await system.connect(60)
-                p = system.producer("p1")
-                await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+            await system.connect(60)
+            p = system.producer("p1")
+            await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+            try:
+                for v in range(1, 11):
+                    await p.send(v, b"p1 %d" % v)
+                await until(lambda: len(outcomes) == 10, 15)
+                # a second producer whose queue holds one message, for the nack below
+                client = system.new_client(5)
+                raw = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False,
+                                              max_pending_messages=1, block_if_queue_full=False,
+                                              send_timeout_millis=1500)
+                raw_results = []
+                system.pause_node("n1")
                 try:
-                    for v in range(1, 11):
-                        await p.send(v, b"p1 %d" % v)
-                    await _until(lambda: len(outcomes) == 10, 15)
-                    # a second producer whose queue holds one message, for the nack below
-                    client = system.new_client(5)
-                    raw = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False,
-                                                  max_pending_messages=1, block_if_queue_full=False,
-                                                  send_timeout_millis=1500)
-                    raw_results = []
-                    system.pause_node("n1")
-                    try:
-                        # unknown: the broker is silent past the send timeout
-                        await p.send(11, b"p1 11")
-                        # nack: the queue is full, the message never left the client
-                        raw.send_async(b"a", lambda r, m: raw_results.append(r))
-                        raw.send_async(b"b", lambda r, m: raw_results.append(r))
-                        await _until(lambda: 11 in outcomes and len(raw_results) == 2, 10)
-                    finally:
-                        system.resume_node("n1")
-                    await asyncio.to_thread(client.close)
+                    # unknown: the broker is silent past the send timeout
+                    await p.send(11, b"p1 11")
+                    # nack: the queue is full, the message never left the client
+                    raw.send_async(b"a", lambda r, m: raw_results.append(r))
+                    raw.send_async(b"b", lambda r, m: raw_results.append(r))
+                    await until(lambda: 11 in outcomes and len(raw_results) == 2, 10)
                 finally:
-                    await p.close()
-                return raw_results, pulsar
+                    system.resume_node("n1")
+                await asyncio.to_thread(client.close)
+            finally:
+                await p.close()
+            return raw_results, pulsar
 
-            raw_results, pulsar = sb.run_client(body, 120)
-        finally:
-            system.stop()
+        raw_results, pulsar = sb.run_client(body, 120)
     for v in range(1, 11):
         kind, off, node, _ = outcomes[v]
         assert kind == "ack" and off.startswith("(") and node == "n1", outcomes[v]
@@ -110,40 +96,35 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
 
     s = sc.build({"name": "it-pulsar-redeliver", "system": "pulsar", "runs": 1,
                   "cluster": {"nodes": 1, "replicas": 1}})
-    with Sandbox(["n1"], "netns") as sb:
-        system = ps.PulsarSystem(s, sb, "run-001", tmp_path / "logs")
-        try:
-            system.start()
+    with started(ps.PulsarSystem, s, ["n1"], tmp_path / "logs") as (sb, system):
 
-            async def body():
-                import pulsar
+        async def body():
+            import pulsar
 
-                await system.connect(60)
-                client = system.new_client(10)
-                try:
-                    p = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False)
-                    sent = [(v, str(p.send(encode("p1", v, 0)))) for v in range(1, 21)]
-                    sent.append((5, str(p.send(encode("p1", 5, 0)))))  # a resend: stored again
-                    consumer = await asyncio.to_thread(
-                        client.subscribe, system.topic, "bc-it", consumer_type=pulsar.ConsumerType.Shared,
-                        initial_position=pulsar.InitialPosition.Earliest, negative_ack_redelivery_delay_ms=100)
-                    got, nacked = [], set()
-                    while len(got) < 25:
-                        m = await asyncio.to_thread(consumer.receive, 5000)
-                        _, v = decode(m.data())
-                        got.append((v, str(m.message_id())))
-                        if v in (3, 7, 11, 15) and v not in nacked:
-                            nacked.add(v)
-                            consumer.negative_acknowledge(m)  # the broker hands it out again
-                        else:
-                            consumer.acknowledge(m)
-                    return sent, got
-                finally:
-                    await asyncio.to_thread(client.close)
+            await system.connect(60)
+            client = system.new_client(10)
+            try:
+                p = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False)
+                sent = [(v, str(p.send(encode("p1", v, 0)))) for v in range(1, 21)]
+                sent.append((5, str(p.send(encode("p1", 5, 0)))))  # a resend: stored again
+                consumer = await asyncio.to_thread(
+                    client.subscribe, system.topic, "bc-it", consumer_type=pulsar.ConsumerType.Shared,
+                    initial_position=pulsar.InitialPosition.Earliest, negative_ack_redelivery_delay_ms=100)
+                got, nacked = [], set()
+                while len(got) < 25:
+                    m = await asyncio.to_thread(consumer.receive, 5000)
+                    _, v = decode(m.data())
+                    got.append((v, str(m.message_id())))
+                    if v in (3, 7, 11, 15) and v not in nacked:
+                        nacked.add(v)
+                        consumer.negative_acknowledge(m)  # the broker hands it out again
+                    else:
+                        consumer.acknowledge(m)
+                return sent, got
+            finally:
+                await asyncio.to_thread(client.close)
 
-            sent, got = sb.run_client(body, 120)
-        finally:
-            system.stop()
+        sent, got = sb.run_client(body, 120)
     assert len({mid for _, mid in sent}) == 21
     h = H()
     for v, mid in sent:

@@ -124,6 +124,32 @@ def _netns_needed(scenario) -> str:
     return ""
 
 
+def _guarded(scenarios, spark_master, what: str, work):
+    """What every command that runs scenarios does around them: the namespace and Java checks
+    before anything starts, then `work()`; an exit code instead of its result when it cannot
+    run or is interrupted."""
+    for s in scenarios:
+        err = _netns_needed(s)
+        if err:
+            prefix = f"{s.name}: " if len(scenarios) > 1 else ""
+            print(f"brokerchaos: error: {prefix}{err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if not _java_ok(spark_master):
+        return 1
+    from .runner import Terminated
+    from .sandbox import SandboxError
+    from .systems import SystemError_
+
+    try:
+        return work()
+    except (SystemError_, SandboxError) as e:
+        print(f"brokerchaos: {what} failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Terminated):
+        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
+        return 130
+
+
 def cmd_run(args) -> int:
     from . import scenario as sc
 
@@ -136,24 +162,12 @@ def cmd_run(args) -> int:
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    err = _netns_needed(scenario)
-    if err:
-        print(f"brokerchaos: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not _java_ok(args.spark_master):
-        return 1
-    from .runner import Session, Terminated
-    from .sandbox import SandboxError
-    from .systems import SystemError_
+    from .runner import Session
 
-    try:
-        result = Session(scenario, Path(args.out), spark_master=args.spark_master).run()
-    except (SystemError_, SandboxError) as e:
-        print(f"brokerchaos: run failed: {e}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, Terminated):
-        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
-        return 130
+    result = _guarded([scenario], args.spark_master, "run",
+                      lambda: Session(scenario, Path(args.out), spark_master=args.spark_master).run())
+    if isinstance(result, int):
+        return result
     return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
 
 
@@ -166,25 +180,10 @@ def cmd_campaign(args) -> int:
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for s in scenarios:
-        err = _netns_needed(s)
-        if err:
-            print(f"brokerchaos: error: {s.name}: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    if not _java_ok(args.spark_master):
-        return 1
-    from .runner import Terminated
-    from .sandbox import SandboxError
-    from .systems import SystemError_
-
-    try:
-        out = cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master)
-    except (SystemError_, SandboxError) as e:
-        print(f"brokerchaos: campaign failed: {e}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, Terminated):
-        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
-        return 130
+    out = _guarded(scenarios, args.spark_master, "campaign",
+                   lambda: cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master))
+    if isinstance(out, int):
+        return out
     print("\n" + cp.table(out["sessions"]))
     print(f"Results: {out['dir']}")
     results = {s["summary"].get("result") for s in out["sessions"]}

@@ -98,7 +98,7 @@ class KafkaSystem(System):
 
         o = KafkaOptions.model_validate(scenario.options)
         w = scenario.workload
-        if scenario.workload.dedup and o.acks != "all":
+        if w.dedup and o.acks != "all":
             raise ScenarioError("scenario field 'options.acks': idempotence (workload.dedup) needs acks=all")
         if w.dedup and o.max_in_flight > 5:
             raise ScenarioError("scenario field 'options.max_in_flight': idempotence (workload.dedup) allows at most 5")
@@ -359,7 +359,6 @@ class KafkaProducer:
             try:
                 self.p.poll(0)
             except Exception as e:  # noqa: BLE001
-                import sys
                 print(f"kafka poll: {type(e).__name__}: {e}", file=sys.stderr)
             await asyncio.sleep(0.002)
 
@@ -392,7 +391,7 @@ class KafkaReader:
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "socket.timeout.ms": 3000,
                          "fetch.max.bytes": 16 * 1024 * 1024, "log_level": 0, "logger": quiet_logger("librdkafka")})
 
-    async def _high(self, node: str, deadline: float) -> tuple[Optional[dict], str]:
+    async def _high(self, node: str) -> tuple[Optional[dict], str]:
         """{partition: high watermark} as `node` answers (a consumer bootstrapped on it alone)."""
         from confluent_kafka import TopicPartition
 
@@ -423,7 +422,7 @@ class KafkaReader:
         high, node, last = None, None, ""
         while high is None:
             for n in s.node_names:
-                got, why = await self._high(n, deadline)
+                got, why = await self._high(n)
                 if got is None:
                     last = f"{n}: {why}"
                 elif high is None or sum(got.values()) > sum(high.values()):

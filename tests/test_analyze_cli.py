@@ -76,6 +76,22 @@ def test_analyze_json_on_a_directory_it_did_not_write(foreign, capsys, spark):
     assert summary["verdicts"]["acked loss"]["runs"] == 1 and summary["result"] == "fail"
 
 
+def test_no_timing_gives_the_same_counts_and_leaves_out_the_time_figures(foreign, capsys, spark):
+    assert cli.main(["analyze", str(foreign), "--format", "json", "--no-write"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert cli.main(["analyze", str(foreign), "--format", "json", "--no-write", "--no-timing"]) == 0
+    quick = json.loads(capsys.readouterr().out)
+    counts = ("send_count", "pos_ack_count", "received", "acked_missing", "missing", "msgs_with_dups",
+              "duplicate_deliveries", "jf", "jb", "djf", "djb", "result", "txm", "rxm")
+    assert [[v[k] for k in counts] for v in quick] == [[v[k] for k in counts] for v in full]
+    assert full[0]["max_ack_gap_ms"] is not None and full[0]["ack_latency_ms"] is not None
+    for v in quick:
+        assert v["timing"] is False
+        assert v["max_ack_gap_ms"] is None and v["ack_latency_ms"] is None and v["fault_outages_ms"] == [None]
+    assert cli.main(["analyze", str(foreign), "--no-write", "--no-timing"]) == 0
+    assert "not computed (--no-timing)" in capsys.readouterr().out
+
+
 def test_analyze_rejects_a_path_without_histories(tmp_path, capsys):
     assert cli.main(["analyze", str(tmp_path)]) == 2
     assert "no .parquet" in capsys.readouterr().err

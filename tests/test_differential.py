@@ -45,8 +45,16 @@ def history(draw):
         for c in [f"c{i}" for i in range(1, draw(st.integers(0, 2)) + 1)]:
             evs = clients.setdefault(c, [])
             pool = sent + [("p1", 999), ("px", 1), (None, None)]
+            picks = []
             for _ in range(draw(st.integers(0, 40))):
-                p, v = rnd.choice(pool) if rnd.random() < 0.3 or not sent else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))]
+                if sent and rnd.random() < 0.15:
+                    # a stretch read in order, as most real reads are
+                    i = int(rnd.random() * len(sent))
+                    picks.extend(sent[i:i + 1 + int(rnd.random() * 12)])
+                else:
+                    picks.append(rnd.choice(pool) if rnd.random() < 0.3 or not sent
+                                 else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))])
+            for p, v in picks:
                 # one offset per value (a redelivery), a second one (stored twice), or none
                 off = rnd.choice([f"o{v}", f"o{v}", f"o{v}b", None])
                 evs.append(("recv", p, v, None if v is None else off))
@@ -99,6 +107,9 @@ def small_buckets(monkeypatch):
 
     monkeypatch.setattr(metrics, "SEQ_BUCKET", 4)
     monkeypatch.setattr(metrics, "TIME_BUCKET_NS", 2_000_000)
+    # blocks of 4 values, so that plain and closer-looked-at blocks mix within a run
+    monkeypatch.setattr(metrics, "BLOCK_BITS", 2)
+    monkeypatch.setattr(metrics, "STRETCH_BITS", 3)
 
 
 @given(rows=history())

@@ -6,6 +6,7 @@ figure and tests/oracle.py re-implements them in plain Python to check this one.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,8 +25,19 @@ EXACT_PERCENTILE_ROW_LIMIT = 6_000_000
 # consumer events per ordering bucket: big enough that per-bucket overhead stays small, small
 # enough that a 10-million-message stream still spreads over every core
 SEQ_BUCKET = 1 << 20
+# reads in order are summarised in stretches of at most 2**STRETCH_BITS seqs
+STRETCH_BITS = 16
 TIME_BUCKET_NS = 1_000_000_000  # acks per gap bucket: one second
+# messages are summarised in blocks of 2**BLOCK_BITS consecutive values, one bit each in a
+# long per outcome; only blocks where something is unusual are looked at message by message
+BLOCK_BITS = 6
 MS = 1_000_000.0
+# acks per time bucket on average when ack gaps are found from bucket summaries
+BUCKET_ACKS = 16
+# blocks to look at message by message, up to which their keys are broadcast to the scan
+BROADCAST_BLOCKS = 1_000_000
+# up to this many value ranges of such blocks also go to the Parquet reader as a filter
+VALUE_RANGES = 64
 
 JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
 
@@ -117,16 +129,10 @@ def _exact_percentiles(c):
     return F.when(n > 0, F.array(*out))
 
 
-def message_verdicts(m: DataFrame, exact: bool) -> DataFrame:
-    sent = F.col("sent") == 1
-    acked = F.col("acked") == 1
-    nacked = F.col("nacked") == 1
-    unk = F.col("unk") == 1
-    r = F.col("recv_n")
-    ack_lat = F.when(sent & acked, (F.col("t_ack") - F.col("t_send")) / MS)
-    e2e_lat = F.when(sent & (r > 0), (F.col("t_recv") - F.col("t_send")) / MS)
-    pct = _exact_percentiles if exact else (lambda c: F.percentile_approx(c, PERCENTILES, 10_000))
-    return m.groupBy("run").agg(
+def _counts(sent, acked, nacked, unk, recv_n, recv_od, recv_o, recv_cod) -> list:
+    """The per-run message counts, from per-message flags and receive counts."""
+    r = recv_n
+    return [
         _count(sent).alias("send_count"),
         _count(sent & acked).alias("pos_ack_count"),
         _count(sent & nacked & ~acked).alias("neg_ack_count"),
@@ -140,8 +146,191 @@ def message_verdicts(m: DataFrame, exact: bool) -> DataFrame:
         _count(sent & (r > 0) & ~acked & ~nacked & unk).alias("received_after_unknown"),
         _count(sent & (r > 1)).alias("msgs_with_dups"),
         F.sum(F.when(sent & (r > 0), r - 1).otherwise(0)).alias("duplicate_deliveries"),
-        F.sum(F.when(sent & (F.col("recv_od") > 1), F.col("recv_od") - 1).otherwise(0)).alias("stored_duplicates"),
-        F.sum(F.when(sent, F.col("recv_o") - F.col("recv_cod")).otherwise(0)).alias("redeliveries"),
+        F.sum(F.when(sent & (recv_od > 1), recv_od - 1).otherwise(0)).alias("stored_duplicates"),
+        F.sum(F.when(sent, recv_o - recv_cod).otherwise(0)).alias("redeliveries"),
+    ]
+
+
+COUNT_KEYS = (
+    "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
+    "acked_missing", "missing", "received_no_ack", "received_after_nack",
+    "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries")
+
+
+def message_counts(m: DataFrame) -> DataFrame:
+    """Per-run counts from the message table (one row per message)."""
+    c = F.col
+    return m.groupBy("run").agg(*_counts(c("sent") == 1, c("acked") == 1, c("nacked") == 1, c("unk") == 1,
+                                         c("recv_n"), c("recv_od"), c("recv_o"), c("recv_cod")))
+
+
+def _blk():
+    return F.expr(f"shiftright(value, {BLOCK_BITS})")
+
+
+def _bit():
+    return F.expr(f"shiftleft(cast(1 as bigint), cast(value & {(1 << BLOCK_BITS) - 1} as int))")
+
+
+def _per_run(values: dict[str, int]):
+    """A column holding `values[run]` (null for other runs)."""
+    if not values:
+        return F.lit(None).cast("long")
+    pairs = [x for run, v in sorted(values.items()) for x in (F.lit(run), F.lit(v).cast("long"))]
+    return F.try_element_at(F.create_map(*pairs), F.col("run"))
+
+
+def message_blocks(df: DataFrame, first_fault: dict[str, int]) -> DataFrame:
+    """Every row, summarised per (run, producer, block of 2**BLOCK_BITS values): which values
+    were sent, acked, nacked, unknown and received, as bit sets, how many recv rows, and
+    the times the per-run figures need (rows without a message land in a null block).
+
+    Every aggregate has a fixed-width buffer, so the history shrinks map-side to a few rows
+    per block and type before anything is shuffled, where a per-message groupBy moves every
+    row. Grouping by type first keeps the per-row work to unconditional min/max/bit_or.
+    """
+    ts = F.col("t_ns")
+    tf = _per_run(first_fault)
+    node = F.col("node").isNotNull()
+    typed = df.groupBy("run", "producer", _blk().alias("blk"), "type").agg(
+        F.bit_or(_bit()).alias("_B"), F.count(F.lit(1)).alias("_n"),
+        F.min(ts).alias("_lo"), F.max(ts).alias("_hi"),
+        # where the transmitter/receiver was: the time of its last event with a node up to
+        # the first fault, and of its first; the node itself is looked up afterwards
+        F.max(F.when(node & (ts <= tf), ts)).alias("_nf"), F.min(F.when(node, ts)).alias("_n0"),
+        F.min(F.when(ts >= tf, ts)).alias("_af"),
+    )
+    t = F.col("type")
+
+    def bits(ty: str):
+        return F.coalesce(F.bit_or(F.when(t == ty, F.col("_B"))), F.lit(0).cast("long"))
+
+    def of(ty, col: str, agg):
+        return agg(F.when(t.isin(*ty) if isinstance(ty, tuple) else t == ty, F.col(col)))
+
+    return typed.groupBy("run", "producer", "blk").agg(
+        bits("send").alias("S"), bits("ack").alias("A"), bits("nack").alias("N"),
+        bits("unknown").alias("U"), bits("recv").alias("R"),
+        F.coalesce(of("recv", "_n", F.sum), F.lit(0).cast("long")).alias("rn"),
+        F.coalesce(of(tuple(MESSAGE_TYPES), "_n", F.sum), F.lit(0).cast("long")).alias("mrows"),
+        F.max("_hi").alias("t_end"),
+        of("send", "_lo", F.min).alias("t_first_send"),
+        of("send", "_hi", F.max).alias("t_last_send"),
+        of("ack", "_lo", F.min).alias("t_first_ack"),
+        of("ack", "_hi", F.max).alias("t_last_ack"),
+        F.coalesce(of("ack", "_n", F.sum), F.lit(0).cast("long")).alias("acks"),
+        of(("send", "ack", "nack", "unknown"), "_hi", F.max).alias("t_write_end"),
+        of("recv", "_lo", F.min).alias("t_first_recv"),
+        of("send", "_nf", F.max).alias("t_txm_f"),
+        of("send", "_n0", F.min).alias("t_txm_0"),
+        of("recv", "_nf", F.max).alias("t_rxm_f"),
+        of("recv", "_n0", F.min).alias("t_rxm_0"),
+        of("ready", "_af", F.min).alias("t_ready"),
+    )
+
+
+def _plain_block():
+    """A block whose messages need no closer look: each received value was received once
+    and was sent, and the identity is whole. Its counts follow from the bit sets alone."""
+    return (F.col("producer").isNotNull() & F.col("blk").isNotNull()
+            & (F.col("rn") == F.bit_count("R")) & (F.col("R").bitwiseAND(F.bitwise_not("S")) == 0))
+
+
+def _unplain_block():
+    return ~_plain_block() & (F.col("mrows") > 0)
+
+
+def block_rollup(blocks: DataFrame) -> DataFrame:
+    """Per run: the counts over the plain blocks, how many blocks were not plain, and the
+    run's times."""
+    S, A, N, U, R = (F.col(x) for x in "SANUR")
+    nA, nN, nR = F.bitwise_not(A), F.bitwise_not(N), F.bitwise_not(R)
+    plain = _plain_block()
+
+    def n(x):
+        return F.sum(F.when(plain, F.bit_count(x)).otherwise(0))
+
+    zero = F.lit(0).cast("long")
+    c = F.col
+    return blocks.groupBy("run").agg(
+        n(S).alias("send_count"),
+        n(S.bitwiseAND(A)).alias("pos_ack_count"),
+        n(S.bitwiseAND(N).bitwiseAND(nA)).alias("neg_ack_count"),
+        n(S.bitwiseAND(U).bitwiseAND(nA).bitwiseAND(nN)).alias("unknown_count"),
+        F.sum(F.when(plain, c("rn")).otherwise(0)).alias("received"),
+        F.sum(zero).alias("stowaways"),
+        n(S.bitwiseAND(A).bitwiseAND(nR)).alias("acked_missing"),
+        n(S.bitwiseAND(nR)).alias("missing"),
+        n(S.bitwiseAND(R).bitwiseAND(nA)).alias("received_no_ack"),
+        n(S.bitwiseAND(R).bitwiseAND(nA).bitwiseAND(N)).alias("received_after_nack"),
+        n(S.bitwiseAND(R).bitwiseAND(nA).bitwiseAND(nN).bitwiseAND(U)).alias("received_after_unknown"),
+        # received at most once each: no duplicates, no second offset, no redelivery
+        *[F.sum(zero).alias(k) for k in ("msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
+                                         "redeliveries")],
+        _count(_unplain_block()).alias("_unplain"),
+        F.sum("rn").alias("recv_rows"),
+        F.max("t_end").alias("t_end"),
+        *[F.min(k).alias(k) for k in ("t_first_send", "t_first_ack", "t_first_recv", "t_txm_0", "t_rxm_0",
+                                      "t_ready")],
+        *[F.max(k).alias(k) for k in ("t_last_send", "t_last_ack", "t_write_end", "t_txm_f", "t_rxm_f")],
+        F.sum("acks").alias("acks"),
+    )
+
+
+def unplain_rows(df: DataFrame, blocks: DataFrame, broadcast: bool) -> DataFrame:
+    """The message rows of the blocks that are not plain (rows without an identity among them)."""
+    c = F.col
+    rows = df.where(c("type").isin(list(MESSAGE_TYPES))).withColumn("blk", _blk())
+    keys = blocks.where(_unplain_block()).select(c("run").alias("_r"), c("producer").alias("_p"),
+                                                 c("blk").alias("_k"))
+    on = (c("run") == c("_r")) & c("producer").eqNullSafe(c("_p")) & c("blk").eqNullSafe(c("_k"))
+    return rows.join(F.broadcast(keys) if broadcast else keys, on, "left_semi").drop("blk")
+
+
+def _value_ranges(blocks: DataFrame):
+    """A filter on `value` the Parquet reader can use to skip row groups and pages: the
+    value ranges of the blocks that are not plain, or rows without an identity; None when
+    those are more than VALUE_RANGES ranges."""
+    ks = sorted({r["blk"] for r in blocks.where(_unplain_block() & F.col("blk").isNotNull()).select("blk").collect()})
+    ranges: list[list[int]] = []
+    for k in ks:
+        if ranges and ranges[-1][1] == k:
+            ranges[-1][1] = k + 1
+        else:
+            ranges.append([k, k + 1])
+    if len(ranges) > VALUE_RANGES:
+        return None
+    cond = F.col("value").isNull() | F.col("producer").isNull()
+    for lo, hi in ranges:
+        cond = cond | F.col("value").between(lo << BLOCK_BITS, (hi << BLOCK_BITS) - 1)
+    return cond
+
+
+def latency_table(df: DataFrame, live_runs: list[str]) -> DataFrame:
+    """Per message: first send, first ack and (for runs whose consumers read while
+    producers sent) first receive."""
+    t = F.col("type")
+    ts = F.col("t_ns")
+    rows = t.isin("send", "ack")
+    if live_runs:
+        rows = rows | ((t == "recv") & F.col("run").isin(live_runs))
+    return (
+        df.where(rows)
+        .groupBy("run", "producer", "value")
+        .agg(
+            F.min(F.when(t == "send", ts)).alias("t_send"),
+            F.min(F.when(t == "ack", ts)).alias("t_ack"),
+            (F.min(F.when(t == "recv", ts)) if live_runs else F.lit(None).cast("long")).alias("t_recv"),
+        )
+    )
+
+
+def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
+    s = F.col("t_send")
+    ack_lat = F.when(s.isNotNull(), (F.col("t_ack") - s) / MS)
+    e2e_lat = F.when(s.isNotNull(), (F.col("t_recv") - s) / MS)
+    pct = _exact_percentiles if exact else (lambda c: F.percentile_approx(c, PERCENTILES, 10_000))
+    return lat.groupBy("run").agg(
         pct(ack_lat).alias("_ack_p"),
         F.max(ack_lat).alias("_ack_max"),
         pct(e2e_lat).alias("_e2e_p"),
@@ -149,35 +338,62 @@ def message_verdicts(m: DataFrame, exact: bool) -> DataFrame:
     )
 
 
-def run_frame(df: DataFrame) -> DataFrame:
-    """Per-run facts the other verdicts need: the end of the run, when sending stopped,
-    whether a consumer read while producers were still sending, and how reads ended."""
-    t = F.col("type")
-    ts = F.col("t_ns")
-    return df.groupBy("run").agg(
-        F.max(ts).alias("t_end"),
-        F.min(F.when(t == "send", ts)).alias("t_first_send"),
-        F.max(F.when(t == "send", ts)).alias("t_last_send"),
-        F.max(F.when(t == "ack", ts)).alias("t_last_ack"),
-        F.max(F.when(t.isin("send", "ack", "nack", "unknown"), ts)).alias("t_write_end"),
-        F.min(F.when(t == "recv", ts)).alias("t_first_recv"),
-        _count(t == "recv").alias("recv_rows"),
-        F.collect_list(F.when(t == "read_end", F.col("detail"))).alias("read_ends"),
-    )
+def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True,
+          held: Optional[list] = None) -> DataFrame:
+    """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes.
 
+    A stream mostly reads consecutive values at consecutive seqs: such a stretch has one
+    `value - seq` and no jump inside it, so it is summarised map-side into one unit (first
+    seq, first and last value) and only unit starts are compared with what came before.
+    Rows of a stream that does not read like that (interleaved producers, reorders) are
+    units of one row each, which is the plain row-by-row walk.
 
-def jumps(df: DataFrame) -> DataFrame:
-    """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes."""
+    `first`: (run, client, producer, value, first_seq) for at least every value a stream
+    read more than once (by default from every read); `rereads=False` says no value was
+    read twice. `held` collects what was persisted, for the caller to release.
+    """
+    from pyspark import StorageLevel
+
     t = F.col("type")
     keys = ["run", "client", "producer"]
+    # a stretch is also cut every 2**STRETCH_BITS seqs, so that one value - seq shared by
+    # two stretches far apart (a block read out of place in between) costs a look at the
+    # rows of one cut, not of the whole stream
     r = df.where((t == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull()).select(
-        "run", "client", "seq", "producer", "value"
+        *keys, "seq", "value", (F.col("value") - F.col("seq")).alias("_d"),
+        F.expr(f"shiftright(seq, {STRETCH_BITS})").alias("_c"),
     )
-    # when this stream first read this value (a window without order: hash-partitioned by
-    # value, so parallel, and about twice as fast here as a groupBy joined back)
-    r = r.withColumn("first_seq", F.min("seq").over(Window.partitionBy(*keys, "value")))
-    r = with_previous(r, keys, "seq", "value", SEQ_BUCKET)
-    dup = F.col("seq") > F.col("first_seq")
+    gk = [*keys, "_d", "_c"]
+    g = r.groupBy(*gk).agg(
+        F.min("seq").alias("_s0"), F.max("seq").alias("_s1"), F.count(F.lit(1)).alias("_n"),
+        F.min("value").alias("_v0"), F.max("value").alias("_v1"),
+    )
+    # every seq from first to last is this group's: the client read nothing else in between
+    stretch = F.col("_n") == F.col("_s1") - F.col("_s0") + 1
+    n_loose = None
+    if held is not None:
+        # a look at the (small) group table decides whether and how rows are read again
+        g = g.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(g)
+        n_loose = g.where(~stretch).count()
+    units = g.where(stretch).select(*keys, F.col("_s0").alias("seq"), F.col("_v0").alias("value"),
+                                    F.col("_v1").alias("last"))
+    if n_loose != 0:
+        loose_keys = g.where(~stretch).select(*gk)
+        if n_loose is not None and n_loose <= BROADCAST_BLOCKS:
+            loose_keys = F.broadcast(loose_keys)
+        loose = r.join(loose_keys, gk, "left_semi").select(*keys, "seq", "value", F.col("value").alias("last"))
+        units = units.unionByName(loose)
+    if held is not None:
+        # with_previous reads its input twice (lag per bucket, carry between buckets)
+        units = units.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(units)
+    u = with_previous(units, keys, "seq", "last", SEQ_BUCKET)
+    if rereads:
+        u = u.join(first if first is not None else first_reads(df), [*keys, "value"], "left")
+        dup = F.col("first_seq").isNotNull() & (F.col("seq") > F.col("first_seq"))
+    else:
+        dup = F.lit(False)
     v, p = F.col("value"), F.col("prev")
     cls = (
         F.when(p.isNull(), F.lit(None))
@@ -185,7 +401,7 @@ def jumps(df: DataFrame) -> DataFrame:
         .when(v <= p, F.when(dup, "DJB").otherwise("JB"))
     )
     return (
-        r.withColumn("class", cls)
+        u.withColumn("class", cls)
         .where(F.col("class").isNotNull())
         .select(
             "run",
@@ -200,6 +416,15 @@ def jumps(df: DataFrame) -> DataFrame:
     )
 
 
+def first_reads(rows: DataFrame) -> DataFrame:
+    """(run, client, producer, value, first_seq): when each stream first read each value."""
+    return (
+        rows.where((F.col("type") == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull())
+        .groupBy("run", "client", "producer", "value")
+        .agg(F.min("seq").alias("first_seq"))
+    )
+
+
 def jump_counts(j: DataFrame) -> DataFrame:
     c = F.col("class")
     return j.groupBy("run").agg(*[_count(c == k).alias(k.lower()) for k in JUMP_CLASSES])
@@ -211,6 +436,78 @@ def gaps(rows: DataFrame) -> DataFrame:
     return g.where(F.col("prev").isNotNull()).select(
         "run", F.col("prev").alias("gap_start"), F.col("t_ns").alias("gap_end")
     )
+
+
+def bucket_gaps(rows: DataFrame, width: dict[str, int]) -> DataFrame:
+    """The gaps between consecutive non-empty time buckets of `width[run]` ns: exactly the
+    run's gaps that are not inside one bucket (those are shorter than the width).
+
+    Rows are summarised map-side into one (first, last) per bucket, so a run of millions
+    of acks is a few hundred thousand buckets by the time anything is shuffled.
+    """
+    b = (
+        rows.select("run", "t_ns")
+        .withColumn("_tb", F.floor(F.col("t_ns") / _per_run(width)))
+        .groupBy("run", "_tb")
+        .agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
+    )
+    g = with_previous(b, ["run"], "_tb", "_hi", 1 << 16)
+    return g.where(F.col("prev").isNotNull()).select(
+        "run", F.col("prev").alias("gap_start"), F.col("_lo").alias("gap_end")
+    )
+
+
+def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
+    """Longest gap per run, and per fault window (run, w) the (clipped length, end) of the
+    longest gap overlapping it (of equal ones, the earliest)."""
+    longest = {r["run"]: r["g"] for r in g.groupBy("run").agg(
+        F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+    closed: dict = {}
+    if w is not None:
+        eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
+        o = (
+            g.join(F.broadcast(w), "run")
+            .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
+            .groupBy("run", "w")
+            # of equally long intervals, the earliest: max_by alone would pick any of them
+            .agg(F.max_by("gap_end", F.struct(eff, -F.col("gap_end"))).alias("end"), F.max(eff).alias("eff"))
+        )
+        closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
+    return longest, closed
+
+
+def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]) -> tuple[dict, dict]:
+    """`_gap_facts` of the ack gaps, from time buckets where that is exact.
+
+    A bucket holds about BUCKET_ACKS acks. Gaps inside one are shorter than its width, so
+    when the longest gap between buckets (and the longest one overlapping each fault
+    window) is at least the width, it is the answer; the runs where it is not (acks
+    evenly spread, no pause anywhere) are walked ack by ack.
+    """
+    t = F.col("type")
+    width = {}
+    for run, f in frames.items():
+        if f["acks"] and f["acks"] > 1:
+            span = f["t_last_ack"] - f["t_first_ack"]
+            width[run] = max(1, span * BUCKET_ACKS // (f["acks"] - 1))
+    acks = df.where(t == "ack")
+    if not width:
+        return {}, {}
+    longest, closed = _gap_facts(bucket_gaps(acks.where(F.col("run").isin(sorted(width))), width), w)
+    walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
+    walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
+    if w is not None:
+        # a window no bucket gap overlaps may still hold gaps inside a bucket
+        walk |= {r["run"] for r in w.select("run", "w").collect()
+                 if r["run"] in width and (r["run"], r["w"]) not in closed}
+    if walk:
+        l2, c2 = _gap_facts(gaps(acks.where(F.col("run").isin(sorted(walk)))), w)
+        for run in walk:
+            longest.pop(run, None)
+        closed = {k: v for k, v in closed.items() if k[0] not in walk}
+        longest.update(l2)
+        closed.update({k: v for k, v in c2.items() if k[0] in walk})
+    return longest, closed
 
 
 def duplicates(df: DataFrame) -> DataFrame:
@@ -299,29 +596,35 @@ def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Opti
     return closed[1] - t_fault
 
 
-def _session_facts(spark: SparkSession, df: DataFrame, windows: list) -> dict[str, dict]:
+def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict]) -> dict[str, dict]:
     """What the VerneMQ seed's per-run table needs beyond the verdicts, per run: the node
     the transmitter/receiver was on at the first fault (else at its first event), the
-    first `ready` after that fault, and the receiver's longest delivery gap in its window."""
+    first `ready` after that fault, and the receiver's longest delivery gap in its window.
+
+    The times of those events come with the block summaries; here the rows at those times
+    are looked up (a broadcast join on a handful of (run, time) pairs) for their node.
+    """
     t, ts = F.col("type"), F.col("t_ns")
-    first = [(r, tf, te) for r, i, tf, te, _, _ in windows if i == 0]
-    w0 = spark.createDataFrame(first, "run string, t_fault long, t_wend long")
-    order = F.struct(ts, F.col("client"), F.col("seq"))
-    before = ts <= F.col("t_fault")
-    rows = (
-        df.where(t.isin("send", "recv", "ready"))
-        .join(F.broadcast(w0), "run", "left")
-        .groupBy("run")
-        .agg(
-            F.max_by("node", F.when((t == "send") & before & F.col("node").isNotNull(), order)).alias("txm_f"),
-            F.min_by("node", F.when((t == "send") & F.col("node").isNotNull(), order)).alias("txm_0"),
-            F.max_by("node", F.when((t == "recv") & before & F.col("node").isNotNull(), order)).alias("rxm_f"),
-            F.min_by("node", F.when((t == "recv") & F.col("node").isNotNull(), order)).alias("rxm_0"),
-            F.min(F.when((t == "ready") & (ts >= F.col("t_fault")), ts)).alias("t_ready"),
+    out: dict[str, dict] = {run: {"t_ready": f["t_ready"]} for run, f in frames.items()}
+    want = [(run, kind, f[f"t_{kind}"]) for run, f in frames.items()
+            for kind in ("txm_f", "txm_0", "rxm_f", "rxm_0") if f[f"t_{kind}"] is not None]
+    if want:
+        at = spark.createDataFrame(sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
+        rows = (
+            df.where(t.isin("send", "recv") & F.col("node").isNotNull())
+            .join(F.broadcast(at), ["run", "t_ns"])
+            .select("run", "t_ns", "type", "client", "seq", "node")
+            .collect()
         )
-    )
-    out = {r["run"]: r.asDict() for r in rows.collect()}
+        for run, kind, tm in want:
+            ty = "send" if kind.startswith("tx") else "recv"
+            cands = sorted((r["client"], r["seq"], r["node"]) for r in rows
+                           if r["run"] == run and r["t_ns"] == tm and r["type"] == ty)
+            if cands:
+                out[run][kind] = (cands[-1] if kind.endswith("_f") else cands[0])[2]
+    first = [(r, tf, te) for r, i, tf, te, _, _ in windows if i == 0]
     if first:
+        w0 = spark.createDataFrame(first, "run string, t_fault long, t_wend long")
         # the receivers already reading when the fault's window closed (a consumer that only
         # reads after the write phase has no row by then and costs nothing here)
         recv = df.where(t == "recv").select("run", "client", "t_ns")
@@ -383,6 +686,11 @@ def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
     return {"p50": arr[0], "p99": arr[1], "p999": arr[2], "max": mx}
 
 
+def _live_reader(f: dict) -> bool:
+    """A consumer read while producers were still sending (end-to-end latency means something)."""
+    return f["t_first_recv"] is not None and f["t_last_send"] is not None and f["t_first_recv"] < f["t_last_send"]
+
+
 def result_of(v: dict) -> str:
     """pass / fail / unknown; a run that could not decide is never a pass."""
     if v["received_after_nack"] > 0:
@@ -394,70 +702,125 @@ def result_of(v: dict) -> str:
     return "pass"
 
 
-def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
+class _Clock:
+    """Seconds per step of an analysis (Analysis.meta["seconds"]), for benchmarks."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self.t, 3)
+        self.t = now
+
+
+def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis:
+    """Every verdict of every run in `df`.
+
+    timing=False leaves out the time-based figures (latency percentiles, ack and receive
+    gaps, outages): the seeds' own figures only, which need no per-message join.
+    """
+    from pyspark import StorageLevel
+
+    clock = _Clock()
     n_rows = df.count()
     exact = n_rows <= EXACT_PERCENTILE_ROW_LIMIT
-
-    frames = {r["run"]: r.asDict() for r in run_frame(df).collect()}
-    msgs = {r["run"]: r.asDict() for r in message_verdicts(message_table(df), exact).collect()}
-    j = jumps(df)
-    jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
-
     t = F.col("type")
-    nemesis = [r.asDict() for r in df.where(t.isin("fault", "heal")).select("run", "t_ns", "type", "node", "detail").collect()]
-    windows = _fault_windows(nemesis, {k: f["t_end"] for k, f in frames.items()})
+    small = [r.asDict() for r in df.where(t.isin("fault", "heal", "read_end"))
+             .select("run", "t_ns", "type", "node", "detail").collect()]
+    nemesis = [r for r in small if r["type"] != "read_end"]
+    read_ends: dict[str, list] = {}
+    for r in small:
+        if r["type"] == "read_end":
+            read_ends.setdefault(r["run"], []).append(r["detail"])
+    first_fault: dict[str, int] = {}
+    for r in nemesis:
+        if r["type"] == "fault":
+            first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
+    clock.lap("rows, nemesis")
 
-    ack_gaps = gaps(df.where(t == "ack"))
-    max_ack_gap = {r["run"]: r["g"] for r in ack_gaps.groupBy("run").agg(F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+    held: list[DataFrame] = []
+    try:
+        blocks = message_blocks(df, first_fault).persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(blocks)
+        frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
+        msgs = {run: dict(f) for run, f in frames.items()}
+        clock.lap("blocks")
+        unplain = sum(f["_unplain"] for f in frames.values())
+        first = None
+        if unplain:
+            rows = unplain_rows(df, blocks, broadcast=unplain <= BROADCAST_BLOCKS)
+            near = _value_ranges(blocks) if unplain <= 100_000 else None
+            if near is not None:
+                rows = rows.where(near)
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            held.append(rows)
+            for r in message_counts(message_table(rows)).collect():
+                m = msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
+                for k in COUNT_KEYS:
+                    m[k] = (m.get(k) or 0) + (r[k] or 0)
+            first = first_reads(rows)
+            clock.lap("blocks looked at closely")
+        j = jumps(df, first, rereads=first is not None, held=held)
+        jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
+        clock.lap("ordering")
 
-    outages: dict[tuple, Optional[int]] = {}
-    max_recv_gap: dict[str, int] = {}
-    if windows:
-        w = spark.createDataFrame(
-            [(r, i, tf, te) for r, i, tf, te, _, _ in windows],
-            "run string, w int, t_fault long, t_wend long",
-        )
-        eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
-        o = (
-            ack_gaps.join(F.broadcast(w), "run")
-            .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
-            .groupBy("run", "w", "t_fault")
-            # of equally long intervals, the earliest: max_by alone would pick any of them
-            .agg(F.max_by("gap_end", F.struct(eff, -F.col("gap_end"))).alias("end"), F.max(eff).alias("eff"))
-        )
-        closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
-        for run, i, tf, te, _, _ in windows:
-            outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"], frames[run]["t_write_end"])
-        # consumers that read while a fault was in effect: their delivery gaps are outages too
-        recv = df.where(t == "recv").select("run", "client", "t_ns")
-        live = (
-            recv.join(F.broadcast(w), "run")
-            .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
-            .select("run", "client")
-            .distinct()
-        )
-        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]))
-        max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
-
-    session = _session_facts(spark, df, windows)
+        windows = _fault_windows(nemesis, {k: f["t_end"] for k, f in frames.items()})
+        live_runs = sorted(run for run, f in frames.items() if _live_reader(f))
+        lats: dict[str, dict] = {}
+        max_ack_gap: dict = {}
+        closed: dict = {}
+        max_recv_gap: dict[str, int] = {}
+        w = None
+        if windows:
+            w = spark.createDataFrame(
+                [(r, i, tf, te) for r, i, tf, te, _, _ in windows],
+                "run string, w int, t_fault long, t_wend long",
+            )
+        if timing:
+            lats = {r["run"]: r.asDict() for r in latency_verdicts(latency_table(df, live_runs), exact).collect()}
+            clock.lap("latency")
+            max_ack_gap, closed = ack_gap_facts(df, frames, w)
+            clock.lap("ack gaps")
+        outages: dict[tuple, Optional[int]] = {}
+        if timing and windows:
+            for run, i, tf, te, _, _ in windows:
+                outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"],
+                                            frames[run]["t_write_end"])
+            # consumers that read while a fault was in effect: their delivery gaps are outages too
+            recv = df.where(t == "recv").select("run", "client", "t_ns")
+            live = (
+                recv.join(F.broadcast(w), "run")
+                .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
+                .select("run", "client")
+                .distinct()
+            )
+            rg = gaps(recv.join(F.broadcast(live), ["run", "client"]))
+            max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(
+                F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+            clock.lap("receive gaps")
+        session = _session_facts(spark, df, windows if timing else [], frames)
+        clock.lap("session facts")
+    finally:
+        for d in held:
+            d.unpersist()
 
     verdicts = []
-    zero_msgs = {k: 0 for k in (
-        "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
-        "acked_missing", "missing", "received_no_ack", "received_after_nack",
-        "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries")}
+    no_lat = {"_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None}
     for run in sorted(frames):
         f = frames[run]
-        m = msgs.get(run) or {**zero_msgs, "_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None}
+        m = msgs.get(run, {})
+        lat = lats.get(run, no_lat)
         v: dict[str, Any] = {"run": run}
-        for k in zero_msgs:
-            v[k] = int(m[k] or 0)
+        for k in COUNT_KEYS:
+            v[k] = int(m.get(k) or 0)
         v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
         counts = jc.get(run, {})
         for k in JUMP_CLASSES:
             v[k.lower()] = int(counts.get(k.lower()) or 0)
         v["out_of_order"] = v["jb"]
-        ends = f["read_ends"]
+        ends = read_ends.get(run)
         v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
         v["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
         v["recv_rows"] = int(f["recv_rows"])
@@ -473,12 +836,12 @@ def analyze(spark: SparkSession, df: DataFrame) -> Analysis:
         v["fault_outages_ms"] = [
             None if outages.get((run, i)) is None else outages[(run, i)] / MS for _, i, *_ in run_windows
         ]
-        v["ack_latency_ms"] = _pct(m["_ack_p"], m["_ack_max"])
-        live_reader = f["t_first_recv"] is not None and f["t_last_send"] is not None and f["t_first_recv"] < f["t_last_send"]
-        v["e2e_latency_ms"] = _pct(m["_e2e_p"], m["_e2e_max"]) if live_reader else None
+        v["ack_latency_ms"] = _pct(lat["_ack_p"], lat["_ack_max"])
+        v["e2e_latency_ms"] = _pct(lat["_e2e_p"], lat["_e2e_max"]) if run in live_runs else None
         v["latency_exact"] = exact
+        v["timing"] = timing
         v["result"] = result_of(v)
         v.update(_session_row(run, sorted(frames).index(run) + 1, f, session.get(run, {}), run_windows,
                               v["fault_outages_ms"]))
         verdicts.append(v)
-    return Analysis(verdicts, j, duplicates(df), exact)
+    return Analysis(verdicts, j, duplicates(df), exact, meta={"seconds": clock.laps})

@@ -60,10 +60,16 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         ("  stored twice / redelivered", f"{v['stored_duplicates']} / {v['redeliveries']}"),
         ("JF / JB / DJF / DJB", f"{v['jf']} / {v['jb']} / {v['djf']} / {v['djb']}"),
         ("Stowaways", v["stowaways"]),
-        ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
-        ("Outage per fault", ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
-        ("Ack latency", _lat(v["ack_latency_ms"])),
     ]
+    if v.get("timing", True):
+        rows += [
+            ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
+            ("Outage per fault",
+             ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
+            ("Ack latency", _lat(v["ack_latency_ms"])),
+        ]
+    else:
+        rows.append(("Gaps, outages, latency", "not computed (--no-timing)"))
     if v.get("downtime_s") is not None:
         rows.append(("Downtime (fault to cluster whole)", f"{v['downtime_s']:.1f} s"))
     if v.get("rx_downtime_s") is not None:

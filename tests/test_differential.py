@@ -110,6 +110,8 @@ def small_buckets(monkeypatch):
     # blocks of 4 values, so that plain and closer-looked-at blocks mix within a run
     monkeypatch.setattr(metrics, "BLOCK_BITS", 2)
     monkeypatch.setattr(metrics, "STRETCH_BITS", 3)
+    # ack gaps from buckets of about 2 acks: both the bucket answer and the walk are used
+    monkeypatch.setattr(metrics, "BUCKET_ACKS", 2)
 
 
 @given(rows=history())

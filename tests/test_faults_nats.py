@@ -386,8 +386,9 @@ def test_bridge_leaves_one_node_seeing_both_halves(cluster):
     f = c.fault("bridge")
     c.inject(f, "n1")
     try:
-        assert c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT)
-        assert c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT)
+        # a few tries: one CI run on a loaded machine saw a single 1 s connect from n1 fail
+        assert any(c.from_node("n1", can_connect, c.ip("n2"), CLUSTER_PORT) for _ in range(3))
+        assert any(c.from_node("n1", can_connect, c.ip("n3"), CLUSTER_PORT) for _ in range(3))
         assert not c.from_node("n2", can_connect, c.ip("n3"), CLUSTER_PORT)
     finally:
         c.heal(f)

@@ -315,7 +315,10 @@ class RabbitSystem(RabbitBase):
         return {}
 
     async def create_stream(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
+        # a node that has just booted may still be enabling feature flags ("the corresponding
+        # feature flag is disabled" for a quorum queue); one CI run on a loaded machine saw
+        # that last past 30 s, so the first declare gets as long as the cluster's start
+        deadline = time.monotonic() + max(timeout, 90)
         last: object = None
         first = self.node_names[0]
         while time.monotonic() < deadline:

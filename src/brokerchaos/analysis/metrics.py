@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -352,8 +353,6 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
     read more than once (by default from every read); `rereads=False` says no value was
     read twice. `held` collects what was persisted, for the caller to release.
     """
-    from pyspark import StorageLevel
-
     t = F.col("type")
     keys = ["run", "client", "producer"]
     # a stretch is also cut every 2**STRETCH_BITS seqs, so that one value - seq shared by
@@ -490,9 +489,9 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
         if f["acks"] and f["acks"] > 1:
             span = f["t_last_ack"] - f["t_first_ack"]
             width[run] = max(1, span * BUCKET_ACKS // (f["acks"] - 1))
-    acks = df.where(t == "ack")
     if not width:
         return {}, {}
+    acks = df.where(t == "ack")
     longest, closed = _gap_facts(bucket_gaps(acks.where(F.col("run").isin(sorted(width))), width), w)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
@@ -721,8 +720,6 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
     timing=False leaves out the time-based figures (latency percentiles, ack and receive
     gaps, outages): the seeds' own figures only, which need no per-message join.
     """
-    from pyspark import StorageLevel
-
     clock = _Clock()
     n_rows = df.count()
     exact = n_rows <= EXACT_PERCENTILE_ROW_LIMIT

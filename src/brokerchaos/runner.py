@@ -168,8 +168,9 @@ class Session:
 
     def _run_bound(self) -> float:
         w = self.s.workload
-        # connecting may take 2 x 90 s (a RabbitMQ joiner booted a second time)
-        return 210 + w.write_timeout + w.read_timeout + 60
+        # connecting gets 90 s per node boot (RabbitMQ boots its nodes one by one) and one more
+        # for a joiner booted a second time
+        return 90 * (self.s.cluster.nodes + 1) + 30 + w.write_timeout + w.read_timeout + 60
 
     async def _client_side(self, system: System, sb: Sandbox, run_id: str, run_dir: Path, t0: float,
                            more: bool = False) -> dict:

@@ -83,6 +83,7 @@ class RabbitMqttCluster(_ClusterOnly, RabbitBase):
     supported_faults = frozenset()
     Options = MqttOptions
     plugins = ("rabbitmq_management", "rabbitmq_mqtt")
+    joiners_together = False
 
 
 class NatsMqttCluster(_ClusterOnly, NatsSystem):

@@ -32,6 +32,8 @@ def spark_analyze(spark):
     from brokerchaos.analysis import metrics
     from brokerchaos.history.schema import SCHEMA
 
+    last: list = []
+
     def run(rows, tmp_path):
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         import pyarrow.parquet as pq
@@ -39,9 +41,15 @@ def spark_analyze(spark):
         tmp_path.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, tmp_path / "h.parquet")
         df = metrics.read_history(spark, str(tmp_path))
-        return metrics.analyze(spark, df)
+        # the previous example's logs are no longer read: one analysis cached at a time
+        while last:
+            last.pop().release()
+        last.append(metrics.analyze(spark, df))
+        return last[0]
 
-    return run
+    yield run
+    while last:
+        last.pop().release()
 
 
 def needs_root():

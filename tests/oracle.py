@@ -172,6 +172,16 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     v["out_of_order"] = v["jb"]
     v["_jumps"] = sorted(jumps, key=lambda j: (j[0], j[1], j[6]))
 
+    # the duplicates log: every (producer, value) read more than once, stowaways included
+    seen_at: dict = defaultdict(list)
+    for r in rows:
+        if r["type"] == "recv" and r["value"] is not None:
+            seen_at[(r["producer"], r["value"])].append((r["client"], r["seq"], r["offset"]))
+    v["_dups"] = sorted(
+        (producer, value, len(at), " ".join(c if o is None else f"{c}@{o}" for c, _, o in sorted(at)))
+        for (producer, value), at in seen_at.items() if len(at) > 1
+    )
+
     ends = [r["detail"] for r in rows if r["type"] == "read_end"]
     v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
     recv_rows = [r for r in rows if r["type"] == "recv"]

@@ -137,3 +137,6 @@ def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory, small_bucke
     )
     exp_jumps = sorted((v["run"], *j) for v in expected for j in v["_jumps"])
     assert got_jumps == exp_jumps
+    got_dups = sorted((r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"])
+                      for r in a.duplicates.collect())
+    assert got_dups == sorted((v["run"], *d) for v in expected for d in v["_dups"])

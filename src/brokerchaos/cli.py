@@ -214,6 +214,7 @@ def cmd_analyze(args) -> int:
     summary = files.summarize(analysis.verdicts)
     if not args.no_write:
         summary = files.write_session(analysis, Path(args.out) if args.out else root, metas)
+    analysis.release()
     if args.format == "json":
         print(json.dumps(analysis.verdicts, indent=2, default=str))
     else:

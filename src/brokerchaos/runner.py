@@ -98,8 +98,11 @@ class Session:
                 signal.signal(signal.SIGTERM, old)
         spark = spark_mod.get_spark(self.spark_master)
         analysis = metrics.analyze(spark, metrics.read_history(spark, str(self.dir)))
-        result.verdicts = analysis.verdicts
-        result.summary = files.write_session(analysis, self.dir, result.metas)
+        try:
+            result.verdicts = analysis.verdicts
+            result.summary = files.write_session(analysis, self.dir, result.metas)
+        finally:
+            analysis.release()
         self.obs.line("\n" + console.summary_table(result.verdicts, result.metas))
         self.obs.line(console.summary_lines(result.summary))
         self.obs.line(f"Results: {self.dir}")
@@ -113,8 +116,9 @@ class Session:
     def analyze_run(self, run_id: str) -> Optional[dict]:
         spark = spark_mod.get_spark(self.spark_master)
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
-        verdicts = metrics.analyze(spark, df).verdicts
-        return verdicts[0] if verdicts else None
+        analysis = metrics.analyze(spark, df)
+        analysis.release()  # the run's own block shows verdicts only; the logs are the session's
+        return analysis.verdicts[0] if analysis.verdicts else None
 
     # -- one run ---------------------------------------------------------------
     def _run_one(self, sb: Sandbox, run_id: str, index: int) -> dict:

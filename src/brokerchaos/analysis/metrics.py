@@ -537,6 +537,15 @@ class Analysis:
     duplicates: DataFrame
     latency_exact: bool
     meta: dict = field(default_factory=dict)
+    # cached frames the two logs read from; release() frees them
+    kept: list = field(default_factory=list)
+
+    def release(self) -> None:
+        """Free what the jump and duplicate logs were kept in; they are computed again from
+        the history if read afterwards."""
+        for d in self.kept:
+            d.unpersist()
+        self.kept.clear()
 
 
 def _action(detail: Optional[str]) -> Optional[str]:
@@ -738,6 +747,9 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
     clock.lap("rows, nemesis")
 
     held: list[DataFrame] = []
+    # the logs are read after this returns: what they need stays cached until release()
+    kept: list[DataFrame] = []
+    dups = duplicates(df.where(F.lit(False)))
     try:
         blocks = message_blocks(df, first_fault).persist(StorageLevel.MEMORY_AND_DISK)
         held.append(blocks)
@@ -752,14 +764,17 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
             if near is not None:
                 rows = rows.where(near)
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-            held.append(rows)
+            kept.append(rows)
+            # a message read twice is in a block that is not plain: these rows hold every one
+            dups = duplicates(rows)
             for r in message_counts(message_table(rows)).collect():
                 m = msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
                 for k in COUNT_KEYS:
                     m[k] = (m.get(k) or 0) + (r[k] or 0)
             first = first_reads(rows)
             clock.lap("blocks looked at closely")
-        j = jumps(df, first, rereads=first is not None, held=held)
+        j = jumps(df, first, rereads=first is not None, held=held).persist(StorageLevel.MEMORY_AND_DISK)
+        kept.append(j)
         jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
         clock.lap("ordering")
 
@@ -799,6 +814,10 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
             clock.lap("receive gaps")
         session = _session_facts(spark, df, windows if timing else [], frames)
         clock.lap("session facts")
+    except BaseException:
+        for d in kept:
+            d.unpersist()
+        raise
     finally:
         for d in held:
             d.unpersist()
@@ -841,4 +860,4 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
         v.update(_session_row(run, sorted(frames).index(run) + 1, f, session.get(run, {}), run_windows,
                               v["fault_outages_ms"]))
         verdicts.append(v)
-    return Analysis(verdicts, j, duplicates(df), exact, meta={"seconds": clock.laps})
+    return Analysis(verdicts, j, dups, exact, meta={"seconds": clock.laps}, kept=kept)

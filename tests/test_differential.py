@@ -112,6 +112,8 @@ def small_buckets(monkeypatch):
     monkeypatch.setattr(metrics, "STRETCH_BITS", 3)
     # ack gaps from buckets of about 2 acks: both the bucket answer and the walk are used
     monkeypatch.setattr(metrics, "BUCKET_ACKS", 2)
+    # one run: per-run constants as a map literal; two: as a broadcast join (thousands of runs)
+    monkeypatch.setattr(metrics, "PER_RUN_LITERAL", 1)
 
 
 @given(rows=history())

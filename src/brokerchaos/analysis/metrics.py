@@ -39,6 +39,9 @@ BUCKET_ACKS = 16
 BROADCAST_BLOCKS = 1_000_000
 # up to this many value ranges of such blocks also go to the Parquet reader as a filter
 VALUE_RANGES = 64
+# per-run constants (first fault, bucket width) up to this many runs are a map literal in
+# the expression; a map lookup scans its keys, so more runs get a broadcast join instead
+PER_RUN_LITERAL = 16
 
 JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
 
@@ -173,12 +176,25 @@ def _bit():
     return F.expr(f"shiftleft(cast(1 as bigint), cast(value & {(1 << BLOCK_BITS) - 1} as int))")
 
 
-def _per_run(values: dict[str, int]):
-    """A column holding `values[run]` (null for other runs)."""
+def _with_per_run(df: DataFrame, values: dict[str, int], name: str, inner: bool = False) -> DataFrame:
+    """`df` with a column `name` holding `values[run]`: null for other runs, or (`inner`)
+    only the rows of the runs in `values`."""
     if not values:
-        return F.lit(None).cast("long")
-    pairs = [x for run, v in sorted(values.items()) for x in (F.lit(run), F.lit(v).cast("long"))]
-    return F.try_element_at(F.create_map(*pairs), F.col("run"))
+        return df.where(F.lit(False)) if inner else df.withColumn(name, F.lit(None).cast("long"))
+    if len(values) <= PER_RUN_LITERAL:
+        pairs = [x for run, v in sorted(values.items()) for x in (F.lit(run), F.lit(v).cast("long"))]
+        d = df.withColumn(name, F.try_element_at(F.create_map(*pairs), F.col("run")))
+        return d.where(F.col(name).isNotNull()) if inner else d
+    # a session of thousands of runs: a map literal that size cost 40 s per pass over 1 M
+    # messages (each row's lookup walks the keys), and so did `isin`; a hash join costs
+    # nothing
+    table = df.sparkSession.createDataFrame(sorted(values.items()), f"_run string, {name} long")
+    return df.join(F.broadcast(table), F.col("run") == F.col("_run"), "inner" if inner else "left").drop("_run")
+
+
+def _only_runs(df: DataFrame, runs) -> DataFrame:
+    """The rows of these runs."""
+    return _with_per_run(df, dict.fromkeys(runs, 0), "_keep", inner=True).drop("_keep")
 
 
 def message_blocks(df: DataFrame, first_fault: dict[str, int]) -> DataFrame:
@@ -191,9 +207,9 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int]) -> DataFrame:
     row. Grouping by type first keeps the per-row work to unconditional min/max/bit_or.
     """
     ts = F.col("t_ns")
-    tf = _per_run(first_fault)
+    tf = F.col("_tf")
     node = F.col("node").isNotNull()
-    typed = df.groupBy("run", "producer", _blk().alias("blk"), "type").agg(
+    typed = _with_per_run(df, first_fault, "_tf").groupBy("run", "producer", _blk().alias("blk"), "type").agg(
         F.bit_or(_bit()).alias("_B"), F.count(F.lit(1)).alias("_n"),
         F.min(ts).alias("_lo"), F.max(ts).alias("_hi"),
         # where the transmitter/receiver was: the time of its last event with a node up to
@@ -314,9 +330,11 @@ def latency_table(df: DataFrame, live_runs: list[str]) -> DataFrame:
     ts = F.col("t_ns")
     rows = t.isin("send", "ack")
     if live_runs:
-        rows = rows | ((t == "recv") & F.col("run").isin(live_runs))
+        rows = rows | ((t == "recv") & F.col("_live"))
     return (
-        df.where(rows)
+        _with_per_run(df, dict.fromkeys(live_runs, 1), "_live")
+        .withColumn("_live", F.col("_live").isNotNull())
+        .where(rows)
         .groupBy("run", "producer", "value")
         .agg(
             F.min(F.when(t == "send", ts)).alias("t_send"),
@@ -445,8 +463,8 @@ def bucket_gaps(rows: DataFrame, width: dict[str, int]) -> DataFrame:
     of acks is a few hundred thousand buckets by the time anything is shuffled.
     """
     b = (
-        rows.select("run", "t_ns")
-        .withColumn("_tb", F.floor(F.col("t_ns") / _per_run(width)))
+        _with_per_run(rows.select("run", "t_ns"), width, "_w", inner=True)
+        .withColumn("_tb", F.floor(F.col("t_ns") / F.col("_w")))
         .groupBy("run", "_tb")
         .agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
     )
@@ -459,9 +477,9 @@ def bucket_gaps(rows: DataFrame, width: dict[str, int]) -> DataFrame:
 def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
     """Longest gap per run, and per fault window (run, w) the (clipped length, end) of the
     longest gap overlapping it (of equal ones, the earliest)."""
-    longest = {r["run"]: r["g"] for r in g.groupBy("run").agg(
-        F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
-    closed: dict = {}
+    facts = g.groupBy("run").agg(
+        F.lit(None).cast("int").alias("w"), F.max(F.col("gap_end") - F.col("gap_start")).alias("eff"),
+        F.lit(None).cast("long").alias("end"))
     if w is not None:
         eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
         o = (
@@ -469,9 +487,18 @@ def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
             .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
             .groupBy("run", "w")
             # of equally long intervals, the earliest: max_by alone would pick any of them
-            .agg(F.max_by("gap_end", F.struct(eff, -F.col("gap_end"))).alias("end"), F.max(eff).alias("eff"))
+            .agg(F.max(eff).alias("eff"), F.max_by("gap_end", F.struct(eff, -F.col("gap_end"))).alias("end"))
         )
-        closed = {(r["run"], r["w"]): (r["eff"], r["end"]) for r in o.collect()}
+        # one query for both: its two branches share their shuffles (exchange reuse), where
+        # two queries would each compute the gaps
+        facts = facts.unionByName(o)
+    longest: dict = {}
+    closed: dict = {}
+    for r in facts.collect():
+        if r["w"] is None:
+            longest[r["run"]] = r["eff"]
+        else:
+            closed[(r["run"], r["w"])] = (r["eff"], r["end"])
     return longest, closed
 
 
@@ -492,7 +519,7 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
     if not width:
         return {}, {}
     acks = df.where(t == "ack")
-    longest, closed = _gap_facts(bucket_gaps(acks.where(F.col("run").isin(sorted(width))), width), w)
+    longest, closed = _gap_facts(bucket_gaps(acks, width), w)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
     if w is not None:
@@ -500,7 +527,7 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
         walk |= {r["run"] for r in w.select("run", "w").collect()
                  if r["run"] in width and (r["run"], r["w"]) not in closed}
     if walk:
-        l2, c2 = _gap_facts(gaps(acks.where(F.col("run").isin(sorted(walk)))), w)
+        l2, c2 = _gap_facts(gaps(_only_runs(acks, walk)), w)
         for run in walk:
             longest.pop(run, None)
         closed = {k: v for k, v in closed.items() if k[0] not in walk}

@@ -225,7 +225,7 @@ class RabbitBase(System):
         retried: set[str] = set()
         while time.monotonic() < deadline:
             if self._unstarted:
-                before = self.node_names[len(self.node_names) - len(self._unstarted) - 1]
+                before = [n for n in self.node_names if n not in self._unstarted][-1]
                 if self.node_alive(before) and await self._serves(before):
                     for n in self._unstarted[:None if self.joiners_together else 1]:
                         self.start_node(n)

@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -93,20 +94,49 @@ def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, 
     assert not (Path("/tmp/brokerchaos") / obs.sid).exists()
 
 
+class _Harness:
+    """A `brokerchaos run` subprocess whose output is read as it comes, so that a test can wait
+    for a line the harness prints (the fault's) instead of guessing how long start-up takes."""
+
+    def __init__(self, cmd):
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, prefix: str, timeout: float):
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith(prefix) for line in self.lines):
+            assert self.p.poll() is None, self.out
+            assert time.monotonic() < deadline, f"no line starting {prefix!r} within {timeout:.0f}s:\n{self.out}"
+            time.sleep(0.1)
+
+    def finish(self, timeout: float) -> str:
+        self.p.wait(timeout)
+        self._reader.join(10)
+        return self.out
+
+
 def _start_harness(tmp_path, *extra):
     cmd = [sys.executable, "-m", "brokerchaos.cli", "run", "--out", str(tmp_path), "--name", "it-crash",
            "--runs", "1", "--messages", "3000000", "--fault", "none", "--write-timeout", "120", *extra]
     before = set(netns.list_all())
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    h = _Harness(cmd)
     deadline = time.monotonic() + 60
     while True:
-        assert p.poll() is None, p.stdout.read()
+        assert h.p.poll() is None, h.out
         new = [n for n in netns.list_all() if n not in before and n.startswith(netns.PREFIX)]
         nodes = [n for n in new if n.endswith(("-n1", "-n2", "-n3"))]
         if len(nodes) == 3 and all(netns.pids(n) for n in nodes):
-            # the brokers are up; wait for the write phase to be under way
-            time.sleep(3)
-            return p, new
+            return h, new
         assert time.monotonic() < deadline, "harness did not start its cluster within 60s"
         time.sleep(0.2)
 
@@ -116,11 +146,11 @@ def _broker_pids(names):
 
 
 def test_crashed_session_is_removed_by_clean(tmp_path):
-    p, names = _start_harness(tmp_path)
+    h, names = _start_harness(tmp_path)
     pids = _broker_pids(names)
     assert len(pids) >= 3
-    os.kill(p.pid, signal.SIGKILL)  # a crash: no finally, no teardown
-    p.wait(10)
+    os.kill(h.p.pid, signal.SIGKILL)  # a crash: no finally, no teardown
+    h.finish(10)
     assert all(netns.exists(n) for n in names), "namespaces should outlive a crashed harness"
     assert all(os.path.exists(f"/proc/{pid}") for pid in pids), "brokers should outlive a crashed harness"
     r = subprocess.run([sys.executable, "-m", "brokerchaos.cli", "clean"], capture_output=True, text=True, timeout=120)
@@ -135,11 +165,14 @@ def test_crashed_session_is_removed_by_clean(tmp_path):
 
 
 def test_sigterm_heals_and_tears_down(tmp_path):
-    p, names = _start_harness(tmp_path, "--fault", "kill-leader", "--after-acks", "1000")
+    h, names = _start_harness(tmp_path, "--fault", "kill-leader", "--after-acks", "1000")
     pids = _broker_pids(names)
-    p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 130, out
+    # the signal must come after the fault: a loaded machine can take far longer than the
+    # brokers' start-up to reach 1000 acks (a fixed 3 s sleep once saw no fault row in CI)
+    h.wait_for_line("Fault: ", 90)
+    h.p.send_signal(signal.SIGTERM)
+    out = h.finish(120)
+    assert h.p.returncode == 130, out
     assert not any(netns.exists(n) for n in names), out
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
     # nothing recorded is lost: the heal is in the history, the producer's rows are contiguous,

@@ -182,6 +182,23 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
         for (producer, value), at in seen_at.items() if len(at) > 1
     )
 
+    # the losses log: acked messages never read, the positions their acks named, and what
+    # the read found at those positions
+    read_at: dict = defaultdict(set)
+    for r in rows:
+        if r["type"] == "recv" and r["offset"] is not None:
+            read_at[r["offset"]].add(f"{'?' if r['producer'] is None else r['producer']}:"
+                                     f"{'?' if r['value'] is None else r['value']}")
+    lost = []
+    for (p, val), m in msgs.items():
+        if m["sent"] and m["ack"] and m["recv"] == 0:
+            acks = [r for r in rows if r["type"] == "ack" and r["producer"] == p and r["value"] == val]
+            at = sorted({r["offset"] for r in acks if r["offset"] is not None})
+            there = sorted(set().union(*(read_at[o] for o in at)))
+            lost.append((p, val, " ".join(at), min(r["t_ns"] for r in acks), " ".join(there)))
+    v["_lost"] = sorted(lost)
+    v["acked_missing_overwritten"] = sum(1 for x in lost if x[4])
+
     ends = [r["detail"] for r in rows if r["type"] == "read_end"]
     v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
     recv_rows = [r for r in rows if r["type"] == "recv"]

@@ -130,3 +130,57 @@ def test_outage_takes_the_earliest_of_equally_long_gaps(spark_analyze, tmp_path)
     assert v["fault_outages_ms"] == o["fault_outages_ms"]
     # fault at 3 us; both gaps are 6.001 ms long; the first ends at 6,004 us
     assert abs(v["fault_outages_ms"][0] - 6.001) < 1e-9
+
+
+def test_loss_at_a_position_the_read_found_holding_another_message(spark_analyze, tmp_path):
+    # p1:2 was acked at o2, but the read found p1:9 there (the broker gave its place away);
+    # p1:3 was acked at o3, which the read never reached; p1:4's ack named no position
+    h = H()
+    h.sent_acked([1, 2, 3, 4])
+    for r in h.rows:
+        if r["type"] == "ack":
+            r["offset"] = None if r["value"] == 4 else f"o{r['value']}"
+    h.ev("p1", "send", "p1", 9).ev("p1", "unknown", "p1", 9)
+    h.ev("c1", "recv", "p1", 1, offset="o1").ev("c1", "recv", "p1", 9, offset="o2")
+    h.ev("c1", "read_end", detail="complete")
+    a = spark_analyze(h.rows, tmp_path)
+    ((v,), (o,)) = (a.verdicts, oracle.analyze(h.rows))
+    assert v["acked_missing"] == o["acked_missing"] == 3
+    assert v["acked_missing_overwritten"] == o["acked_missing_overwritten"] == 1
+    got = sorted((r["value"], r["acked_at"], r["read_there"]) for r in a.losses.collect())
+    assert got == [(2, "o2", "p1:9"), (3, "o3", ""), (4, "", "")]
+    assert got == [(x[1], x[2], x[4]) for x in o["_lost"]]
+
+
+def test_recorded_nats_history_of_a_diverged_replica(spark, tmp_path):
+    """A real run (CI, 2026-11-23, nats-server 2.9.10, 3 replicas, leader n2 killed at ack
+    1,249, restarted before the read). Messages 1382-1427 were in flight at the kill and
+    timed out; the new leader stored the resends of 1904-1949 at stream sequences
+    1382-1427 and acked them. The restarted n2 still held its own 1382-1427 there, and it
+    led the reader's consumer: the read returned 1382-1427 twice (their resends sit at
+    2479-2524) and never 1904-1949."""
+    import pyarrow.parquet as pq
+    from pathlib import Path
+
+    from brokerchaos.analysis import metrics
+    from brokerchaos.report import files
+
+    src = Path(__file__).parent / "data" / "nats-diverged-replica"
+    a = metrics.analyze(spark, metrics.read_history(spark, str(src)))
+    try:
+        (v,) = a.verdicts
+        assert (v["send_count"], v["pos_ack_count"], v["received"]) == (3000, 3000, 3000)
+        assert v["acked_missing"] == 46 and v["acked_missing_overwritten"] == 46 and v["result"] == "fail"
+        assert v["stored_duplicates"] == 46 and v["redeliveries"] == 0 and v["djb"] == 1
+        files.write_session(a, tmp_path, {})
+    finally:
+        a.release()
+    lost = (tmp_path / "lost.csv").read_text().splitlines()
+    assert lost[0] == "run,producer,value,acked_at,first_ack_ms,read_there"
+    assert len(lost) == 47
+    first = lost[1].split(",")
+    assert first[:4] == ["run-002", "p1", "1904", "1382"] and first[5] == "p1:1382"
+    # the oracle reads the same real history the same way
+    (o,) = oracle.analyze(pq.read_table(src / "history.parquet").to_pylist())
+    assert o["acked_missing"] == 46 and o["acked_missing_overwritten"] == 46
+    assert [x[1] for x in o["_lost"]] == list(range(1904, 1950))

@@ -15,7 +15,7 @@ import oracle
 
 KEYS = [
     "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
-    "acked_missing", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
+    "acked_missing", "acked_missing_overwritten", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
     "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm",
 ]
@@ -38,10 +38,13 @@ def history(draw):
                 for _ in range(draw(st.integers(1, 2))):  # a resend is another send row
                     evs.append(("send", p, v, None))
                     outcome = draw(st.sampled_from(["ack", "ack", "ack", "nack", "unknown", None]))
+                    # the position an ack names: the message's own (where a read finds it),
+                    # another value's (the broker gave it away), or none
+                    at = rnd.choice([f"o{v}", f"o{v}", f"o{v + 1}", None])
                     if outcome:
-                        evs.append((outcome, p, v, str(v) if outcome == "ack" else None))
+                        evs.append((outcome, p, v, at if outcome == "ack" else None))
                     if outcome == "unknown" and draw(st.booleans()):
-                        evs.append(("ack", p, v, str(v)))  # late ack
+                        evs.append(("ack", p, v, at))  # late ack
         for c in [f"c{i}" for i in range(1, draw(st.integers(0, 2)) + 1)]:
             evs = clients.setdefault(c, [])
             pool = sent + [("p1", 999), ("px", 1), (None, None)]
@@ -142,3 +145,6 @@ def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory, small_bucke
     got_dups = sorted((r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"])
                       for r in a.duplicates.collect())
     assert got_dups == sorted((v["run"], *d) for v in expected for d in v["_dups"])
+    got_lost = sorted((r["run"], r["producer"], r["value"], r["acked_at"], r["first_ack_ns"], r["read_there"])
+                      for r in a.losses.collect())
+    assert got_lost == sorted((v["run"], *x) for v in expected for x in v["_lost"])

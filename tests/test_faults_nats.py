@@ -476,7 +476,9 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
     assert iso["windows"][0]["effect"]["links_cut"] == sorted(
         f"{a}-{b}" for a, b in (sorted((iso["nodes"][0], o)) for o in ("n1", "n2", "n3") if o != iso["nodes"][0]))
     assert all(w.get("heal_error") is None for f in meta["faults"] for w in f["windows"])
-    assert v["read_complete"] is True and v["acked_missing"] == 0
+    # a loss where the read found another message at the acked position is NATS's own
+    # (see test_integration_nats._no_loss_of_ours); any other would be ours
+    assert v["read_complete"] is True and v["acked_missing"] == v["acked_missing_overwritten"]
     assert not _delayers_running()
     assert set(netns.list_all()) <= before, "the session's namespaces are gone"
 

@@ -58,7 +58,15 @@ class LeaderWitness(Observer):
             await nc.close()
 
 
-def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, spark, capsys):
+def _no_loss_of_ours(v):
+    # A message acked at a stream position that the read reached but found another message
+    # at was given away by the broker: nats-server 2.9.10 once did it after a leader kill
+    # (tests/data/nats-diverged-replica). Any other loss could be the harness's own doing.
+    assert v["acked_missing"] == v["acked_missing_overwritten"], v
+    assert v["result"] == ("pass" if v["acked_missing"] == 0 else "fail"), v
+
+
+def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(tmp_path, spark, capsys):
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 1, "messages": 20_000, "after_acks": 5_000, "name": "it-kill-leader"})
     obs = LeaderWitness()
@@ -66,7 +74,8 @@ def test_kill_leader_loses_no_acked_message_and_kills_the_real_leader(tmp_path, 
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert v["read_complete"] is True, v["read_status"]
-    assert v["send_count"] == 20_000 and v["acked_missing"] == 0 and v["result"] == "pass"
+    assert v["send_count"] == 20_000
+    _no_loss_of_ours(v)
     assert v["pos_ack_count"] > 5_000 and v["received"] >= v["pos_ack_count"]
     # the node killed was the stream leader at injection time, by an independent query
     leader_seen, killed = obs.seen
@@ -210,7 +219,8 @@ def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, m
                         "started (rebuilt: declared unfit by the test)"], clusters
     assert calls == [("run-001", True), ("run-002", True)]  # no check after the last run
     for v in result.verdicts:
-        assert v["acked_missing"] == 0 and v["read_complete"] is True
+        assert v["read_complete"] is True
+        _no_loss_of_ours(v)
     # each run had its own stream: no run read another's messages
     assert all(v["send_count"] == 3000 and v["received"] >= v["pos_ack_count"] > 1000 and v["stowaways"] == 0
                for v in result.verdicts), result.verdicts

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario: N runs, each with a fresh cluster, a fault and a verdict",
                        description="Run a scenario file, flags, or both (flags win). Results go to "
                                    "OUT/<name>-<time>/: one directory per run with its history, plus "
-                                   "results.csv, jumps.csv, duplicates.csv and summary.json.")
+                                   "results.csv, jumps.csv, duplicates.csv, lost.csv and summary.json.")
     r.add_argument("scenario", nargs="?", help="scenario YAML file (see scenarios/)")
     r.add_argument("--system", help="broker under test (default nats; see `brokerchaos faults`)")
     r.add_argument("--fault", help="fault action, optionally with its target: kill-leader, isolate-leader, "
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
                        description="Reads every *.parquet below PATH (history format v1, see "
                                    "docs/history-format.md), prints the per-run verdicts and writes "
-                                   "results.csv, jumps.csv, duplicates.csv and summary.json.")
+                                   "results.csv, jumps.csv, duplicates.csv, lost.csv and summary.json.")
     a.add_argument("path", help="a history: one run's directory, a whole session, or any tree of Parquet files")
     a.add_argument("--format", choices=["table", "json"], default="table")
     a.add_argument("--out", help="where to write the session outputs (default: PATH)")

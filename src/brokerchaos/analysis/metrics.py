@@ -37,6 +37,9 @@ MS = 1_000_000.0
 BUCKET_ACKS = 16
 # blocks to look at message by message, up to which their keys are broadcast to the scan
 BROADCAST_BLOCKS = 1_000_000
+# acked messages never received, up to which their identities are broadcast to the scans
+# that find their acks and what the read returned at the acked positions
+BROADCAST_LOST = 1_000_000
 # up to this many value ranges of such blocks also go to the Parquet reader as a filter
 VALUE_RANGES = 64
 # per-run constants (first fault, bucket width) up to this many runs are a map literal in
@@ -557,14 +560,68 @@ def duplicates(df: DataFrame) -> DataFrame:
     )
 
 
+def lost_messages(blocks: DataFrame) -> DataFrame:
+    """(run, producer, value) of every acked message never received, read off the blocks'
+    bit sets (sent, acked, not received) without going back to the history."""
+    c = F.col
+    lost = c("S").bitwiseAND(c("A")).bitwiseAND(F.bitwise_not(c("R")))
+    i = F.explode(F.sequence(F.lit(0), F.lit((1 << BLOCK_BITS) - 1)))
+    return (
+        blocks.where(c("producer").isNotNull() & c("blk").isNotNull() & (lost != 0))
+        .select("run", "producer", "blk", lost.alias("_L"))
+        .select("run", "producer", "blk", "_L", i.alias("_i"))
+        .where(c("_L").bitwiseAND(F.expr("shiftleft(cast(1 as bigint), _i)")) != 0)
+        .select("run", "producer", (F.shiftleft(c("blk"), BLOCK_BITS) + c("_i")).alias("value"))
+    )
+
+
+def losses(df: DataFrame, lost: DataFrame, broadcast: bool) -> DataFrame:
+    """The `lost` messages with the positions their acks named (`acked_at`) and the messages
+    the read found at those positions (`read_there`, `producer:value`, `?` for a row without
+    an identity). A lost message whose position holds another message was not merely left
+    unread: the broker gave its place to something else (an overwrite, or a replica that
+    diverged from the one that acked)."""
+    t, key = F.col("type"), ["run", "producer", "value"]
+
+    def small(x):
+        return F.broadcast(x) if broadcast else x
+
+    acks = (
+        df.where((t == "ack") & F.col("value").isNotNull())
+        .select(*key, "offset", "t_ns")
+        .join(small(lost), key, "left_semi")
+    )
+    at = acks.where(F.col("offset").isNotNull()).select("run", "offset").distinct()
+    ident = F.concat_ws(":", F.coalesce(F.col("producer"), F.lit("?")),
+                        F.coalesce(F.col("value").cast("string"), F.lit("?")))
+    there = (
+        df.where((t == "recv") & F.col("offset").isNotNull())
+        .join(small(at), ["run", "offset"], "left_semi")
+        .groupBy("run", "offset").agg(F.collect_set(ident).alias("_there"))
+    )
+    return (
+        acks.join(there, ["run", "offset"], "left")
+        .groupBy(*key)
+        .agg(
+            F.sort_array(F.collect_set("offset")).alias("_at"),
+            F.min("t_ns").alias("first_ack_ns"),
+            F.sort_array(F.array_distinct(F.flatten(F.collect_list(
+                F.coalesce("_there", F.array().cast("array<string>")))))).alias("_there"),
+        )
+        .select(*key, F.concat_ws(" ", "_at").alias("acked_at"), "first_ack_ns",
+                F.concat_ws(" ", "_there").alias("read_there"), (F.size("_there") > 0).alias("overwritten"))
+    )
+
+
 @dataclass
 class Analysis:
     verdicts: list[dict]
     jumps: DataFrame
     duplicates: DataFrame
     latency_exact: bool
+    losses: Optional[DataFrame] = None
     meta: dict = field(default_factory=dict)
-    # cached frames the two logs read from; release() frees them
+    # cached frames the logs read from; release() frees them
     kept: list = field(default_factory=list)
 
     def release(self) -> None:
@@ -800,6 +857,18 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
                     m[k] = (m.get(k) or 0) + (r[k] or 0)
             first = first_reads(rows)
             clock.lap("blocks looked at closely")
+        n_lost = sum(m.get("acked_missing") or 0 for m in msgs.values())
+        ids = lost_messages(blocks)
+        if not n_lost:
+            lost = losses(df.where(F.lit(False)), ids.where(F.lit(False)), True)
+        else:
+            # worth two passes when it happens: which acked messages, and what the read found
+            # where the broker said it had stored them
+            lost = losses(df, ids, broadcast=n_lost <= BROADCAST_LOST).persist(StorageLevel.MEMORY_AND_DISK)
+            kept.append(lost)
+            for r in lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
+                msgs[r["run"]]["acked_missing_overwritten"] = r["n"]
+            clock.lap("losses")
         j = jumps(df, first, rereads=first is not None, held=held).persist(StorageLevel.MEMORY_AND_DISK)
         kept.append(j)
         jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
@@ -858,6 +927,7 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
         v: dict[str, Any] = {"run": run}
         for k in COUNT_KEYS:
             v[k] = int(m.get(k) or 0)
+        v["acked_missing_overwritten"] = int(m.get("acked_missing_overwritten") or 0)
         v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
         counts = jc.get(run, {})
         for k in JUMP_CLASSES:
@@ -887,4 +957,4 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
         v.update(_session_row(run, sorted(frames).index(run) + 1, f, session.get(run, {}), run_windows,
                               v["fault_outages_ms"]))
         verdicts.append(v)
-    return Analysis(verdicts, j, dups, exact, meta={"seconds": clock.laps}, kept=kept)
+    return Analysis(verdicts, j, dups, exact, losses=lost, meta={"seconds": clock.laps}, kept=kept)

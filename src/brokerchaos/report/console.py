@@ -53,6 +53,10 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         ("Unknown outcome", v["unknown_count"]),
         ("Messages received", v["received"]),
         ("Acked messages missing", v["acked_missing"]),
+    ]
+    if v["acked_missing"]:
+        rows.append(("  their position read holding another", v.get("acked_missing_overwritten", 0)))
+    rows += [
         ("Non-acked messages received", v["received_no_ack"]),
         ("  after a nack / after unknown", f"{v['received_after_nack']} / {v['received_after_unknown']}"),
         ("Out-of-order", v["out_of_order"]),

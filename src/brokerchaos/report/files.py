@@ -1,5 +1,5 @@
 """Session outputs written next to the histories: results.csv, session_table.csv,
-jumps.csv, duplicates.csv, summary.json. The logs stream from Spark row by row, so a run with millions of jumps
+jumps.csv, duplicates.csv, lost.csv, summary.json. The logs stream from Spark row by row, so a run with millions of jumps
 neither fills memory nor gets truncated."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SEED_COLUMNS = [
     ("DJF", "djf"), ("DJB", "djb"), ("JF", "jf"), ("JB", "jb"),
 ]
 EXTRA_COLUMNS = [
-    "run", "result", "unknown_count", "stowaways", "missing", "received_after_nack", "received_after_unknown",
+    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_after_nack", "received_after_unknown",
     "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
     "fault_outages_ms", "fault_nodes", "ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
 ]
@@ -83,7 +83,7 @@ def summarize(verdicts: list[dict]) -> dict:
         out[name] = {"runs": k, "of": len(pool), "wilson95": [lo, hi]}
     totals = {}
     for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
-                "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
+                "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
                 "redeliveries", "stowaways",
                 "jf", "jb", "djf", "djb"):
         totals[key] = sum(v[key] for v in verdicts)
@@ -119,6 +119,13 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -
         w.writerow(["run", "producer", "value", "deliveries", "seen_at"])
         for r in analysis.duplicates.orderBy("run", "producer", "value").toLocalIterator():
             w.writerow([r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"]])
+    with open(out / "lost.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "producer", "value", "acked_at", "first_ack_ms", "read_there"])
+        if analysis.losses is not None:
+            for r in analysis.losses.orderBy("run", "producer", "value").toLocalIterator():
+                w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["first_ack_ns"] / 1e6,
+                            r["read_there"]])
     summary = summarize(verdicts)
     (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
     return summary

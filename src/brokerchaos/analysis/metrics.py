@@ -307,11 +307,13 @@ def unplain_rows(df: DataFrame, blocks: DataFrame, broadcast: bool) -> DataFrame
     return rows.join(F.broadcast(keys) if broadcast else keys, on, "left_semi").drop("blk")
 
 
-def _value_ranges(blocks: DataFrame):
+def _value_ranges(blocks: DataFrame, which=None, no_identity: bool = True):
     """A filter on `value` the Parquet reader can use to skip row groups and pages: the
-    value ranges of the blocks that are not plain, or rows without an identity; None when
-    those are more than VALUE_RANGES ranges."""
-    ks = sorted({r["blk"] for r in blocks.where(_unplain_block() & F.col("blk").isNotNull()).select("blk").collect()})
+    value ranges of the blocks `which` selects (default: those that are not plain), or
+    (`no_identity`) rows without an identity; None when those are more than VALUE_RANGES
+    ranges."""
+    which = _unplain_block() if which is None else which
+    ks = sorted({r["blk"] for r in blocks.where(which & F.col("blk").isNotNull()).select("blk").collect()})
     ranges: list[list[int]] = []
     for k in ks:
         if ranges and ranges[-1][1] == k:
@@ -320,7 +322,7 @@ def _value_ranges(blocks: DataFrame):
             ranges.append([k, k + 1])
     if len(ranges) > VALUE_RANGES:
         return None
-    cond = F.col("value").isNull() | F.col("producer").isNull()
+    cond = (F.col("value").isNull() | F.col("producer").isNull()) if no_identity else F.lit(False)
     for lo, hi in ranges:
         cond = cond | F.col("value").between(lo << BLOCK_BITS, (hi << BLOCK_BITS) - 1)
     return cond
@@ -560,11 +562,16 @@ def duplicates(df: DataFrame) -> DataFrame:
     )
 
 
+def _lost_bits():
+    c = F.col
+    return c("S").bitwiseAND(c("A")).bitwiseAND(F.bitwise_not(c("R")))
+
+
 def lost_messages(blocks: DataFrame) -> DataFrame:
     """(run, producer, value) of every acked message never received, read off the blocks'
     bit sets (sent, acked, not received) without going back to the history."""
     c = F.col
-    lost = c("S").bitwiseAND(c("A")).bitwiseAND(F.bitwise_not(c("R")))
+    lost = _lost_bits()
     i = F.explode(F.sequence(F.lit(0), F.lit((1 << BLOCK_BITS) - 1)))
     return (
         blocks.where(c("producer").isNotNull() & c("blk").isNotNull() & (lost != 0))
@@ -575,7 +582,8 @@ def lost_messages(blocks: DataFrame) -> DataFrame:
     )
 
 
-def losses(df: DataFrame, lost: DataFrame, broadcast: bool) -> DataFrame:
+def losses(df: DataFrame, lost: DataFrame, broadcast: bool, held: Optional[list] = None,
+           near=None) -> DataFrame:
     """The `lost` messages with the positions their acks named (`acked_at`) and the messages
     the read found at those positions (`read_there`, `producer:value`, `?` for a row without
     an identity). A lost message whose position holds another message was not merely left
@@ -587,10 +595,14 @@ def losses(df: DataFrame, lost: DataFrame, broadcast: bool) -> DataFrame:
         return F.broadcast(x) if broadcast else x
 
     acks = (
-        df.where((t == "ack") & F.col("value").isNotNull())
+        df.where((t == "ack") & F.col("value").isNotNull() & (F.lit(True) if near is None else near))
         .select(*key, "offset", "t_ns")
         .join(small(lost), key, "left_semi")
     )
+    if held is not None:
+        # read twice below: once for the positions to look up, once to join what is there
+        acks = acks.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(acks)
     at = acks.where(F.col("offset").isNotNull()).select("run", "offset").distinct()
     ident = F.concat_ws(":", F.coalesce(F.col("producer"), F.lit("?")),
                         F.coalesce(F.col("value").cast("string"), F.lit("?")))
@@ -864,7 +876,8 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis
         else:
             # worth two passes when it happens: which acked messages, and what the read found
             # where the broker said it had stored them
-            lost = losses(df, ids, broadcast=n_lost <= BROADCAST_LOST).persist(StorageLevel.MEMORY_AND_DISK)
+            near = _value_ranges(blocks, _lost_bits() != 0, no_identity=False) if n_lost <= 100_000 else None
+            lost = losses(df, ids, n_lost <= BROADCAST_LOST, held, near).persist(StorageLevel.MEMORY_AND_DISK)
             kept.append(lost)
             for r in lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
                 msgs[r["run"]]["acked_missing_overwritten"] = r["n"]

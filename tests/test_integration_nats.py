@@ -125,7 +125,11 @@ class _Harness:
         deadline = time.monotonic() + timeout
         while not any(line.startswith(prefix) for line in self.lines):
             assert self.p.poll() is None, self.out
-            assert time.monotonic() < deadline, f"no line starting {prefix!r} within {timeout:.0f}s:\n{self.out}"
+            if time.monotonic() > deadline:
+                # the harness tears its cluster down on SIGTERM: a failed wait leaves nothing behind
+                self.p.send_signal(signal.SIGTERM)
+                self.finish(120)
+                raise AssertionError(f"no line starting {prefix!r} within {timeout:.0f}s:\n{self.out}")
             time.sleep(0.1)
 
     def finish(self, timeout: float) -> str:

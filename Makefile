@@ -1,11 +1,13 @@
-# make demo  - install what is missing, then run the default scenario
-# make test  - install what is missing, then run the whole test suite
+# make demo       - install what is missing, then run the default scenario
+# make test       - install what is missing, then run the whole test suite
+# make test-fast  - the tests that need neither root nor a JVM (under a minute)
+# make lint       - ruff, as configured in pyproject.toml
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
 
-.PHONY: setup system demo test test-unit clean-sandbox
+.PHONY: setup system demo test test-unit test-fast lint clean-sandbox
 
 setup: system $(VENV)/.installed
 
@@ -27,6 +29,12 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"
+
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not integration and not root and not spark"
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 clean-sandbox:
 	$(VENV)/bin/brokerchaos clean

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from brokerchaos.history.schema import SCHEMA  # noqa: E402
+from brokerchaos.history.schema import SCHEMA
 
 CHUNK = 1_000_000
 
@@ -45,7 +45,7 @@ def _table(run, client, seq, t, types, producer, value, offset):
             "run": _const(run, n), "client": _const(client, n), "seq": pa.array(seq, pa.int64()),
             "t_ns": pa.array(t, pa.int64()), "type": types, "producer": _const(producer, n),
             "value": pa.array(value, pa.int64()), "offset": offset,
-            "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()),
+            "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()), "window": pa.nulls(n, pa.int64()),
         },
         schema=SCHEMA,
     )
@@ -80,7 +80,8 @@ def generate(directory: Path, n: int, seed: int = 1) -> int:
     order = np.arange(1, n + 1, dtype=np.int64)
     for _ in range(max(1, n // 1_000_000)):
         a = int(rng.integers(0, n - 20_000))
-        order[a:a + 10_000], order[a + 10_000:a + 20_000] = order[a + 10_000:a + 20_000].copy(), order[a:a + 10_000].copy()
+        head, tail = order[a:a + 10_000].copy(), order[a + 10_000:a + 20_000].copy()
+        order[a:a + 10_000], order[a + 10_000:a + 20_000] = tail, head
     keep = rng.random(n) >= 0.0001
     order = order[keep]
     b = int(rng.integers(0, len(order) - 10_000))
@@ -157,7 +158,7 @@ def _jvm_peak_mb() -> float | None:
         for line in open(f"/proc/{pid}/status"):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
-    except Exception:  # noqa: BLE001 - not on a local JVM
+    except Exception:  # not on a local JVM
         return None
     return None
 

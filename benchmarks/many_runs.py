@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from brokerchaos.history.schema import SCHEMA  # noqa: E402
+from brokerchaos.history.schema import SCHEMA
 
 
 def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
@@ -41,17 +41,18 @@ def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
         lost[run] = messages - len(recv)
         parts: list[dict] = []
 
-        def add(client, seq, t, ty, producer, value, node=None, detail=None, run=run, parts=parts):
+        def add(client, seq, t, ty, producer, value, node=None, detail=None, window=None, run=run, parts=parts):
             m = len(t)
             parts.append({"run": [run] * m, "client": [client] * m, "seq": np.asarray(seq, dtype=np.int64),
                           "t_ns": np.asarray(t, dtype=np.int64), "type": [ty] * m, "producer": [producer] * m,
-                          "value": value, "offset": [None] * m, "node": [node] * m, "detail": [detail] * m})
+                          "value": value, "offset": [None] * m, "node": [node] * m, "detail": [detail] * m,
+                          "window": [window] * m})
 
         add("p1", np.arange(0, 2 * messages, 2), t_send, "send", "p1", v)
         add("p1", np.arange(1, 2 * messages, 2), t_ack, "ack", "p1", v)
         add("c1", np.arange(len(recv)), 10**10 + np.arange(len(recv)) * 1000, "recv", "p1", recv)
-        add("nemesis", [0], [t_fault], "fault", None, [None], "n1", "kill leader")
-        add("nemesis", [1], [t_fault + 10**9], "heal", None, [None], "n1", "kill leader")
+        add("nemesis", [0], [t_fault], "fault", None, [None], "n1", "kill leader", 1)
+        add("nemesis", [1], [t_fault + 10**9], "heal", None, [None], "n1", "kill leader", 1)
         add("c1", [len(recv)], [2 * 10**10], "read_end", None, [None], None, "complete")
         table = pa.concat_tables(
             pa.table({f.name: pa.array(p[f.name], type=f.type) for f in SCHEMA}, schema=SCHEMA) for p in parts)

@@ -16,6 +16,13 @@ settings.register_profile("explore", max_examples=300, derandomize=False, **_com
 settings.load_profile(os.environ.get("BROKERCHAOS_HYPOTHESIS", "ci"))
 
 
+def pytest_collection_modifyitems(items):
+    # `make test-fast` leaves out what needs a JVM: every test that takes a Spark fixture
+    for item in items:
+        if {"spark", "spark_analyze"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.spark)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test run (the project's rule for sessions too)."""
@@ -26,15 +33,19 @@ def spark():
 
 @pytest.fixture(scope="session")
 def spark_analyze(spark):
-    """rows (list of dicts in format v1) -> verdicts, through the real Spark job."""
+    """rows (list of dicts in the history format) -> analysis, through the real Spark job;
+    `tuning` cuts the work differently (the verdicts must not change)."""
     import pyarrow as pa
 
     from brokerchaos.analysis import metrics
+    from brokerchaos.analysis.tuning import Tuning
     from brokerchaos.history.schema import SCHEMA
+    from brokerchaos.report import session_table
 
     last: list = []
 
-    def run(rows, tmp_path):
+    def run(rows, tmp_path, tuning: Tuning = metrics.DEFAULT):
+        rows = [{"window": None, **r} for r in rows]
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         import pyarrow.parquet as pq
 
@@ -44,7 +55,8 @@ def spark_analyze(spark):
         # the previous example's logs are no longer read: one analysis cached at a time
         while last:
             last.pop().release()
-        last.append(metrics.analyze(spark, df))
+        last.append(metrics.analyze(spark, df, tuning=tuning))
+        session_table.complete(last[0].verdicts)
         return last[0]
 
     yield run

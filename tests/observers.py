@@ -1,6 +1,9 @@
 """Observers and helpers for integration tests."""
 import asyncio
 import contextlib
+import os
+import signal
+import socket
 import time
 
 from brokerchaos.runner import Observer
@@ -17,14 +20,16 @@ class Quiet(Observer):
 @contextlib.contextmanager
 def started(system_cls, scenario, hosts, logdir):
     """A system's cluster started in a fresh sandbox, for tests that drive its clients
-    directly: yields (sandbox, system); stops the cluster and the sandbox whatever happens."""
+    directly: yields (sandbox, deployment); stops the cluster and the sandbox whatever happens."""
+    from brokerchaos.systems import Deployment
+
     with Sandbox(hosts, "netns") as sb:
-        system = system_cls(scenario, sb, "run-001", logdir)
+        dep = Deployment(system_cls, scenario, sb, "run-001", logdir)
         try:
-            system.start()
-            yield sb, system
+            dep.cluster.start()
+            yield sb, dep
         finally:
-            system.stop()
+            dep.stop()
 
 
 async def until(cond, timeout):
@@ -32,3 +37,19 @@ async def until(cond, timeout):
     while not cond():
         assert time.monotonic() < deadline, "timed out waiting"
         await asyncio.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def kill_ours(pid: int, exe_prefix: str) -> None:
+    """SIGKILL a process a test started, after checking it still runs what it started."""
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return
+    if exe.startswith(exe_prefix):
+        os.kill(pid, signal.SIGKILL)

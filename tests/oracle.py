@@ -26,7 +26,8 @@ def _lat(vals: list[float]):
 
 
 def _windows(nem: list[dict], t_end: int) -> list[tuple[int, int]]:
-    """A heal ends the open faults with its action (detail's first word), else all open ones."""
+    """A heal ends the fault with its window id; without ids (before format 1.1), the open
+    id-less faults with its action (detail's first word), else all open id-less ones."""
     nem = sorted(nem, key=lambda r: (r["t_ns"], r["type"] != "fault"))
     action = [(r["detail"] or "").split()[:1] for r in nem]
     end = {}
@@ -34,6 +35,12 @@ def _windows(nem: list[dict], t_end: int) -> list[tuple[int, int]]:
         if r["type"] != "heal":
             continue
         still_open = [j for j in range(i) if nem[j]["type"] == "fault" and j not in end]
+        if r.get("window") is not None:
+            for j in still_open:
+                if nem[j].get("window") == r["window"]:
+                    end[j] = r["t_ns"]
+            continue
+        still_open = [j for j in still_open if nem[j].get("window") is None]
         same = [j for j in still_open if action[j] == action[i]]
         for j in same or still_open:
             end[j] = r["t_ns"]
@@ -62,7 +69,7 @@ def _session(run: str, position: int, rows: list[dict], windows: list, live_gaps
 
     def node_of(kind, last_before):
         rs = [r for r in rows if r["type"] == kind and r["node"] is not None]
-        key = lambda r: (r["t_ns"], r["client"], r["seq"])  # noqa: E731
+        key = lambda r: (r["t_ns"], r["client"], r["seq"])
         if last_before is not None:
             before = [r for r in rs if r["t_ns"] <= last_before]
             if before:

@@ -1,5 +1,6 @@
 """The verdicts on small hand-made histories whose answers are known, Spark and oracle alike."""
 import oracle
+import pytest
 from histories import SEED_SEQUENCE, H
 
 
@@ -184,3 +185,43 @@ def test_recorded_nats_history_of_a_diverged_replica(spark, tmp_path):
     (o,) = oracle.analyze(pq.read_table(src / "history.parquet").to_pylist())
     assert o["acked_missing"] == 46 and o["acked_missing_overwritten"] == 46
     assert [x[1] for x in o["_lost"]] == list(range(1904, 1950))
+
+
+def test_two_overlapping_kills_are_two_windows_with_their_own_ends_and_outages(spark_analyze, tmp_path):
+    """Kills of 6 s (n1, from 0 s) and 2 s (n2, from 1 s): the short one is healed first, at
+    3 s. Acks stop at 0.5 s, resume at 2 s, stop again at 3.8 s and resume at 5.8 s. Paired by
+    window id, n1's window runs to 6 s and its outage ends with the later, longer gap (5.8 s);
+    n2's window (1..3 s) sees only the first gap (outage 1 s). Pairing a heal with any open
+    fault of its action would close n1's window at 3 s and give it 2 s."""
+    s = 1_000_000_000
+    h = H()
+    h.rows.append(dict(run="r1", client="nemesis", seq=1, t_ns=0, type="fault", producer=None, value=None,
+                       offset=None, node="n1", detail="kill n1", window=1))
+    acks = [int(x * s) for x in (0.1, 0.2, 0.3, 0.4, 0.5, 2.0, 2.5, 3.0, 3.5, 3.8, 5.8, 6.5, 7.0)]
+    seq = 0
+    for v, t in enumerate(acks, 1):
+        seq += 1
+        h.rows.append(dict(run="r1", client="p1", seq=seq, t_ns=t - 1000, type="send", producer="p1", value=v,
+                           offset=None, node="n1", detail=None, window=None))
+        seq += 1
+        h.rows.append(dict(run="r1", client="p1", seq=seq, t_ns=t, type="ack", producer="p1", value=v,
+                           offset=str(v), node="n1", detail=None, window=None))
+    for i, (t, ty, node, w) in enumerate([(1 * s, "fault", "n2", 2), (3 * s, "heal", "n2", 2),
+                                          (6 * s, "heal", "n1", 1)], 2):
+        h.rows.append(dict(run="r1", client="nemesis", seq=i, t_ns=t, type=ty, producer=None, value=None,
+                           offset=None, node=node, detail=f"kill {node} (after duration)", window=w))
+    for i, v in enumerate(range(1, len(acks) + 1), 1):
+        h.rows.append(dict(run="r1", client="c1", seq=i, t_ns=8 * s + i, type="recv", producer="p1", value=v,
+                           offset=str(v), node="n1", detail=None, window=None))
+    h.rows.append(dict(run="r1", client="c1", seq=len(acks) + 1, t_ns=9 * s, type="read_end", producer=None,
+                       value=None, offset=None, node=None, detail="complete", window=None))
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert [(f["node"], f["t_ms"], f["until_ms"], f["window"]) for f in v["faults"]] == [
+        ("n1", 0.0, 6000.0, 1), ("n2", 1000.0, 3000.0, 2)]
+    assert v["fault_outages_ms"] == pytest.approx([5800.0, 1000.0])
+    assert o["fault_outages_ms"] == pytest.approx(v["fault_outages_ms"])
+    # the same rows without ids (an older history) fall back to pairing by action
+    for r in h.rows:
+        r["window"] = None
+    (old,) = spark_analyze(h.rows, tmp_path / "old").verdicts
+    assert [f["until_ms"] for f in old["faults"]] == [3000.0, 3000.0]

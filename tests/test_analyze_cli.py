@@ -37,7 +37,8 @@ def _rows(run, lost=(), dup=(), order=None):
 def _write(path: Path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     cols = list(zip(*rows))
-    pq.write_table(pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, DOC_SCHEMA)], schema=DOC_SCHEMA), path)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(cols, DOC_SCHEMA)]
+    pq.write_table(pa.Table.from_arrays(arrays, schema=DOC_SCHEMA), path)
 
 
 @pytest.fixture

@@ -6,17 +6,19 @@ fault windows with and without heals, complete and incomplete reads, and ties in
 """
 import math
 
-import pytest
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
 
+from brokerchaos.analysis.tuning import Tuning
+
 KEYS = [
     "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
-    "acked_missing", "acked_missing_overwritten", "missing", "received_no_ack", "received_after_nack", "received_after_unknown",
-    "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb", "djf", "djb", "out_of_order", "read_complete",
+    "acked_missing", "acked_missing_overwritten", "missing", "received_no_ack", "received_after_nack",
+    "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb",
+    "djf", "djb", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "runtime_s", "txtime_s", "gaptime_s", "downtime_s",
@@ -64,13 +66,22 @@ def history(draw):
             end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
             if end:
                 evs.append(("read_end", None, None, end))
-        nem = clients.setdefault("nemesis", [])
-        for _ in range(draw(st.integers(0, 2))):
-            nem.append(("fault", None, None, "kill leader"))
+        # fault windows, with ids (format 1.1) or without (older histories), their events
+        # interleaved so that windows overlap and heal in any order; a window's id rides in
+        # `value` here and goes to the `window` column below
+        ids = draw(st.booleans())
+        windows = []
+        for k in range(draw(st.integers(0, 3))):
+            w = k + 1 if ids else None
+            evs = [("fault", None, w, "kill leader")]
             if draw(st.booleans()):
-                nem.append(("heal", None, None, "kill leader"))
+                evs.append(("heal", None, w, "kill leader (after duration)"))
                 if draw(st.booleans()):
-                    nem.append(("ready", None, None, "kill leader: cluster whole again"))
+                    evs.append(("ready", None, w, "kill leader: cluster whole again"))
+            windows.append(evs)
+        nem = clients.setdefault("nemesis", [])
+        while any(windows):
+            nem.append(rnd.choice([w for w in windows if w]).pop(0))
         # interleave clients (each keeps its own order), time strictly non-decreasing
         queues = {c: list(evs) for c, evs in clients.items() if evs}
         seq = {c: 0 for c in queues}
@@ -82,7 +93,9 @@ def history(draw):
                 del queues[c]
             t += rnd.choice([0, 1, 5, 1000, 250_000, 3_000_000])
             seq[c] += 1
-            rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p, value=v,
+            nemesis = ty in ("fault", "heal", "ready")
+            rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p,
+                             value=None if nemesis else v, window=v if nemesis else None,
                              offset=x if ty in ("ack", "recv") else None,
                              node="n1" if ty in ("fault", "heal", "ready") else
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
@@ -102,28 +115,24 @@ def _lat_close(a, b):
     return all(_close(a[k], b[k]) for k in ("p50", "p99", "p999", "max"))
 
 
-@pytest.fixture
-def small_buckets(monkeypatch):
+SMALL = Tuning(
     # tiny buckets, so that these small histories cross bucket boundaries in the ordering
     # walk and in the gap computation, as large ones do
-    from brokerchaos.analysis import metrics
-
-    monkeypatch.setattr(metrics, "SEQ_BUCKET", 4)
-    monkeypatch.setattr(metrics, "TIME_BUCKET_NS", 2_000_000)
+    seq_bucket=4, time_bucket_ns=2_000_000,
     # blocks of 4 values, so that plain and closer-looked-at blocks mix within a run
-    monkeypatch.setattr(metrics, "BLOCK_BITS", 2)
-    monkeypatch.setattr(metrics, "STRETCH_BITS", 3)
+    block_bits=2, stretch_bits=3,
     # ack gaps from buckets of about 2 acks: both the bucket answer and the walk are used
-    monkeypatch.setattr(metrics, "BUCKET_ACKS", 2)
+    bucket_acks=2,
     # one run: per-run constants as a map literal; two: as a broadcast join (thousands of runs)
-    monkeypatch.setattr(metrics, "PER_RUN_LITERAL", 1)
+    per_run_literal=1,
+)
 
 
 @given(rows=history())
-def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory, small_buckets):
+def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory):
     if not rows:
         return
-    a = spark_analyze(rows, tmp_path_factory.mktemp("h"))
+    a = spark_analyze(rows, tmp_path_factory.mktemp("h"), SMALL)
     expected = oracle.analyze(rows)
     assert [v["run"] for v in a.verdicts] == [v["run"] for v in expected]
     for got, exp in zip(a.verdicts, expected):

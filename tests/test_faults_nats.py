@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.faults import FAULTS, FaultContext
 from brokerchaos.faults.targets import resolve
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
-from brokerchaos.systems import SYSTEMS
+from brokerchaos.systems import SYSTEMS, Deployment
 from observers import Quiet
 
 pytestmark = [
@@ -41,7 +41,7 @@ def in_ns(ns, fn, *args, timeout=60):
         try:
             netns.enter(ns)
             box["v"] = fn(*args)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             box["e"] = e
 
     t = threading.Thread(target=body, daemon=True)
@@ -91,9 +91,9 @@ def nats_info(ip, port, timeout=1.0):
 
 
 class Cluster:
-    def __init__(self, sb, system):
+    def __init__(self, sb, dep):
         self.sb = sb
-        self.system = system
+        self.dep = dep
 
     def ns(self, node):
         return self.sb.hosts[node].ns
@@ -109,7 +109,7 @@ class Cluster:
 
     def fault(self, action, params=None, uid=1):
         cls = FAULTS.get(action)
-        ctx = FaultContext(self.system, random.Random(7), self.sb, cls.Params.model_validate(params or {}), uid=uid)
+        ctx = FaultContext(self.dep, random.Random(7), self.sb, cls.Params.model_validate(params or {}), uid=uid)
         return cls(ctx)
 
     def inject(self, fault, target):
@@ -123,20 +123,20 @@ class Cluster:
 
     def healthy(self):
         """The stream has a leader with every replica current, and a publish is acked."""
-        system = self.system
+        dep = self.dep
 
         async def go():
-            await system.connect(timeout=30)
+            await dep.client.connect(timeout=30)
             try:
-                ready = await system.wait_stream_ready(timeout=45)
-                ack = await system.js.publish(f"{system.stream_name}.probe", b"x", timeout=10)
+                ready = await dep.roles.wait_stream_ready(timeout=45)
+                ack = await dep.client.js.publish(f"{dep.client.stream_name}.probe", b"x", timeout=10)
                 return ready and ack.seq > 0
             finally:
-                await system.close()
+                await dep.client.close()
         return self.sb.run_client(go, timeout=120)
 
     def no_rules_left(self):
-        for n in self.system.node_names:
+        for n in self.dep.cluster.node_names:
             rules = netfilter.rules(self.ns(n))
             assert "bc" not in rules, f"{n} still has rules:\n{rules}"
             qd = netfilter.run_sync(self.ns(n), ["tc", "qdisc", "show", "dev", "eth0"]).stdout
@@ -147,17 +147,17 @@ class Cluster:
 def cluster(tmp_path_factory):
     s = sc.load(None, {"messages": 100, "sandbox": "netns"})
     with Sandbox(["n1", "n2", "n3"], "netns") as sb:
-        system = SYSTEMS.get("nats")(s, sb, "run-001", tmp_path_factory.mktemp("logs"))
-        system.start()
+        dep = Deployment(SYSTEMS.get("nats"), s, sb, "run-001", tmp_path_factory.mktemp("logs"))
+        dep.cluster.start()
         try:
             async def setup():
-                await system.connect(timeout=60)
-                await system.create_stream(timeout=30)
-                await system.close()
+                await dep.up(timeout=60)
+                await dep.client.create_stream(timeout=30)
+                await dep.client.close()
             sb.run_client(setup, timeout=120)
-            yield Cluster(sb, system)
+            yield Cluster(sb, dep)
         finally:
-            system.stop()
+            dep.stop()
 
 
 def test_partition_cuts_exactly_the_links_between_groups(cluster):
@@ -306,7 +306,7 @@ def test_pause_silences_the_node_until_healed(cluster):
     f = c.fault("pause")
     c.inject(f, "n3")
     try:
-        assert c.system.node_alive("n3")
+        assert c.dep.cluster.alive("n3")
         assert not c.from_client(nats_info, c.ip("n3"), CLIENT_PORT)
     finally:
         c.heal(f)
@@ -372,12 +372,12 @@ def test_stop_is_a_clean_exit_and_heal_restarts(cluster):
     f = c.fault("stop", {"timeout": 20})
     c.inject(f, "n2")
     try:
-        assert not c.system.node_alive("n2")
+        assert not c.dep.cluster.alive("n2")
         assert f.effect["clean_exit"] == [True]
         assert not c.from_client(can_connect, c.ip("n2"), CLIENT_PORT)
     finally:
         c.heal(f)
-    assert c.system.node_alive("n2")
+    assert c.dep.cluster.alive("n2")
     assert c.healthy()
 
 
@@ -407,16 +407,16 @@ def test_leader_and_coordinator_targets_name_live_roles(cluster):
     c = cluster
 
     async def go():
-        await c.system.connect(timeout=30)
+        await c.dep.client.connect(timeout=30)
         try:
-            ctx = FaultContext(c.system, random.Random(1), c.sb)
+            ctx = FaultContext(c.dep, random.Random(1), c.sb)
             lead = (await resolve("leader", ctx)).nodes
             fol = (await resolve("followers", ctx)).nodes
             coord = (await resolve("coordinator", ctx)).nodes
             one = (await resolve("followers[1]", ctx)).nodes
             return lead, fol, coord, one
         finally:
-            await c.system.close()
+            await c.dep.client.close()
 
     lead, fol, coord, one = c.sb.run_client(go, timeout=60)
     assert len(lead) == 1 and sorted(lead + fol) == ["n1", "n2", "n3"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.analysis.metrics import pair_windows
 from brokerchaos.faults import FAULTS, FaultContext, Target
 from brokerchaos.faults.schedule import plan, rng_for
@@ -18,18 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Replicas:
-    """Just enough of a system for target resolution: names, a leader and its replicas."""
-
-    name = "stand-in"
-    has_coordinator = False
+    """Just enough of a deployment for target resolution: names, a leader and its replicas."""
 
     def __init__(self, n=3, lead="n2"):
         self.node_names = [f"n{i}" for i in range(1, n + 1)]
+        self.host_names = self.node_names
         self.lead = lead
-
-    @property
-    def host_names(self):
-        return self.node_names
+        self.cluster = self.roles = self
 
     async def leader(self):
         return self.lead
@@ -126,8 +121,9 @@ def test_target_expressions():
     with pytest.raises(LookupError):
         _resolve("all", groups=True)
     with pytest.raises(TargetError):
-        check_expression("coordinator", ["n1"], Replicas)
-    check_expression("coordinator", ["n1"], SYSTEMS.get("nats"))
+        check_expression("coordinator", ["n1"], frozenset({"kill"}))
+    check_expression("coordinator", ["n1"], frozenset({"coordinator"}))
+    assert "coordinator" in SYSTEMS.get("nats").offers
 
 
 def test_majorities_ring_gives_every_node_a_different_majority():
@@ -174,7 +170,9 @@ def test_faults_command_lists_every_fault_with_its_systems():
     lines = out.stdout.splitlines()
     for name in ("kill", "isolate-from", "delay", "tcp-kill", "pause", "partition"):
         i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [name])
-        assert "nats" in lines[i + 1], lines[i + 1]
+        assert "nats" in lines[i + 1] and "needs:" in lines[i + 1], lines[i + 1]
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["command"])
+    assert "needs: hooks" in lines[i + 1] and "external" in lines[i + 1], lines[i + 1]
     for flag in ("probability", "delay_ms", "from"):
         assert f"{flag}:" in out.stdout
 

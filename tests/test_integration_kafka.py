@@ -5,7 +5,6 @@ the producer's broker killed must show the producer moving to another broker. Th
 cluster driven through an external-mode cluster file (hooks only) is tested too.
 """
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.runner import Session
 from brokerchaos.systems import kafka
-from observers import Quiet, started, until
+from observers import Quiet, free_port, kill_ours, started, until
 
 pytestmark = [
     pytest.mark.integration,
@@ -33,37 +32,37 @@ def _cluster(tmp_path, options=None, workload=None):
 def test_delivery_reports_map_to_ack_nack_unknown(tmp_path):
     s = _cluster(tmp_path, options={"message_timeout_ms": 2000})
     outcomes: dict[int, tuple] = {}
-    with started(kafka.KafkaSystem, s, ["n1", "n2", "n3", "store"], tmp_path / "logs") as (sb, system):
+    with started(kafka.Kafka, s, ["n1", "n2", "n3", "store"], tmp_path / "logs") as (sb, dep):
         async def body():
-            await system.connect(60)
-            await system.create_stream(10)
-            assert await system.wait_stream_ready(10)
-            p = system.producer("p1")
+            await dep.up(60)
+            await dep.client.create_stream(10)
+            assert await dep.roles.wait_stream_ready(10)
+            p = dep.client.producer("p1")
             await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
             try:
                 # ack: a broker wrote it, at an offset
                 for v in range(1, 11):
                     await p.send(v, b"p1 %d" % v)
                 await until(lambda: len(outcomes) == 10, 15)
-                assert p.node() in system.node_names
+                assert p.node() in dep.cluster.node_names
                 # unknown: every broker silent (SIGSTOP) until message.timeout.ms passes
-                for n in system.node_names:
-                    system.pause_node(n)
+                for n in dep.cluster.node_names:
+                    dep.cluster.pause(n)
                 try:
                     await p.send(11, b"p1 11")
                     await until(lambda: 11 in outcomes, 10)
                 finally:
-                    for n in system.node_names:
-                        system.resume_node(n)
+                    for n in dep.cluster.node_names:
+                        dep.cluster.resume(n)
             finally:
                 await p.close()
             # nack: a partition the topic does not have, as the broker's metadata says;
             # nothing was written
             from confluent_kafka import Producer
 
-            raw = Producer({k: v for k, v in system.producer_config("p2").items() if k != "logger"})
+            raw = Producer({k: v for k, v in dep.client.producer_config("p2").items() if k != "logger"})
             errs = []
-            raw.produce(system.stream_name, b"x", partition=7, on_delivery=lambda err, msg: errs.append(err))
+            raw.produce(dep.client.stream_name, b"x", partition=7, on_delivery=lambda err, msg: errs.append(err))
             raw.flush(10)
             return errs
 
@@ -103,13 +102,6 @@ def test_kill_the_producers_broker_moves_it_to_another(tmp_path, spark):
 
 def _tansu_cluster_file(tmp_path: Path) -> tuple[Path, list[int], Path]:
     """A moto store and three tansu brokers on loopback ports, controlled by pid files."""
-    def free_port():
-        import socket
-
-        with socket.socket() as so:
-            so.bind(("127.0.0.1", 0))
-            return so.getsockname()[1]
-
     store, ports = free_port(), [free_port() for _ in range(3)]
     run = tmp_path / "ext"
     run.mkdir()
@@ -167,8 +159,8 @@ def test_external_mode_drives_a_cluster_through_its_hooks(tmp_path, spark):
         for n in ext.nodes:
             pidf = run / f"{n}.pid"
             if pidf.exists():
-                _kill_ours(int(pidf.read_text()), "tansu")
-        _kill_ours(store.pid, "python")
+                kill_ours(int(pidf.read_text()), "tansu")
+        kill_ours(store.pid, "python")
         store.wait(10)
 
 
@@ -183,16 +175,6 @@ def _wait_http(port, timeout=30):
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on {port} after {timeout}s"
             time.sleep(0.1)
-
-
-def _kill_ours(pid: int, exe_prefix: str) -> None:
-    """SIGKILL a process this test started, after checking it still runs what we started."""
-    try:
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return
-    if exe.startswith(exe_prefix):
-        os.kill(pid, signal.SIGKILL)
 
 
 def test_outcome_mapping_table():

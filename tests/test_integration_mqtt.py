@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.runner import Session
 from observers import Quiet
 from brokerchaos.systems.mqtt import MOSQUITTO

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.sandbox import netns
 from brokerchaos.runner import Observer, Session
-from observers import Quiet
+from observers import Quiet, free_port, kill_ours
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,14 +45,15 @@ class LeaderWitness(Observer):
     def line(self, text):
         self.lines.append(text)
 
-    async def before_fault(self, system, nodes):
+    async def before_fault(self, dep, nodes):
         import nats
 
-        self.sid = system.sandbox.sid
-        other = next(n for n in system.node_names if n not in nodes)
-        nc = await nats.connect(servers=[system.client_url(other)], connect_timeout=2, max_reconnect_attempts=0)
+        self.sid = dep.ctx.sandbox.sid
+        other = next(n for n in dep.cluster.node_names if n not in nodes)
+        url = "nats://{}:{}".format(*dep.cluster.address(other))
+        nc = await nats.connect(servers=[url], connect_timeout=2, max_reconnect_attempts=0)
         try:
-            info = await nc.jetstream(timeout=2).stream_info(system.stream_name)
+            info = await nc.jetstream(timeout=2).stream_info(dep.ctx.stream_name)
             self.seen = (info.cluster.leader, list(nodes))
         finally:
             await nc.close()
@@ -202,19 +203,19 @@ def test_sigterm_heals_and_tears_down(tmp_path):
 
 
 def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, monkeypatch):
-    from brokerchaos.systems.nats import NatsSystem
+    from brokerchaos.systems import Deployment
 
-    real = NatsSystem.healthy
+    real = Deployment.healthy
     calls = []
 
     async def healthy_then_not(self, timeout):
         ok, why = await real(self, timeout)
-        calls.append((self.run_id, ok))
+        calls.append((self.ctx.run_id, ok))
         # the real check first (it must pass on a whole cluster), then the second run is
         # declared unfit so that the third must build a new cluster
-        return (ok, why) if self.run_id != "run-002" else (False, "declared unfit by the test")
+        return (ok, why) if self.ctx.run_id != "run-002" else (False, "declared unfit by the test")
 
-    monkeypatch.setattr(NatsSystem, "healthy", healthy_then_not)
+    monkeypatch.setattr(Deployment, "healthy", healthy_then_not)
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 3, "messages": 3000, "after_acks": 1000, "retries": 20, "name": "it-reuse"})
     result = Session(s, tmp_path, observer=Quiet()).run()
@@ -230,3 +231,75 @@ def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, m
                for v in result.verdicts), result.verdicts
     # the rebuilt cluster logs to the run that started it
     assert all((result.dir / "run-003" / "logs" / f"n{i}.log").exists() for i in (1, 2, 3))
+
+
+# -- external mode: nats-server processes the test starts itself, on loopback ------------
+
+def _nats_cluster_file(tmp_path: Path) -> Path:
+    """Three nats-server processes on loopback, named by the user (not n1..n3), started,
+    killed and checked only through the cluster file's hooks (pid files)."""
+    import yaml
+
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    run = tmp_path / "ext"
+    run.mkdir()
+    ports = {n: (free_port(), free_port(), free_port()) for n in ("n1", "n2", "n3")}
+    nodes = {}
+    for n, (client, route, monitor) in ports.items():
+        routes = ", ".join(f'"nats://127.0.0.1:{r}"' for o, (_, r, _) in ports.items() if o != n)
+        conf = run / f"{n}.conf"
+        conf.write_text(f'server_name: "edge-{n}"\nlisten: "127.0.0.1:{client}"\nhttp: "127.0.0.1:{monitor}"\n'
+                        f'jetstream {{ store_dir: "{run}/{n}" }}\n'
+                        f'cluster {{ name: user-cluster, listen: "127.0.0.1:{route}", routes: [{routes}] }}\n')
+        pidf = run / f"{n}.pid"
+        nodes[n] = {
+            "address": f"127.0.0.1:{client}",
+            "services": {"monitor": f"127.0.0.1:{monitor}"},
+            "start": f"setsid {binary} -c {conf} > {run}/{n}.log 2>&1 < /dev/null & echo $! > {pidf}",
+            "kill": f"kill -9 $(cat {pidf})",
+            "alive": f"kill -0 $(cat {pidf})",
+        }
+    f = run / "cluster.yaml"
+    f.write_text(yaml.safe_dump({"system": "nats", "nodes": nodes, "hook_timeout": 20}))
+    return f
+
+
+def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark):
+    from brokerchaos.systems.external import load
+
+    f = _nats_cluster_file(tmp_path)
+    ext = load(f)
+    run = f.parent
+    try:
+        for n in ext.nodes:
+            ext.run(n, "start")
+        s = sc.build({"name": "it-nats-external", "system": "nats", "runs": 2, "external": str(f),
+                      "workload": {"messages": 6000, "in_flight": 2000, "retries": 20},
+                      "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 2000},
+                                "duration": 2}})
+        before = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        obs = LeaderWitness()
+        result = Session(s, tmp_path / "out", observer=obs).run()
+        metas = [result.metas[r] for r in ("run-001", "run-002")]
+        assert [m["sandbox"] for m in metas] == ["loopback", "loopback"]
+        assert metas[0]["cluster"].startswith("external (") and metas[1]["cluster"].startswith("reused")
+        for m, v in zip(metas, result.verdicts):
+            (killed,) = m["fault"]["nodes"]
+            assert killed in ("n1", "n2", "n3")  # the user's server name, mapped to its node
+            assert m["fault"]["windows"][0].get("healed_ms") is not None
+            assert v["read_complete"] is True, v["read_status"]
+            assert v["send_count"] == 6000 and v["pos_ack_count"] > 2000
+            _no_loss_of_ours(v)
+        # the witness saw the leader by its server name: the node killed is that server
+        leader_seen, killed = obs.seen
+        assert leader_seen == f"edge-{killed[0]}"
+        after = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        killed_nodes = {m["fault"]["nodes"][0] for m in metas}
+        # the kill hook ended the server and the start hook (the heal) started a new one
+        assert all(after[n] != before[n] for n in killed_nodes)
+        assert all(ext.run(n, "alive", check=False) == 0 for n in ext.nodes), "every server running again"
+    finally:
+        for n in ext.nodes:
+            pidf = run / f"{n}.pid"
+            if pidf.exists():
+                kill_ours(int(pidf.read_text()), "nats-server")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.runner import Session
 from brokerchaos.systems import pulsar as ps
 from observers import Quiet, started, until
@@ -23,12 +23,13 @@ def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
     s = sc.build({"name": "it-pulsar-dr", "system": "pulsar", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
                   "options": {"send_timeout_ms": 1500, "batching": False}, "workload": {"ack_timeout": 3}})
     outcomes: dict[int, tuple] = {}
-    with started(ps.PulsarSystem, s, ["n1"], tmp_path / "logs") as (sb, system):
+    with started(ps.Pulsar, s, ["n1"], tmp_path / "logs") as (sb, dep):
+        system = dep.client
 
         async def body():
             import pulsar
 
-            await system.connect(60)
+            await dep.up(60)
             p = system.producer("p1")
             await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
             try:
@@ -41,7 +42,7 @@ def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
                                               max_pending_messages=1, block_if_queue_full=False,
                                               send_timeout_millis=1500)
                 raw_results = []
-                system.pause_node("n1")
+                dep.cluster.pause("n1")
                 try:
                     # unknown: the broker is silent past the send timeout
                     await p.send(11, b"p1 11")
@@ -50,7 +51,7 @@ def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
                     raw.send_async(b"b", lambda r, m: raw_results.append(r))
                     await until(lambda: 11 in outcomes and len(raw_results) == 2, 10)
                 finally:
-                    system.resume_node("n1")
+                    dep.cluster.resume("n1")
                 await asyncio.to_thread(client.close)
             finally:
                 await p.close()
@@ -96,12 +97,13 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
 
     s = sc.build({"name": "it-pulsar-redeliver", "system": "pulsar", "runs": 1,
                   "cluster": {"nodes": 1, "replicas": 1}})
-    with started(ps.PulsarSystem, s, ["n1"], tmp_path / "logs") as (sb, system):
+    with started(ps.Pulsar, s, ["n1"], tmp_path / "logs") as (sb, dep):
+        system = dep.client
 
         async def body():
             import pulsar
 
-            await system.connect(60)
+            await dep.up(60)
             client = system.new_client(10)
             try:
                 p = await asyncio.to_thread(client.create_producer, system.topic, batching_enabled=False)

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 from brokerchaos.runner import Session
 from observers import Quiet
 

@@ -91,7 +91,7 @@ def _run(tmp_path, rule, **spec):
 
 
 def test_every_message_gets_a_row_per_outcome(tmp_path):
-    rule = lambda v, n: "nack" if v % 10 == 0 else None if v % 7 == 0 else "ack"  # noqa: E731
+    rule = lambda v, n: "nack" if v % 10 == 0 else None if v % 7 == 0 else "ack"
     loop, client, rows = _run(tmp_path, rule)
     a = loop.acct
     assert a.sent == 200
@@ -106,7 +106,7 @@ def test_every_message_gets_a_row_per_outcome(tmp_path):
 
 
 def test_retries_resend_until_acked(tmp_path):
-    rule = lambda v, n: "ack" if n >= 3 else ("nack" if n == 1 else None)  # noqa: E731
+    rule = lambda v, n: "ack" if n >= 3 else ("nack" if n == 1 else None)
     loop, client, rows = _run(tmp_path, rule, messages=30, retries=2)
     assert loop.acct.pos == 30 and loop.acct.neg == 0 and loop.acct.unknown == 0
     sends = [r for r in rows if r["type"] == "send"]

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from brokerchaos import scenario as sc
+from brokerchaos import validation as sc
 
 
 def test_defaults_match_the_foundation_scenario():

@@ -14,7 +14,9 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import scenario as sc
+from . import validation as sc
+from .errors import first_error
+from .scenario import FLAG_PATHS
 
 
 class CampaignSpec(BaseModel):
@@ -25,7 +27,7 @@ class CampaignSpec(BaseModel):
                                       description="CLI-style settings applied to every scenario (runs, messages, …)")
 
 
-def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list[sc.Scenario]]:
+def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list]:
     """The campaign and every scenario in it, all validated before anything runs."""
     p = Path(path)
     try:
@@ -37,11 +39,11 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
     try:
         spec = CampaignSpec.model_validate(doc or {})
     except ValidationError as e:
-        raise sc.ScenarioError(sc._first_error(e).replace("scenario field", "campaign field", 1)) from None
-    unknown = set(spec.overrides) - set(sc.FLAG_PATHS)
+        raise sc.ScenarioError(first_error(e, what="campaign")) from None
+    unknown = set(spec.overrides) - set(FLAG_PATHS)
     if unknown:
         raise sc.ScenarioError(f"campaign field 'overrides.{sorted(unknown)[0]}': unknown setting "
-                               f"(known: {', '.join(sorted(sc.FLAG_PATHS))})")
+                               f"(known: {', '.join(sorted(FLAG_PATHS))})")
     flags = {**spec.overrides, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     scenarios = []
     for i, f in enumerate(spec.scenarios):
@@ -56,7 +58,7 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
     return spec, scenarios
 
 
-def run(spec: CampaignSpec, scenarios: list[sc.Scenario], out: Path, spark_master: Optional[str] = None,
+def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
         observer=None) -> dict:
     from .runner import Session
 

@@ -33,11 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "OUT/<name>-<time>/: one directory per run with its history, plus "
                                    "results.csv, jumps.csv, duplicates.csv, lost.csv and summary.json.")
     r.add_argument("scenario", nargs="?", help="scenario YAML file (see scenarios/)")
-    r.add_argument("--system", help="broker under test (default nats; see `brokerchaos faults`)")
     r.add_argument("--fault", help="fault action, optionally with its target: kill-leader, isolate-leader, "
                                    "tcp-kill-client-node, none (see `brokerchaos faults`)")
-    r.add_argument("--target", help="fault target: leader, follower(s), random, client-node, coordinator, "
-                                    "n1, n1,n2, followers[1], or groups n1|n2,n3 for partition")
     r.add_argument("--fault-param", action="append", metavar="KEY=VALUE",
                    help="a setting of the fault action, repeatable: probability=0.3, delay_ms=50, from=peers")
     r.add_argument("--option", action="append", metavar="KEY=VALUE",
@@ -45,33 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(see `brokerchaos faults`)")
     r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
     r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
-    r.add_argument("--duration", type=float, help="heal the fault this many seconds after injecting it")
-    r.add_argument("--heal", choices=["before-read", "after-read"], help="when a fault without duration is healed")
-    r.add_argument("--runs", type=int, help="number of runs (default 5)")
-    r.add_argument("--messages", type=int, help="messages per producer per run (default 100000)")
-    r.add_argument("--in-flight", type=int, help="max unanswered messages per producer (default 10000)")
-    r.add_argument("--producers", type=int, help="concurrent producers (default 1)")
-    r.add_argument("--message-size", type=int, help="pad payloads to this many bytes")
-    r.add_argument("--retries", type=int, help="resends after a nack or unknown outcome (default 0)")
-    r.add_argument("--dedup", type=_bool, metavar="BOOL", help="broker-side deduplication (default false)")
-    r.add_argument("--ack-timeout", type=float, help="seconds before an unanswered send is unknown (default 5)")
-    r.add_argument("--write-timeout", type=float, help="bound on the write phase, seconds (default 600)")
-    r.add_argument("--read-timeout", type=float, help="bound on the read phase, seconds (default 300)")
-    r.add_argument("--nodes", type=int, help="broker nodes (default 3)")
-    r.add_argument("--replicas", type=int, help="replicas of the stream (default 3)")
-    r.add_argument("--seed", type=int, help="seed for random choices (targets, schedules)")
-    r.add_argument("--name", help="session name (default: the scenario file's name)")
-    r.add_argument("--sandbox", choices=["auto", "netns", "loopback"], help="where nodes run (default auto)")
-    r.add_argument("--external", metavar="CLUSTER.yaml",
-                   help="test a real cluster through the hooks of this file instead of starting one "
-                        "(kafka, pulsar; see docs/external.md)")
+    _model_flags(r)
     r.add_argument("--out", default="results", help="results directory (default results/)")
     r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
     a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
-                       description="Reads every *.parquet below PATH (history format v1, see "
-                                   "docs/history-format.md), prints the per-run verdicts and writes "
-                                   "results.csv, jumps.csv, duplicates.csv, lost.csv and summary.json.")
+                       description="Reads every *.parquet below PATH (history format 1.x, see "
+                                   "docs/history-format.md), checks each file's schema, prints the per-run "
+                                   "verdicts and writes results.csv, jumps.csv, duplicates.csv, lost.csv and "
+                                   "summary.json.")
     a.add_argument("path", help="a history: one run's directory, a whole session, or any tree of Parquet files")
     a.add_argument("--format", choices=["table", "json"], default="table")
     a.add_argument("--out", help="where to write the session outputs (default: PATH)")
@@ -98,9 +77,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_KEYS = ["system", "option", "fault", "target", "fault_param", "after_acks", "at_seconds", "duration", "heal", "runs", "messages",
-             "in_flight", "producers", "message_size", "retries", "dedup", "ack_timeout", "write_timeout",
-             "read_timeout", "nodes", "replicas", "seed", "name", "sandbox", "external"]
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    """A flag per scenario field marked `cli` (scenario.py): its name, type and help come from
+    the model, so a setting is declared in one place."""
+    import typing
+
+    from .scenario import cli_fields
+
+    for path, f in cli_fields():
+        name = path.rsplit(".", 1)[-1]
+        ann = f.annotation
+        if typing.get_origin(ann) is typing.Union:  # Optional[X]
+            ann = next(a for a in typing.get_args(ann) if a is not type(None))
+        kw: dict = {"dest": name, "help": f.description}
+        if typing.get_origin(ann) is typing.Literal:
+            kw["choices"] = list(typing.get_args(ann))
+        elif ann is bool:
+            kw.update(type=_bool, metavar="BOOL")
+        else:
+            kw["type"] = ann
+        p.add_argument("--" + name.replace("_", "-"), **kw)
+
+
+def _flag_keys() -> list[str]:
+    from .scenario import FLAG_PATHS
+
+    return ["option", "fault", "fault_param", "after_acks", "at_seconds", *FLAG_PATHS]
 
 
 def _java_ok(master) -> bool:
@@ -120,7 +122,8 @@ def _netns_needed(scenario) -> str:
     from .sandbox import netns
 
     for path, f in scenario.fault_fields():
-        if FAULTS.get(f.action).needs_netns:
+        cls = FAULTS.get(f.action)
+        if "netns" in cls.needs_for(cls.Params.model_validate(f.params)):
             ok, why = netns.can_create()
             if not ok:
                 return f"scenario field '{path}.action': fault {f.action!r} needs network namespaces ({why})"
@@ -154,9 +157,9 @@ def _guarded(scenarios, spark_master, what: str, work):
 
 
 def cmd_run(args) -> int:
-    from . import scenario as sc
+    from . import validation as sc
 
-    overrides = {k: getattr(args, k) for k in FLAG_KEYS}
+    overrides = {k: getattr(args, k) for k in _flag_keys()}
     if overrides["after_acks"] is not None and overrides["at_seconds"] is not None:
         print("brokerchaos: error: give only one of --after-acks, --at-seconds", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -176,11 +179,11 @@ def cmd_run(args) -> int:
 
 def cmd_campaign(args) -> int:
     from . import campaign as cp
-    from . import scenario as sc
+    from .errors import ScenarioError
 
     try:
         spec, scenarios = cp.load(args.campaign, {"runs": args.runs, "messages": args.messages})
-    except sc.ScenarioError as e:
+    except ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = _guarded(scenarios, args.spark_master, "campaign",
@@ -194,27 +197,38 @@ def cmd_campaign(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    from .history.files import HistoryError, check
+
     path = Path(args.path)
     if not path.exists():
         print(f"brokerchaos: error: path '{path}' does not exist", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not any(path.rglob("*.parquet")) and not (path.is_file() and path.suffix == ".parquet"):
+    try:
+        checked = check(path)
+    except HistoryError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not checked.files:
         print(f"brokerchaos: error: path '{path}' holds no .parquet history files", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not _java_ok(args.spark_master):
         return 1
     from .analysis import metrics
     from .analysis.spark import get_spark
-    from .report import console, files
+    from .report import console, files, session_table
 
-    spark = get_spark(args.spark_master)
-    analysis = metrics.analyze(spark, metrics.read_history(spark, str(path)), timing=not args.no_timing)
-    root = path if path.is_dir() else path.parent
-    metas = files.load_metas(root)
-    summary = files.summarize(analysis.verdicts)
-    if not args.no_write:
-        summary = files.write_session(analysis, Path(args.out) if args.out else root, metas)
-    analysis.release()
+    try:
+        spark = get_spark(args.spark_master)
+        analysis = metrics.analyze(spark, metrics.read_history(spark, *checked.paths), timing=not args.no_timing)
+        session_table.complete(analysis.verdicts)
+        root = path if path.is_dir() else path.parent
+        metas = files.load_metas(root)
+        summary = files.summarize(analysis.verdicts)
+        if not args.no_write:
+            summary = files.write_session(analysis, Path(args.out) if args.out else root, metas)
+        analysis.release()
+    finally:
+        checked.cleanup()
     if args.format == "json":
         print(json.dumps(analysis.verdicts, indent=2, default=str))
     else:
@@ -228,15 +242,19 @@ def cmd_analyze(args) -> int:
 
 def cmd_faults(args) -> int:
     from .faults import FAULTS, TARGETS
-    from .faults.base import NoParams
+    from .faults.base import NoParams, supported
     from .systems import SYSTEMS
+    from .systems.base import HOOKS, LOCAL_VERBS, NETNS
 
+    local = {name: LOCAL_VERBS | {NETNS} | cls.offers for name, cls in SYSTEMS.items()}
     print("Fault actions (--fault ACTION or ACTION-TARGET, e.g. kill-leader; settings with --fault-param K=V):")
     for name, cls in FAULTS.items():
-        systems = [s for s, scls in SYSTEMS.items() if name in scls.supported_faults]
-        net = " [network namespaces]" if cls.needs_netns else ""
-        print(f"  {name:<16} {cls.description}{net}")
-        print(f"  {'':<16} systems: {', '.join(systems) or '-'}")
+        systems = [s for s, offers in local.items() if supported(cls, offers)]
+        needs = ", ".join(sorted(cls.needs)) or "nothing"
+        print(f"  {name:<16} {cls.description}")
+        where = ", ".join(systems) or ("external clusters (--external) of any system" if HOOKS in cls.needs
+                                       else "-")
+        print(f"  {'':<16} needs: {needs}; systems: {where}")
         if cls.Params is not NoParams:
             _print_fields(cls.Params)
     print("\nTargets (--target), resolved when the fault fires:")
@@ -245,9 +263,13 @@ def cmd_faults(args) -> int:
     print(f"  {'n1, n2, …':<16} that node;  n1,n2: several;  followers[1]: n of a role, chosen with the seed")
     print(f"  {'n1|n2,n3':<16} groups (partition only); one group alone is set against the rest")
     print(f"  {'peers, clients':<16} in a fault's `from` setting: every untargeted node; the client host")
+    print("\nCapabilities: a local cluster offers " + ", ".join(sorted(LOCAL_VERBS | {NETNS}))
+          + " (netns: in the namespace sandbox only); an external cluster file offers the verbs whose hooks "
+            "every node has, and hooks")
     print("\nSystems (--system NAME; settings with --option K=V or `options:`):")
     for name, cls in SYSTEMS.items():
-        print(f"  {name:<16} {cls.description}")
+        extra = f"  [offers {', '.join(sorted(cls.offers))}]" if cls.offers else ""
+        print(f"  {name:<16} {cls.description}{extra}")
         _print_fields(cls.Options)
     return 0
 

@@ -1,7 +1,8 @@
 """A name -> class registry, one per extension point (systems, fault actions, targets).
 
 The CLI, the YAML scenarios and `brokerchaos faults` all use the names registered here,
-so adding a broker or a fault is one new module plus one `register` line.
+so adding a broker or a fault is one new module plus one `register` line. Registering a
+class sets its `name`: the name is written once, in the decorator.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class Registry(Generic[T]):
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
             self._items[name] = obj
+            if isinstance(obj, type):
+                obj.name = name
             return obj
 
         return deco

@@ -21,10 +21,11 @@ from typing import Optional
 from .analysis import metrics, spark as spark_mod
 from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
-from .report import console, files
+from .report import console, files, session_table
 from .sandbox import Sandbox
 from .scenario import Scenario
-from .systems import SYSTEMS, System
+from .systems import SYSTEMS, Deployment, LiveReader
+from .systems.base import node_names
 from .workload import LiveProgress, ProducerLoop, finish_live, read_all, start_live
 
 
@@ -34,7 +35,7 @@ class Observer:
     def line(self, text: str) -> None:
         print(text, flush=True)
 
-    async def before_fault(self, system: System, nodes: list[str]) -> None:
+    async def before_fault(self, deployment: Deployment, nodes: list[str]) -> None:
         pass
 
 
@@ -68,8 +69,8 @@ class Session:
         self.obs = observer or Observer()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.dir = self.out / f"{scenario.name}-{stamp}"
-        self._system: Optional[System] = None  # the cluster, kept between runs while healthy
-        self._system_from = ""
+        self._deployment: Optional[Deployment] = None  # the cluster, kept between runs while healthy
+        self._deployment_from = ""
         self._rebuild_why = ""
 
     def run(self) -> SessionResult:
@@ -80,7 +81,10 @@ class Session:
         spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
-            hosts = [f"n{i}" for i in range(1, s.cluster.nodes + 1)] + list(SYSTEMS.get(s.system).service_hosts)
+            system = SYSTEMS.get(s.system)
+            hosts = node_names(s.cluster.nodes)
+            if not s.external:
+                hosts += list(system.service_hosts(system.Options.model_validate(s.options)))
             # an external cluster is reached from the root namespace, like any other client
             with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb, self._cluster():
                 self._announce(sb)
@@ -99,7 +103,7 @@ class Session:
         spark = spark_mod.get_spark(self.spark_master)
         analysis = metrics.analyze(spark, metrics.read_history(spark, str(self.dir)))
         try:
-            result.verdicts = analysis.verdicts
+            result.verdicts = session_table.complete(analysis.verdicts)
             result.summary = files.write_session(analysis, self.dir, result.metas)
         finally:
             analysis.release()
@@ -118,7 +122,7 @@ class Session:
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
         analysis = metrics.analyze(spark, df)
         analysis.release()  # the run's own block shows verdicts only; the logs are the session's
-        return analysis.verdicts[0] if analysis.verdicts else None
+        return session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
 
     # -- one run ---------------------------------------------------------------
     def _run_one(self, sb: Sandbox, run_id: str, index: int) -> dict:
@@ -128,30 +132,30 @@ class Session:
         run_dir = self.dir / run_id
         meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
                       "scenario": s.model_dump(), "started": time.time()}
-        system = self._system
-        fresh = system is None
+        dep = self._deployment
+        fresh = dep is None
         if fresh:
-            system = SYSTEMS.get(s.system)(s, sb, run_id, run_dir / "logs")
-            meta["cluster"] = ("external (" + s.external + ")") if s.external else \
-                "started" if index == 1 else f"started ({self._rebuild_why})"
-            self._system, self._system_from = system, run_id
+            dep = Deployment(SYSTEMS.get(s.system), s, sb, run_id, run_dir / "logs")
+            label = dep.cluster.label
+            meta["cluster"] = label if index == 1 or label != "started" else f"started ({self._rebuild_why})"
+            self._deployment, self._deployment_from = dep, run_id
         else:
-            system.begin_run(run_id, run_dir / "logs")
-            meta["cluster"] = f"reused (started in {self._system_from})"
+            dep.begin_run(run_id, run_dir / "logs")
+            meta["cluster"] = f"reused (started in {self._deployment_from})"
         self.obs.line(f"Cluster: {meta['cluster']}")
         keep = False
         try:
             t0 = time.monotonic()
             if fresh:
-                system.start()
+                dep.cluster.start()
             more = index < s.runs
-            meta.update(sb.run_client(lambda: self._client_side(system, sb, run_id, run_dir, t0, more),
+            meta.update(sb.run_client(lambda: self._client_side(dep, sb, run_id, run_dir, t0, more),
                                       timeout=self._run_bound()))
             keep = bool(meta.get("healthy_after"))
         finally:
             try:
                 if not keep:
-                    self._drop_system()
+                    self._drop_deployment()
                     self._rebuild_why = f"rebuilt: {meta.get('health_after', 'the run did not finish')}"
             finally:
                 meta["finished"] = time.time()
@@ -163,12 +167,12 @@ class Session:
         try:
             yield
         finally:
-            self._drop_system()
+            self._drop_deployment()
 
-    def _drop_system(self) -> None:
-        system, self._system = self._system, None
-        if system is not None:
-            system.stop()
+    def _drop_deployment(self) -> None:
+        dep, self._deployment = self._deployment, None
+        if dep is not None:
+            dep.stop()
 
     def _run_bound(self) -> float:
         w = self.s.workload
@@ -176,7 +180,7 @@ class Session:
         # for a joiner booted a second time
         return 90 * (self.s.cluster.nodes + 1) + 30 + w.write_timeout + w.read_timeout + 60
 
-    async def _client_side(self, system: System, sb: Sandbox, run_id: str, run_dir: Path, t0: float,
+    async def _client_side(self, dep: Deployment, sb: Sandbox, run_id: str, run_dir: Path, t0: float,
                            more: bool = False) -> dict:
         s, w = self.s, self.s.workload
         hist = run_dir / "history"
@@ -190,7 +194,7 @@ class Session:
             return [n for n in (p.client.node() for p in producers) if n]
 
         nemeses = [
-            Nemesis(i, spec, system, sb, s.seed, run_id, nem, gate, client_nodes, self.obs.line, self.obs.before_fault)
+            Nemesis(i, spec, dep, sb, s.seed, run_id, nem, gate, client_nodes, self.obs.line, self.obs.before_fault)
             for i, spec in enumerate(s.fault_list)
         ]
         out["faults"] = [n.state for n in nemeses]
@@ -205,21 +209,22 @@ class Session:
         reader_client = None
         live = False
         try:
-            await system.connect(timeout=90)
-            await system.create_stream(timeout=30)
+            await dep.up(timeout=90)
+            await dep.client.create_stream(timeout=30)
             out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
-            reader_client = system.reader("c1")
-            live = hasattr(reader_client, "start")  # reads during the write phase (MQTT)
+            reader_client = dep.client.reader("c1")
+            live = isinstance(reader_client, LiveReader)  # reads during the write phase (MQTT)
             reader = Recorder(hist, run_id, "c1", origin)
             arrived = LiveProgress()
             if live:
                 await start_live(reader_client, reader, arrived)
-            out["leader_at_start"] = await system.leader()
+            out["leader_at_start"] = await dep.roles.leader()
             # where one run can receive another's messages, names carry the run id (the
             # seed's sequence id), so those are stowaways and not this run's messages
-            names = [f"p{i}" + (f"-{run_id}" if system.tags_runs else "") for i in range(1, w.producers + 1)]
+            names = [f"p{i}" + (f"-{run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
             producers.extend(
-                ProducerLoop(name, system.producer(name), Recorder(hist, run_id, name, origin), w, gate.on_first_ack)
+                ProducerLoop(name, dep.client.producer(name), Recorder(hist, run_id, name, origin), w,
+                             gate.on_first_ack)
                 for name in names
             )
             for p in producers:
@@ -248,13 +253,13 @@ class Session:
                 self.obs.line(self._progress_line(producers))
             await heal("before read", "before-read")
             if any(n.windows for n in nemeses):
-                out["stream_ready_before_read"] = await system.wait_stream_ready(timeout=30)
+                out["stream_ready_before_read"] = await dep.roles.wait_stream_ready(timeout=30)
                 for n in nemeses:
                     await n.settle(5)
             if any(n.windows and n.spec.target == "leader" for n in nemeses):
                 try:
-                    out["leader_before_read"] = await system.leader()
-                except Exception as e:  # noqa: BLE001
+                    out["leader_before_read"] = await dep.roles.leader()
+                except Exception as e:
                     out["leader_before_read"] = f"unavailable: {type(e).__name__}"
             t_read = time.monotonic()
             if live:
@@ -268,19 +273,19 @@ class Session:
                 await heal("end of run")
                 for n in nemeses:
                     await n.settle(0)
-                if more and s.cluster.reuse and system.reusable and out.get("read_status") is not None:
+                if more and s.cluster.reuse and dep.reusable and out.get("read_status") is not None:
                     # the next run may take this cluster only if it is whole again
-                    ok, why = await system.healthy(timeout=30)
+                    ok, why = await dep.healthy(timeout=30)
                     out["healthy_after"], out["health_after"] = ok, why
                     if ok:
-                        await system.drop_stream()
+                        await dep.client.drop_stream()
             finally:
                 if live and reader_client is not None:
                     await reader_client.close()  # no-op after finish; else stops it receiving
                 if reader is not None:
                     reader.close()
                 nem.close()
-                await system.close()
+                await dep.client.close()
         return out
 
     async def _progress(self, producers: list[ProducerLoop]) -> None:

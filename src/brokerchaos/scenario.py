@@ -1,7 +1,9 @@
-"""The validated scenario model: YAML files and CLI flags both end up here.
+"""The scenario model: YAML files and CLI flags both end up here.
 
-Validation happens before anything is started: a bad scenario is one line naming the
-field and exit code 2 (see cli.py).
+This module is the model only: types, ranges and checks between its own fields. What needs
+the systems and faults registries (does the system offer what the fault needs?) is in
+validation.py, above both. A field marked `cli=True` is also a `brokerchaos run` flag
+(named after the field, its help the field's description): one place per setting.
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import ScenarioError, first_error
 
-class ScenarioError(ValueError):
-    """A scenario that cannot run; the message names the field."""
+CLI = {"cli": True}  # json_schema_extra of a field that is also a flag of `brokerchaos run`
 
 
 class _Strict(BaseModel):
@@ -22,27 +24,37 @@ class _Strict(BaseModel):
 
 
 class ClusterSpec(_Strict):
-    nodes: int = Field(3, ge=1, le=9, description="broker nodes, one namespace each")
-    replicas: int = Field(3, ge=1, le=9, description="replication factor of the stream/topic/queue")
+    nodes: int = Field(3, ge=1, le=9, description="broker nodes, one namespace each (default 3)",
+                       json_schema_extra=CLI)
+    replicas: int = Field(3, ge=1, le=9, description="replication factor of the stream/topic/queue (default 3)",
+                          json_schema_extra=CLI)
     reuse: bool = Field(
         True, description="let the next run use this run's cluster when it ends healthy (fresh stream/queue); "
                           "false: a new cluster per run")
 
 
 class WorkloadSpec(_Strict):
-    messages: int = Field(100_000, ge=1, description="messages per producer per run")
-    in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer")
-    producers: int = Field(1, ge=1, le=64)
-    message_size: int = Field(0, ge=0, le=1_048_576, description="pad payloads to this many bytes")
-    retries: int = Field(0, ge=0, le=100, description="resends of a message after a nack or unknown outcome")
+    messages: int = Field(100_000, ge=1, description="messages per producer per run (default 100000)",
+                          json_schema_extra=CLI)
+    in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer "
+                                                    "(default 10000)", json_schema_extra=CLI)
+    producers: int = Field(1, ge=1, le=64, description="concurrent producers (default 1)", json_schema_extra=CLI)
+    message_size: int = Field(0, ge=0, le=1_048_576, description="pad payloads to this many bytes",
+                              json_schema_extra=CLI)
+    retries: int = Field(0, ge=0, le=100, description="resends of a message after a nack or unknown outcome "
+                                                      "(default 0)", json_schema_extra=CLI)
     retry_backoff: float = Field(
         0.1, ge=0, le=60, description="seconds before the first resend; doubles per attempt up to retry_backoff_max"
     )
     retry_backoff_max: float = Field(1.0, ge=0, le=600)
-    dedup: bool = Field(False, description="ask the broker to deduplicate (NATS: Nats-Msg-Id)")
-    ack_timeout: float = Field(5.0, gt=0, le=600, description="seconds without an answer before the outcome is unknown")
-    write_timeout: float = Field(600.0, gt=0, description="bound on the whole write phase, seconds")
-    read_timeout: float = Field(300.0, gt=0, description="bound on the whole read phase, seconds")
+    dedup: bool = Field(False, description="ask the broker to deduplicate (NATS: Nats-Msg-Id; default false)",
+                        json_schema_extra=CLI)
+    ack_timeout: float = Field(5.0, gt=0, le=600, description="seconds without an answer before the outcome is "
+                                                              "unknown (default 5)", json_schema_extra=CLI)
+    write_timeout: float = Field(600.0, gt=0, description="bound on the whole write phase, seconds (default 600)",
+                                 json_schema_extra=CLI)
+    read_timeout: float = Field(300.0, gt=0, description="bound on the whole read phase, seconds (default 300)",
+                                json_schema_extra=CLI)
     read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up")
 
 
@@ -84,27 +96,32 @@ class FaultSpec(_Strict):
         "leader",
         description="which node(s): leader, follower(s), random, client-node, coordinator, a node name, "
         "a list (n1,n2), n of a role (followers[1]), or groups for partition (n1|n2,n3)",
+        json_schema_extra=CLI,
     )
     params: dict[str, Any] = Field(default_factory=dict, description="the action's own settings (see `faults`)")
     trigger: TriggerSpec = Field(default_factory=lambda: TriggerSpec(after_acks=20_000))
     duration: Optional[float] = Field(
-        None, gt=0, description="heal this many seconds after injecting (else at `heal`)"
+        None, gt=0, description="heal this many seconds after injecting (else at `heal`)", json_schema_extra=CLI
     )
     heal: Literal["before-read", "after-read"] = Field(
-        "before-read", description="when a fault without duration is healed"
+        "before-read", description="when a fault without duration is healed", json_schema_extra=CLI
     )
     repeat: Optional[RepeatSpec] = None
 
 
 class Scenario(_Strict):
-    name: str = Field("scenario", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    system: str = "nats"
-    runs: int = Field(5, ge=1, le=100_000)
-    seed: int = Field(0, ge=0)
-    sandbox: Literal["auto", "netns", "loopback"] = "auto"
+    name: str = Field("scenario", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                      description="session name (default: the scenario file's name)", json_schema_extra=CLI)
+    system: str = Field("nats", description="broker under test (default nats; see `brokerchaos faults`)",
+                        json_schema_extra=CLI)
+    runs: int = Field(5, ge=1, le=100_000, description="number of runs (default 5)", json_schema_extra=CLI)
+    seed: int = Field(0, ge=0, description="seed for random choices (targets, schedules)", json_schema_extra=CLI)
+    sandbox: Literal["auto", "netns", "loopback"] = Field("auto", description="where nodes run (default auto)",
+                                                          json_schema_extra=CLI)
     external: Optional[str] = Field(
-        None, description="cluster file of a real cluster to test instead of starting one (kafka, pulsar): "
-                          "addresses and kill/stop/start/pause hooks per node; see docs/external.md")
+        None, description="test a real cluster through the hooks of this cluster file instead of starting one "
+                          "(addresses and kill/stop/start/pause hooks per node; see docs/external.md)",
+        json_schema_extra=CLI)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     options: dict[str, Any] = Field(default_factory=dict, description="the system's own settings (see `faults`)")
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -130,29 +147,26 @@ class Scenario(_Strict):
         return [("fault", self.fault)]
 
 
-# CLI flag -> dotted path in the scenario document.
-FLAG_PATHS = {
-    "name": "name",
-    "system": "system",
-    "runs": "runs",
-    "seed": "seed",
-    "sandbox": "sandbox",
-    "external": "external",
-    "nodes": "cluster.nodes",
-    "replicas": "cluster.replicas",
-    "messages": "workload.messages",
-    "in_flight": "workload.in_flight",
-    "producers": "workload.producers",
-    "message_size": "workload.message_size",
-    "retries": "workload.retries",
-    "dedup": "workload.dedup",
-    "ack_timeout": "workload.ack_timeout",
-    "write_timeout": "workload.write_timeout",
-    "read_timeout": "workload.read_timeout",
-    "target": "fault.target",
-    "duration": "fault.duration",
-    "heal": "fault.heal",
-}
+def cli_fields() -> list[tuple[str, Any]]:
+    """(dotted path, field) of every setting that is also a `brokerchaos run` flag, in the
+    models' order; the flag is the field's name."""
+    out = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, f in model.model_fields.items():
+            sub = {"cluster": ClusterSpec, "workload": WorkloadSpec, "fault": FaultSpec}.get(name) \
+                if model is Scenario else None
+            if sub is not None:
+                walk(sub, f"{prefix}{name}.")
+            elif (f.json_schema_extra or {}).get("cli"):
+                out.append((prefix + name, f))
+
+    walk(Scenario, "")
+    return out
+
+
+# flag (field name) -> dotted path in the scenario document
+FLAG_PATHS = {path.rsplit(".", 1)[-1]: path for path, _ in cli_fields()}
 
 
 def _set_path(doc: dict, path: str, value: Any) -> None:
@@ -177,17 +191,6 @@ def split_fault(value: str, targets: list[str]) -> tuple[str, Optional[str]]:
         if value.endswith("-" + t) and len(value) > len(t) + 1:
             return value[: -len(t) - 1], t
     return value, None
-
-
-def _first_error(e: ValidationError, within: str = "") -> str:
-    """One line for the first error; `within` is the field path of a nested model
-    validated on its own (a fault's params, a system's options)."""
-    err = e.errors()[0]
-    loc = ".".join([within] * bool(within) + [str(p) for p in err["loc"]])
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    return f"scenario field '{loc}': {msg}" if loc else f"scenario: {msg}"
 
 
 def load_document(path: Optional[str | Path]) -> dict:
@@ -216,8 +219,9 @@ def _param_value(text: str) -> Any:
         return text
 
 
-def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
-    """Validate a scenario document with CLI overrides applied (flags win)."""
+def build(doc: dict, overrides: Optional[dict[str, Any]] = None, target_names: tuple[str, ...] = ()) -> Scenario:
+    """The model of a scenario document with CLI overrides applied (flags win); `target_names`
+    are the roles `--fault ACTION-TARGET` may end with. Registry checks: validation.py."""
     doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
     if isinstance(doc.get("fault"), dict):
         for sub in ("trigger", "params"):
@@ -226,12 +230,11 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None and v != []}
     if doc.get("faults") and any(k in overrides for k in FAULT_FLAGS):
         flags = ", ".join("--" + k.replace("_", "-") for k in FAULT_FLAGS if k in overrides)
-        raise ScenarioError(f"scenario field 'faults': {flags} apply to a single `fault`, and this scenario lists several")
+        raise ScenarioError(f"scenario field 'faults': {flags} apply to a single `fault`, and this scenario "
+                            f"lists several")
     for key, value in overrides.items():
         if key == "fault":
-            from .faults import TARGETS
-
-            action, target = split_fault(value, TARGETS.names())
+            action, target = split_fault(value, list(target_names))
             _set_path(doc, "fault.action", action)
             if target is not None and "target" not in overrides:
                 _set_path(doc, "fault.target", target)
@@ -258,9 +261,8 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
     try:
         scenario = Scenario.model_validate(doc)
     except ValidationError as e:
-        raise ScenarioError(_first_error(e)) from None
+        raise ScenarioError(first_error(e)) from None
     check_cross_fields(scenario)
-    check_registries(scenario)
     return scenario
 
 
@@ -282,70 +284,3 @@ def check_cross_fields(s: Scenario) -> None:
                 f"scenario field '{path}.repeat.every': {f.repeat.every}s leaves no time between windows of "
                 f"{f.duration}s"
             )
-
-
-def check_registries(s: Scenario) -> None:
-    """Names must exist and the system must support each fault: checked before anything starts."""
-    from .faults import FAULTS
-    from .faults.targets import TargetError, check_expression
-    from .systems import SYSTEMS
-
-    if s.system not in SYSTEMS:
-        raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} (known: {', '.join(SYSTEMS.names())})")
-    system = SYSTEMS.get(s.system)
-    try:
-        system.Options.model_validate(s.options)
-    except ValidationError as e:
-        raise ScenarioError(_first_error(e, "options")) from None
-    system.check(s)
-    if s.external is not None:
-        from .systems import external
-
-        if not system.external_ok:
-            raise ScenarioError(f"scenario field 'external': system {s.system!r} has no external mode "
-                                f"(kafka and pulsar have)")
-        ext = external.load(s.external)
-        if ext.system is not None and ext.system != s.system:
-            raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
-        if len(ext.nodes) != s.cluster.nodes:
-            raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
-    node_names = [f"n{i}" for i in range(1, s.cluster.nodes + 1)] + list(system.service_hosts)
-    for path, f in s.fault_fields():
-        if f.action not in FAULTS:
-            raise ScenarioError(
-                f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
-            )
-        cls = FAULTS.get(f.action)
-        if f.action not in system.supported_faults:
-            raise ScenarioError(
-                f"scenario field '{path}.action': system {s.system!r} does not support fault {f.action!r} "
-                f"(it supports: {', '.join(sorted(system.supported_faults))})"
-            )
-        if cls.needs_netns and s.external is not None:
-            raise ScenarioError(
-                f"scenario field '{path}.action': {f.action!r} works inside the sandbox only; on an external "
-                f"cluster use action 'command' with a hook of the cluster file"
-            )
-        if cls.needs_netns and s.sandbox == "loopback":
-            raise ScenarioError(
-                f"scenario field 'sandbox': fault {f.action!r} changes the network and needs the netns sandbox"
-            )
-        try:
-            params = cls.Params.model_validate(f.params)
-        except ValidationError as e:
-            raise ScenarioError(_first_error(e, f"{path}.params")) from None
-        try:
-            check_expression(f.target, node_names, system, groups=cls.takes_groups)
-            cls.check(params, node_names, system, s)
-        except TargetError as e:
-            raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
-        if f.target == "follower" and s.cluster.replicas < 2:
-            raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
-        if f.repeat is not None and f.duration is None and cls.recoverable:
-            raise ScenarioError(
-                f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
-            )
-
-
-def load(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Scenario:
-    return build(load_document(path), overrides)

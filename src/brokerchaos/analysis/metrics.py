@@ -1,11 +1,13 @@
 """Every verdict of a history, as Spark DataFrame expressions (no Python UDFs).
 
-This module is the one place the metric logic lives; docs/history-format.md defines each
-figure and tests/oracle.py re-implements them in plain Python to check this one.
+The building blocks are here; what each count means is verdicts.py (written once, evaluated
+per message and over bit-set blocks); how the work is cut, tuning.py. `analyze()` runs the
+concerns in turn — counts, ordering, availability, latency — on one job object.
+docs/history-format.md defines each figure and tests/oracle.py re-implements them in plain
+Python to check this one.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -15,38 +17,16 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ..history.schema import MESSAGE_TYPES, SCHEMA
+from .tuning import Tuning
+from .verdicts import (COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message,
+                       result_of)
 
-# Spark's DDL for the history schema (format v1), derived so the two cannot drift apart.
+# Spark's DDL for the history schema, derived so the two cannot drift apart.
 _DDL = {"string": "string", "int64": "long"}
 SPARK_SCHEMA = ", ".join(f"{f.name} {_DDL[str(f.type)]}" for f in SCHEMA)
 PERCENTILES = [0.5, 0.99, 0.999]
-# Exact percentiles hold every latency of a run in one aggregation buffer; past this many
-# history rows we switch to Spark's percentile_approx and say so (latency_exact = false).
-EXACT_PERCENTILE_ROW_LIMIT = 6_000_000
-# consumer events per ordering bucket: big enough that per-bucket overhead stays small, small
-# enough that a 10-million-message stream still spreads over every core
-SEQ_BUCKET = 1 << 20
-# reads in order are summarised in stretches of at most 2**STRETCH_BITS seqs
-STRETCH_BITS = 16
-TIME_BUCKET_NS = 1_000_000_000  # acks per gap bucket: one second
-# messages are summarised in blocks of 2**BLOCK_BITS consecutive values, one bit each in a
-# long per outcome; only blocks where something is unusual are looked at message by message
-BLOCK_BITS = 6
 MS = 1_000_000.0
-# acks per time bucket on average when ack gaps are found from bucket summaries
-BUCKET_ACKS = 16
-# blocks to look at message by message, up to which their keys are broadcast to the scan
-BROADCAST_BLOCKS = 1_000_000
-# acked messages never received, up to which their identities are broadcast to the scans
-# that find their acks and what the read returned at the acked positions
-BROADCAST_LOST = 1_000_000
-# up to this many value ranges of such blocks also go to the Parquet reader as a filter
-VALUE_RANGES = 64
-# per-run constants (first fault, bucket width) up to this many runs are a map literal in
-# the expression; a map lookup scans its keys, so more runs get a broadcast join instead
-PER_RUN_LITERAL = 16
-
-JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
+DEFAULT = Tuning()
 
 
 def read_history(spark: SparkSession, *paths: str) -> DataFrame:
@@ -136,55 +116,29 @@ def _exact_percentiles(c):
     return F.when(n > 0, F.array(*out))
 
 
-def _counts(sent, acked, nacked, unk, recv_n, recv_od, recv_o, recv_cod) -> list:
-    """The per-run message counts, from per-message flags and receive counts."""
-    r = recv_n
-    return [
-        _count(sent).alias("send_count"),
-        _count(sent & acked).alias("pos_ack_count"),
-        _count(sent & nacked & ~acked).alias("neg_ack_count"),
-        _count(sent & unk & ~acked & ~nacked).alias("unknown_count"),
-        F.sum(F.when(sent, r).otherwise(0)).alias("received"),
-        F.sum(F.when(~sent, r).otherwise(0)).alias("stowaways"),
-        _count(sent & acked & (r == 0)).alias("acked_missing"),
-        _count(sent & (r == 0)).alias("missing"),
-        _count(sent & (r > 0) & ~acked).alias("received_no_ack"),
-        _count(sent & (r > 0) & ~acked & nacked).alias("received_after_nack"),
-        _count(sent & (r > 0) & ~acked & ~nacked & unk).alias("received_after_unknown"),
-        _count(sent & (r > 1)).alias("msgs_with_dups"),
-        F.sum(F.when(sent & (r > 0), r - 1).otherwise(0)).alias("duplicate_deliveries"),
-        F.sum(F.when(sent & (recv_od > 1), recv_od - 1).otherwise(0)).alias("stored_duplicates"),
-        F.sum(F.when(sent, recv_o - recv_cod).otherwise(0)).alias("redeliveries"),
-    ]
-
-
-COUNT_KEYS = (
-    "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "stowaways",
-    "acked_missing", "missing", "received_no_ack", "received_after_nack",
-    "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries")
-
-
 def message_counts(m: DataFrame) -> DataFrame:
     """Per-run counts from the message table (one row per message)."""
     c = F.col
-    return m.groupBy("run").agg(*_counts(c("sent") == 1, c("acked") == 1, c("nacked") == 1, c("unk") == 1,
-                                         c("recv_n"), c("recv_od"), c("recv_o"), c("recv_cod")))
+    return m.groupBy("run").agg(*count_columns_per_message(
+        c("sent") == 1, c("acked") == 1, c("nacked") == 1, c("unk") == 1, c("recv_n"), c("recv_od"), c("recv_o"),
+        c("recv_cod")))
 
 
-def _blk():
-    return F.expr(f"shiftright(value, {BLOCK_BITS})")
+def _blk(t: Tuning):
+    return F.expr(f"shiftright(value, {t.block_bits})")
 
 
-def _bit():
-    return F.expr(f"shiftleft(cast(1 as bigint), cast(value & {(1 << BLOCK_BITS) - 1} as int))")
+def _bit(t: Tuning):
+    return F.expr(f"shiftleft(cast(1 as bigint), cast(value & {(1 << t.block_bits) - 1} as int))")
 
 
-def _with_per_run(df: DataFrame, values: dict[str, int], name: str, inner: bool = False) -> DataFrame:
+def _with_per_run(df: DataFrame, values: dict[str, int], name: str, inner: bool = False,
+                  t: Tuning = DEFAULT) -> DataFrame:
     """`df` with a column `name` holding `values[run]`: null for other runs, or (`inner`)
     only the rows of the runs in `values`."""
     if not values:
         return df.where(F.lit(False)) if inner else df.withColumn(name, F.lit(None).cast("long"))
-    if len(values) <= PER_RUN_LITERAL:
+    if len(values) <= t.per_run_literal:
         pairs = [x for run, v in sorted(values.items()) for x in (F.lit(run), F.lit(v).cast("long"))]
         d = df.withColumn(name, F.try_element_at(F.create_map(*pairs), F.col("run")))
         return d.where(F.col(name).isNotNull()) if inner else d
@@ -195,13 +149,13 @@ def _with_per_run(df: DataFrame, values: dict[str, int], name: str, inner: bool 
     return df.join(F.broadcast(table), F.col("run") == F.col("_run"), "inner" if inner else "left").drop("_run")
 
 
-def _only_runs(df: DataFrame, runs) -> DataFrame:
+def _only_runs(df: DataFrame, runs, t: Tuning) -> DataFrame:
     """The rows of these runs."""
-    return _with_per_run(df, dict.fromkeys(runs, 0), "_keep", inner=True).drop("_keep")
+    return _with_per_run(df, dict.fromkeys(runs, 0), "_keep", inner=True, t=t).drop("_keep")
 
 
-def message_blocks(df: DataFrame, first_fault: dict[str, int]) -> DataFrame:
-    """Every row, summarised per (run, producer, block of 2**BLOCK_BITS values): which values
+def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAULT) -> DataFrame:
+    """Every row, summarised per (run, producer, block of 2**block_bits values): which values
     were sent, acked, nacked, unknown and received, as bit sets, how many recv rows, and
     the times the per-run figures need (rows without a message land in a null block).
 
@@ -212,21 +166,21 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int]) -> DataFrame:
     ts = F.col("t_ns")
     tf = F.col("_tf")
     node = F.col("node").isNotNull()
-    typed = _with_per_run(df, first_fault, "_tf").groupBy("run", "producer", _blk().alias("blk"), "type").agg(
-        F.bit_or(_bit()).alias("_B"), F.count(F.lit(1)).alias("_n"),
+    typed = _with_per_run(df, first_fault, "_tf", t=t).groupBy("run", "producer", _blk(t).alias("blk"), "type").agg(
+        F.bit_or(_bit(t)).alias("_B"), F.count(F.lit(1)).alias("_n"),
         F.min(ts).alias("_lo"), F.max(ts).alias("_hi"),
         # where the transmitter/receiver was: the time of its last event with a node up to
         # the first fault, and of its first; the node itself is looked up afterwards
         F.max(F.when(node & (ts <= tf), ts)).alias("_nf"), F.min(F.when(node, ts)).alias("_n0"),
         F.min(F.when(ts >= tf, ts)).alias("_af"),
     )
-    t = F.col("type")
+    ty_ = F.col("type")
 
     def bits(ty: str):
-        return F.coalesce(F.bit_or(F.when(t == ty, F.col("_B"))), F.lit(0).cast("long"))
+        return F.coalesce(F.bit_or(F.when(ty_ == ty, F.col("_B"))), F.lit(0).cast("long"))
 
     def of(ty, col: str, agg):
-        return agg(F.when(t.isin(*ty) if isinstance(ty, tuple) else t == ty, F.col(col)))
+        return agg(F.when(ty_.isin(*ty) if isinstance(ty, tuple) else ty_ == ty, F.col(col)))
 
     return typed.groupBy("run", "producer", "blk").agg(
         bits("send").alias("S"), bits("ack").alias("A"), bits("nack").alias("N"),
@@ -263,30 +217,9 @@ def _unplain_block():
 def block_rollup(blocks: DataFrame) -> DataFrame:
     """Per run: the counts over the plain blocks, how many blocks were not plain, and the
     run's times."""
-    S, A, N, U, R = (F.col(x) for x in "SANUR")
-    nA, nN, nR = F.bitwise_not(A), F.bitwise_not(N), F.bitwise_not(R)
-    plain = _plain_block()
-
-    def n(x):
-        return F.sum(F.when(plain, F.bit_count(x)).otherwise(0))
-
-    zero = F.lit(0).cast("long")
-    c = F.col
+    sets = {x: F.col(x) for x in "SANUR"}
     return blocks.groupBy("run").agg(
-        n(S).alias("send_count"),
-        n(S.bitwiseAND(A)).alias("pos_ack_count"),
-        n(S.bitwiseAND(N).bitwiseAND(nA)).alias("neg_ack_count"),
-        n(S.bitwiseAND(U).bitwiseAND(nA).bitwiseAND(nN)).alias("unknown_count"),
-        F.sum(F.when(plain, c("rn")).otherwise(0)).alias("received"),
-        F.sum(zero).alias("stowaways"),
-        n(S.bitwiseAND(A).bitwiseAND(nR)).alias("acked_missing"),
-        n(S.bitwiseAND(nR)).alias("missing"),
-        n(S.bitwiseAND(R).bitwiseAND(nA)).alias("received_no_ack"),
-        n(S.bitwiseAND(R).bitwiseAND(nA).bitwiseAND(N)).alias("received_after_nack"),
-        n(S.bitwiseAND(R).bitwiseAND(nA).bitwiseAND(nN).bitwiseAND(U)).alias("received_after_unknown"),
-        # received at most once each: no duplicates, no second offset, no redelivery
-        *[F.sum(zero).alias(k) for k in ("msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
-                                         "redeliveries")],
+        *count_columns_over_blocks(_plain_block(), sets, F.col("rn")),
         _count(_unplain_block()).alias("_unplain"),
         F.sum("rn").alias("recv_rows"),
         F.max("t_end").alias("t_end"),
@@ -297,20 +230,20 @@ def block_rollup(blocks: DataFrame) -> DataFrame:
     )
 
 
-def unplain_rows(df: DataFrame, blocks: DataFrame, broadcast: bool) -> DataFrame:
+def unplain_rows(df: DataFrame, blocks: DataFrame, broadcast: bool, t: Tuning = DEFAULT) -> DataFrame:
     """The message rows of the blocks that are not plain (rows without an identity among them)."""
     c = F.col
-    rows = df.where(c("type").isin(list(MESSAGE_TYPES))).withColumn("blk", _blk())
+    rows = df.where(c("type").isin(list(MESSAGE_TYPES))).withColumn("blk", _blk(t))
     keys = blocks.where(_unplain_block()).select(c("run").alias("_r"), c("producer").alias("_p"),
                                                  c("blk").alias("_k"))
     on = (c("run") == c("_r")) & c("producer").eqNullSafe(c("_p")) & c("blk").eqNullSafe(c("_k"))
     return rows.join(F.broadcast(keys) if broadcast else keys, on, "left_semi").drop("blk")
 
 
-def _value_ranges(blocks: DataFrame, which=None, no_identity: bool = True):
+def _value_ranges(blocks: DataFrame, t: Tuning, which=None, no_identity: bool = True):
     """A filter on `value` the Parquet reader can use to skip row groups and pages: the
     value ranges of the blocks `which` selects (default: those that are not plain), or
-    (`no_identity`) rows without an identity; None when those are more than VALUE_RANGES
+    (`no_identity`) rows without an identity; None when those are more than t.value_ranges
     ranges."""
     which = _unplain_block() if which is None else which
     ks = sorted({r["blk"] for r in blocks.where(which & F.col("blk").isNotNull()).select("blk").collect()})
@@ -320,31 +253,31 @@ def _value_ranges(blocks: DataFrame, which=None, no_identity: bool = True):
             ranges[-1][1] = k + 1
         else:
             ranges.append([k, k + 1])
-    if len(ranges) > VALUE_RANGES:
+    if len(ranges) > t.value_ranges:
         return None
     cond = (F.col("value").isNull() | F.col("producer").isNull()) if no_identity else F.lit(False)
     for lo, hi in ranges:
-        cond = cond | F.col("value").between(lo << BLOCK_BITS, (hi << BLOCK_BITS) - 1)
+        cond = cond | F.col("value").between(lo << t.block_bits, (hi << t.block_bits) - 1)
     return cond
 
 
-def latency_table(df: DataFrame, live_runs: list[str]) -> DataFrame:
+def latency_table(df: DataFrame, live_runs: list[str], t: Tuning = DEFAULT) -> DataFrame:
     """Per message: first send, first ack and (for runs whose consumers read while
     producers sent) first receive."""
-    t = F.col("type")
+    ty = F.col("type")
     ts = F.col("t_ns")
-    rows = t.isin("send", "ack")
+    rows = ty.isin("send", "ack")
     if live_runs:
-        rows = rows | ((t == "recv") & F.col("_live"))
+        rows = rows | ((ty == "recv") & F.col("_live"))
     return (
-        _with_per_run(df, dict.fromkeys(live_runs, 1), "_live")
+        _with_per_run(df, dict.fromkeys(live_runs, 1), "_live", t=t)
         .withColumn("_live", F.col("_live").isNotNull())
         .where(rows)
         .groupBy("run", "producer", "value")
         .agg(
-            F.min(F.when(t == "send", ts)).alias("t_send"),
-            F.min(F.when(t == "ack", ts)).alias("t_ack"),
-            (F.min(F.when(t == "recv", ts)) if live_runs else F.lit(None).cast("long")).alias("t_recv"),
+            F.min(F.when(ty == "send", ts)).alias("t_send"),
+            F.min(F.when(ty == "ack", ts)).alias("t_ack"),
+            (F.min(F.when(ty == "recv", ts)) if live_runs else F.lit(None).cast("long")).alias("t_recv"),
         )
     )
 
@@ -363,7 +296,7 @@ def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
 
 
 def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True,
-          held: Optional[list] = None) -> DataFrame:
+          held: Optional[list] = None, tuning: Tuning = DEFAULT) -> DataFrame:
     """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes.
 
     A stream mostly reads consecutive values at consecutive seqs: such a stretch has one
@@ -378,12 +311,12 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
     """
     t = F.col("type")
     keys = ["run", "client", "producer"]
-    # a stretch is also cut every 2**STRETCH_BITS seqs, so that one value - seq shared by
+    # a stretch is also cut every 2**stretch_bits seqs, so that one value - seq shared by
     # two stretches far apart (a block read out of place in between) costs a look at the
     # rows of one cut, not of the whole stream
     r = df.where((t == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull()).select(
         *keys, "seq", "value", (F.col("value") - F.col("seq")).alias("_d"),
-        F.expr(f"shiftright(seq, {STRETCH_BITS})").alias("_c"),
+        F.expr(f"shiftright(seq, {tuning.stretch_bits})").alias("_c"),
     )
     gk = [*keys, "_d", "_c"]
     g = r.groupBy(*gk).agg(
@@ -402,7 +335,7 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
                                     F.col("_v1").alias("last"))
     if n_loose != 0:
         loose_keys = g.where(~stretch).select(*gk)
-        if n_loose is not None and n_loose <= BROADCAST_BLOCKS:
+        if n_loose is not None and n_loose <= tuning.broadcast_blocks:
             loose_keys = F.broadcast(loose_keys)
         loose = r.join(loose_keys, gk, "left_semi").select(*keys, "seq", "value", F.col("value").alias("last"))
         units = units.unionByName(loose)
@@ -410,7 +343,7 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
         # with_previous reads its input twice (lag per bucket, carry between buckets)
         units = units.persist(StorageLevel.MEMORY_AND_DISK)
         held.append(units)
-    u = with_previous(units, keys, "seq", "last", SEQ_BUCKET)
+    u = with_previous(units, keys, "seq", "last", tuning.seq_bucket)
     if rereads:
         u = u.join(first if first is not None else first_reads(df), [*keys, "value"], "left")
         dup = F.col("first_seq").isNotNull() & (F.col("seq") > F.col("first_seq"))
@@ -452,15 +385,15 @@ def jump_counts(j: DataFrame) -> DataFrame:
     return j.groupBy("run").agg(*[_count(c == k).alias(k.lower()) for k in JUMP_CLASSES])
 
 
-def gaps(rows: DataFrame) -> DataFrame:
+def gaps(rows: DataFrame, t: Tuning = DEFAULT) -> DataFrame:
     """Intervals between consecutive rows of a run in time: (run, gap_start, gap_end)."""
-    g = with_previous(rows.select("run", "t_ns"), ["run"], "t_ns", "t_ns", TIME_BUCKET_NS)
+    g = with_previous(rows.select("run", "t_ns"), ["run"], "t_ns", "t_ns", t.time_bucket_ns)
     return g.where(F.col("prev").isNotNull()).select(
         "run", F.col("prev").alias("gap_start"), F.col("t_ns").alias("gap_end")
     )
 
 
-def bucket_gaps(rows: DataFrame, width: dict[str, int]) -> DataFrame:
+def bucket_gaps(rows: DataFrame, width: dict[str, int], t: Tuning = DEFAULT) -> DataFrame:
     """The gaps between consecutive non-empty time buckets of `width[run]` ns: exactly the
     run's gaps that are not inside one bucket (those are shorter than the width).
 
@@ -468,7 +401,7 @@ def bucket_gaps(rows: DataFrame, width: dict[str, int]) -> DataFrame:
     of acks is a few hundred thousand buckets by the time anything is shuffled.
     """
     b = (
-        _with_per_run(rows.select("run", "t_ns"), width, "_w", inner=True)
+        _with_per_run(rows.select("run", "t_ns"), width, "_w", inner=True, t=t)
         .withColumn("_tb", F.floor(F.col("t_ns") / F.col("_w")))
         .groupBy("run", "_tb")
         .agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
@@ -507,24 +440,24 @@ def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
     return longest, closed
 
 
-def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]) -> tuple[dict, dict]:
+def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame],
+                  tuning: Tuning = DEFAULT) -> tuple[dict, dict]:
     """`_gap_facts` of the ack gaps, from time buckets where that is exact.
 
-    A bucket holds about BUCKET_ACKS acks. Gaps inside one are shorter than its width, so
+    A bucket holds about `bucket_acks` acks. Gaps inside one are shorter than its width, so
     when the longest gap between buckets (and the longest one overlapping each fault
     window) is at least the width, it is the answer; the runs where it is not (acks
     evenly spread, no pause anywhere) are walked ack by ack.
     """
-    t = F.col("type")
     width = {}
     for run, f in frames.items():
         if f["acks"] and f["acks"] > 1:
             span = f["t_last_ack"] - f["t_first_ack"]
-            width[run] = max(1, span * BUCKET_ACKS // (f["acks"] - 1))
+            width[run] = max(1, span * tuning.bucket_acks // (f["acks"] - 1))
     if not width:
         return {}, {}
-    acks = df.where(t == "ack")
-    longest, closed = _gap_facts(bucket_gaps(acks, width), w)
+    acks = df.where(F.col("type") == "ack")
+    longest, closed = _gap_facts(bucket_gaps(acks, width, tuning), w)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
     if w is not None:
@@ -532,7 +465,7 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
         walk |= {r["run"] for r in w.select("run", "w").collect()
                  if r["run"] in width and (r["run"], r["w"]) not in closed}
     if walk:
-        l2, c2 = _gap_facts(gaps(_only_runs(acks, walk)), w)
+        l2, c2 = _gap_facts(gaps(_only_runs(acks, walk, tuning), tuning), w)
         for run in walk:
             longest.pop(run, None)
         closed = {k: v for k, v in closed.items() if k[0] not in walk}
@@ -567,18 +500,18 @@ def _lost_bits():
     return c("S").bitwiseAND(c("A")).bitwiseAND(F.bitwise_not(c("R")))
 
 
-def lost_messages(blocks: DataFrame) -> DataFrame:
+def lost_messages(blocks: DataFrame, t: Tuning = DEFAULT) -> DataFrame:
     """(run, producer, value) of every acked message never received, read off the blocks'
     bit sets (sent, acked, not received) without going back to the history."""
     c = F.col
     lost = _lost_bits()
-    i = F.explode(F.sequence(F.lit(0), F.lit((1 << BLOCK_BITS) - 1)))
+    i = F.explode(F.sequence(F.lit(0), F.lit((1 << t.block_bits) - 1)))
     return (
         blocks.where(c("producer").isNotNull() & c("blk").isNotNull() & (lost != 0))
         .select("run", "producer", "blk", lost.alias("_L"))
         .select("run", "producer", "blk", "_L", i.alias("_i"))
         .where(c("_L").bitwiseAND(F.expr("shiftleft(cast(1 as bigint), _i)")) != 0)
-        .select("run", "producer", (F.shiftleft(c("blk"), BLOCK_BITS) + c("_i")).alias("value"))
+        .select("run", "producer", (F.shiftleft(c("blk"), t.block_bits) + c("_i")).alias("value"))
     )
 
 
@@ -651,8 +584,10 @@ def _action(detail: Optional[str]) -> Optional[str]:
 def pair_windows(rows: list[dict], t_end: int) -> list[tuple[int, int, dict]]:
     """(t_fault, t_window_end, fault row) per fault, in time order.
 
-    A heal ends the open faults of the same action (first word of `detail`); a heal whose
-    action matches no open fault ends every open fault. Unhealed faults last to `t_end`.
+    A heal ends the fault of the same `window` id. Rows without one (histories before format
+    1.1) fall back to the old rule among themselves: a heal ends the open faults of its
+    action (first word of `detail`), or every open one if none matches. Unhealed faults last
+    to `t_end`.
     """
     rows = sorted(rows, key=lambda r: (r["t_ns"], r["type"] != "fault"))
     open_: list[dict] = []
@@ -661,7 +596,11 @@ def pair_windows(rows: list[dict], t_end: int) -> list[tuple[int, int, dict]]:
         if r["type"] == "fault":
             open_.append(r)
             continue
-        match = [f for f in open_ if _action(f["detail"]) == _action(r["detail"])] or list(open_)
+        if r.get("window") is not None:
+            match = [f for f in open_ if f.get("window") == r["window"]]
+        else:
+            old = [f for f in open_ if f.get("window") is None]
+            match = [f for f in old if _action(f["detail"]) == _action(r["detail"])] or old
         for f in match:
             ends[id(f)] = r["t_ns"]
             open_.remove(f)
@@ -670,14 +609,14 @@ def pair_windows(rows: list[dict], t_end: int) -> list[tuple[int, int, dict]]:
 
 
 def _fault_windows(nemesis: list, ends: dict[str, int]) -> list[tuple]:
-    """(run, index, t_fault, t_window_end, node, detail) per fault (see pair_windows)."""
+    """(run, index, t_fault, t_window_end, node, detail, window id) per fault (see pair_windows)."""
     by_run: dict[str, list] = {}
     for row in nemesis:
         by_run.setdefault(row["run"], []).append(row)
     out = []
     for run, rows in by_run.items():
         for i, (tf, te, f) in enumerate(pair_windows(rows, ends.get(run, max(r["t_ns"] for r in rows)))):
-            out.append((run, i, tf, te, f["node"], f["detail"]))
+            out.append((run, i, tf, te, f["node"], f["detail"], f.get("window")))
     return out
 
 
@@ -700,7 +639,8 @@ def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Opti
     return closed[1] - t_fault
 
 
-def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict]) -> dict[str, dict]:
+def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict],
+                   tuning: Tuning) -> dict[str, dict]:
     """What the VerneMQ seed's per-run table needs beyond the verdicts, per run: the node
     the transmitter/receiver was on at the first fault (else at its first event), the
     first `ready` after that fault, and the receiver's longest delivery gap in its window.
@@ -726,7 +666,7 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
                            if r["run"] == run and r["t_ns"] == tm and r["type"] == ty)
             if cands:
                 out[run][kind] = (cands[-1] if kind.endswith("_f") else cands[0])[2]
-    first = [(r, tf, te) for r, i, tf, te, _, _ in windows if i == 0]
+    first = [(r, tf, te) for r, i, tf, te, *_ in windows if i == 0]
     if first:
         w0 = spark.createDataFrame(first, "run string, t_fault long, t_wend long")
         # the receivers already reading when the fault's window closed (a consumer that only
@@ -738,7 +678,7 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
             .select("run", "client")
             .distinct()
         )
-        recv_gaps = gaps(recv.join(F.broadcast(reading), ["run", "client"]))
+        recv_gaps = gaps(recv.join(F.broadcast(reading), ["run", "client"]), tuning)
         eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
         rx = (
             recv_gaps.join(F.broadcast(w0), "run")
@@ -750,40 +690,6 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
     return out
 
 
-def _session_row(run: str, position: int, f: dict, facts: dict, run_windows: list,
-                 outages_ms: list) -> dict[str, Any]:
-    """The seed's per-run table (Seq_ix … Rxm) from one run's facts; seconds, None = NA."""
-    digits = re.search(r"(\d+)$", run)
-    first = run_windows[0] if run_windows else None
-    tf = first[2] if first else None
-    killed = first[4] if first else None
-    txm = (facts.get("txm_f") or facts.get("txm_0")) if first else facts.get("txm_0")
-    rxm = (facts.get("rxm_f") or facts.get("rxm_0")) if first else facts.get("rxm_0")
-    t_ready = facts.get("t_ready") if first else None
-    t_send, t_eos = f.get("t_first_send"), f.get("t_last_ack")
-
-    def sec(a, b):
-        return None if a is None or b is None else (b - a) / 1e9
-
-    hit = set(re.split(r"[,|]", killed)) if killed else set()
-    tx_down = None
-    if txm is not None and txm in hit and outages_ms and outages_ms[0] is not None:
-        tx_down = outages_ms[0] / 1e3
-    rx_down = facts.get("rx_down")
-    return {
-        "seq_ix": int(digits.group(1)) if digits else position,
-        "killed_node": killed,
-        "runtime_s": sec(t_send, t_ready),
-        "txtime_s": sec(t_send, t_eos),
-        "gaptime_s": sec(tf, t_eos),
-        "downtime_s": sec(tf, t_ready),
-        "tx_downtime_s": tx_down,
-        "rx_downtime_s": None if rx_down is None else rx_down / 1e9,
-        "txm": txm,
-        "rxm": rxm,
-    }
-
-
 def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
     if arr is None or mx is None:
         return None
@@ -793,17 +699,6 @@ def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
 def _live_reader(f: dict) -> bool:
     """A consumer read while producers were still sending (end-to-end latency means something)."""
     return f["t_first_recv"] is not None and f["t_last_send"] is not None and f["t_first_recv"] < f["t_last_send"]
-
-
-def result_of(v: dict) -> str:
-    """pass / fail / unknown; a run that could not decide is never a pass."""
-    if v["received_after_nack"] > 0:
-        return "fail"
-    if v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0):
-        return "unknown"
-    if v["acked_missing"] > 0:
-        return "fail"
-    return "pass"
 
 
 class _Clock:
@@ -819,155 +714,203 @@ class _Clock:
         self.t = now
 
 
-def analyze(spark: SparkSession, df: DataFrame, timing: bool = True) -> Analysis:
-    """Every verdict of every run in `df`.
+class _Job:
+    """One analysis, concern by concern. `held` is freed when the job ends; `kept` stays
+    cached for the logs until Analysis.release()."""
 
-    timing=False leaves out the time-based figures (latency percentiles, ack and receive
-    gaps, outages): the seeds' own figures only, which need no per-message join.
-    """
-    clock = _Clock()
-    n_rows = df.count()
-    exact = n_rows <= EXACT_PERCENTILE_ROW_LIMIT
-    t = F.col("type")
-    small = [r.asDict() for r in df.where(t.isin("fault", "heal", "read_end"))
-             .select("run", "t_ns", "type", "node", "detail").collect()]
-    nemesis = [r for r in small if r["type"] != "read_end"]
-    read_ends: dict[str, list] = {}
-    for r in small:
-        if r["type"] == "read_end":
-            read_ends.setdefault(r["run"], []).append(r["detail"])
-    first_fault: dict[str, int] = {}
-    for r in nemesis:
-        if r["type"] == "fault":
-            first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
-    clock.lap("rows, nemesis")
+    def __init__(self, spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning) -> None:
+        self.spark, self.df, self.timing, self.t = spark, df, timing, tuning
+        self.clock = _Clock()
+        self.held: list[DataFrame] = []
+        self.kept: list[DataFrame] = []
+        self.dups = duplicates(df.where(F.lit(False)))
+        self.lost = None
+        self.jumps = None
+        self.msgs: dict[str, dict] = {}
+        self.jc: dict[str, dict] = {}
+        self.lats: dict[str, dict] = {}
+        self.max_ack_gap: dict = {}
+        self.max_recv_gap: dict[str, int] = {}
+        self.outages: dict[tuple, Optional[int]] = {}
+        self.session: dict[str, dict] = {}
 
-    held: list[DataFrame] = []
-    # the logs are read after this returns: what they need stays cached until release()
-    kept: list[DataFrame] = []
-    dups = duplicates(df.where(F.lit(False)))
-    try:
-        blocks = message_blocks(df, first_fault).persist(StorageLevel.MEMORY_AND_DISK)
-        held.append(blocks)
-        frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
-        msgs = {run: dict(f) for run, f in frames.items()}
-        clock.lap("blocks")
-        unplain = sum(f["_unplain"] for f in frames.values())
-        first = None
+    def nemesis(self) -> None:
+        """The few rows that are not messages: faults, heals, read ends."""
+        self.exact = self.df.count() <= self.t.exact_percentile_rows
+        small = [r.asDict() for r in self.df.where(F.col("type").isin("fault", "heal", "read_end"))
+                 .select("run", "t_ns", "type", "node", "detail", "window").collect()]
+        self.nemesis_rows = [r for r in small if r["type"] != "read_end"]
+        self.read_ends: dict[str, list] = {}
+        for r in small:
+            if r["type"] == "read_end":
+                self.read_ends.setdefault(r["run"], []).append(r["detail"])
+        self.first_fault: dict[str, int] = {}
+        for r in self.nemesis_rows:
+            if r["type"] == "fault":
+                self.first_fault[r["run"]] = min(r["t_ns"], self.first_fault.get(r["run"], r["t_ns"]))
+        self.clock.lap("rows, nemesis")
+
+    def counts(self) -> None:
+        """Every count: from the blocks' bit sets, and message by message for the blocks that
+        are not plain; then, where acked messages are missing, what the read found instead."""
+        df, t = self.df, self.t
+        blocks = message_blocks(df, self.first_fault, t).persist(StorageLevel.MEMORY_AND_DISK)
+        self.held.append(blocks)
+        self.frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
+        self.msgs = {run: dict(f) for run, f in self.frames.items()}
+        self.clock.lap("blocks")
+        unplain = sum(f["_unplain"] for f in self.frames.values())
+        self.first = None
         if unplain:
-            rows = unplain_rows(df, blocks, broadcast=unplain <= BROADCAST_BLOCKS)
-            near = _value_ranges(blocks) if unplain <= 100_000 else None
+            rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
+            near = _value_ranges(blocks, t) if unplain <= 100_000 else None
             if near is not None:
                 rows = rows.where(near)
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-            kept.append(rows)
+            self.kept.append(rows)
             # a message read twice is in a block that is not plain: these rows hold every one
-            dups = duplicates(rows)
+            self.dups = duplicates(rows)
             for r in message_counts(message_table(rows)).collect():
-                m = msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
+                m = self.msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
                 for k in COUNT_KEYS:
                     m[k] = (m.get(k) or 0) + (r[k] or 0)
-            first = first_reads(rows)
-            clock.lap("blocks looked at closely")
-        n_lost = sum(m.get("acked_missing") or 0 for m in msgs.values())
-        ids = lost_messages(blocks)
+            self.first = first_reads(rows)
+            self.clock.lap("blocks looked at closely")
+        n_lost = sum(m.get("acked_missing") or 0 for m in self.msgs.values())
+        ids = lost_messages(blocks, t)
         if not n_lost:
-            lost = losses(df.where(F.lit(False)), ids.where(F.lit(False)), True)
-        else:
-            # worth two passes when it happens: which acked messages, and what the read found
-            # where the broker said it had stored them
-            near = _value_ranges(blocks, _lost_bits() != 0, no_identity=False) if n_lost <= 100_000 else None
-            lost = losses(df, ids, n_lost <= BROADCAST_LOST, held, near).persist(StorageLevel.MEMORY_AND_DISK)
-            kept.append(lost)
-            for r in lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
-                msgs[r["run"]]["acked_missing_overwritten"] = r["n"]
-            clock.lap("losses")
-        j = jumps(df, first, rereads=first is not None, held=held).persist(StorageLevel.MEMORY_AND_DISK)
-        kept.append(j)
-        jc = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
-        clock.lap("ordering")
+            self.lost = losses(df.where(F.lit(False)), ids.where(F.lit(False)), True)
+            return
+        # worth two passes when it happens: which acked messages, and what the read found
+        # where the broker said it had stored them
+        near = _value_ranges(blocks, t, _lost_bits() != 0, no_identity=False) if n_lost <= 100_000 else None
+        self.lost = losses(df, ids, n_lost <= t.broadcast_lost, self.held, near).persist(StorageLevel.MEMORY_AND_DISK)
+        self.kept.append(self.lost)
+        for r in self.lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
+            self.msgs[r["run"]]["acked_missing_overwritten"] = r["n"]
+        self.clock.lap("losses")
 
-        windows = _fault_windows(nemesis, {k: f["t_end"] for k, f in frames.items()})
-        live_runs = sorted(run for run, f in frames.items() if _live_reader(f))
-        lats: dict[str, dict] = {}
-        max_ack_gap: dict = {}
-        closed: dict = {}
-        max_recv_gap: dict[str, int] = {}
-        w = None
-        if windows:
-            w = spark.createDataFrame(
-                [(r, i, tf, te) for r, i, tf, te, _, _ in windows],
-                "run string, w int, t_fault long, t_wend long",
-            )
-        if timing:
-            lats = {r["run"]: r.asDict() for r in latency_verdicts(latency_table(df, live_runs), exact).collect()}
-            clock.lap("latency")
-            max_ack_gap, closed = ack_gap_facts(df, frames, w)
-            clock.lap("ack gaps")
-        outages: dict[tuple, Optional[int]] = {}
-        if timing and windows:
-            for run, i, tf, te, _, _ in windows:
-                outages[(run, i)] = _outage(tf, te, closed.get((run, i)), frames[run]["t_last_ack"],
-                                            frames[run]["t_write_end"])
-            # consumers that read while a fault was in effect: their delivery gaps are outages too
-            recv = df.where(t == "recv").select("run", "client", "t_ns")
-            live = (
-                recv.join(F.broadcast(w), "run")
-                .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
-                .select("run", "client")
-                .distinct()
-            )
-            rg = gaps(recv.join(F.broadcast(live), ["run", "client"]))
-            max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(
-                F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
-            clock.lap("receive gaps")
-        session = _session_facts(spark, df, windows if timing else [], frames)
-        clock.lap("session facts")
-    except BaseException:
-        for d in kept:
-            d.unpersist()
-        raise
-    finally:
-        for d in held:
-            d.unpersist()
+    def ordering(self) -> None:
+        j = jumps(self.df, self.first, rereads=self.first is not None, held=self.held, tuning=self.t)
+        self.jumps = j.persist(StorageLevel.MEMORY_AND_DISK)
+        self.kept.append(self.jumps)
+        self.jc = {r["run"]: r.asDict() for r in jump_counts(self.jumps).collect()}
+        self.clock.lap("ordering")
 
-    verdicts = []
-    no_lat = {"_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None}
-    for run in sorted(frames):
-        f = frames[run]
-        m = msgs.get(run, {})
-        lat = lats.get(run, no_lat)
+    def windows(self) -> None:
+        self.windows_ = _fault_windows(self.nemesis_rows, {k: f["t_end"] for k, f in self.frames.items()})
+        self.w = None
+        if self.windows_:
+            self.w = self.spark.createDataFrame(
+                [(r, i, tf, te) for r, i, tf, te, *_ in self.windows_], "run string, w int, t_fault long, t_wend long")
+        self.live_runs = sorted(run for run, f in self.frames.items() if _live_reader(f))
+
+    def latency(self) -> None:
+        lat = latency_verdicts(latency_table(self.df, self.live_runs, self.t), self.exact)
+        self.lats = {r["run"]: r.asDict() for r in lat.collect()}
+        self.clock.lap("latency")
+
+    def availability(self) -> None:
+        """Ack gaps, the outage of each fault window, and the longest delivery gap of the
+        consumers that read while a fault was in effect."""
+        self.max_ack_gap, closed = ack_gap_facts(self.df, self.frames, self.w, self.t)
+        self.clock.lap("ack gaps")
+        if not self.windows_:
+            return
+        for run, i, tf, te, *_ in self.windows_:
+            f = self.frames[run]
+            self.outages[(run, i)] = _outage(tf, te, closed.get((run, i)), f["t_last_ack"], f["t_write_end"])
+        recv = self.df.where(F.col("type") == "recv").select("run", "client", "t_ns")
+        live = (
+            recv.join(F.broadcast(self.w), "run")
+            .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
+            .select("run", "client")
+            .distinct()
+        )
+        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t)
+        self.max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(
+            F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+        self.clock.lap("receive gaps")
+
+    def session_facts(self) -> None:
+        self.session = _session_facts(self.spark, self.df, self.windows_ if self.timing else [], self.frames, self.t)
+        self.clock.lap("session facts")
+
+    def verdict(self, run: str, position: int) -> Verdict:
+        f, m = self.frames[run], self.msgs.get(run, {})
+        lat = self.lats.get(run) or {}
         v: dict[str, Any] = {"run": run}
         for k in COUNT_KEYS:
             v[k] = int(m.get(k) or 0)
         v["acked_missing_overwritten"] = int(m.get("acked_missing_overwritten") or 0)
         v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
-        counts = jc.get(run, {})
+        counts = self.jc.get(run, {})
         for k in JUMP_CLASSES:
             v[k.lower()] = int(counts.get(k.lower()) or 0)
         v["out_of_order"] = v["jb"]
-        ends = read_ends.get(run)
+        ends = self.read_ends.get(run)
         v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
         v["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
         v["recv_rows"] = int(f["recv_rows"])
-        g = max_ack_gap.get(run)
+        g = self.max_ack_gap.get(run)
         v["max_ack_gap_ms"] = None if g is None else g / MS
-        g = max_recv_gap.get(run)
+        g = self.max_recv_gap.get(run)
         v["max_recv_gap_ms"] = None if g is None else g / MS
-        run_windows = [x for x in windows if x[0] == run]
-        v["faults"] = [
-            {"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail}
-            for _, _, tf, te, node, detail in run_windows
-        ]
-        v["fault_outages_ms"] = [
-            None if outages.get((run, i)) is None else outages[(run, i)] / MS for _, i, *_ in run_windows
-        ]
-        v["ack_latency_ms"] = _pct(lat["_ack_p"], lat["_ack_max"])
-        v["e2e_latency_ms"] = _pct(lat["_e2e_p"], lat["_e2e_max"]) if run in live_runs else None
-        v["latency_exact"] = exact
-        v["timing"] = timing
+        run_windows = [x for x in self.windows_ if x[0] == run]
+        v["faults"] = [{"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail, "window": wid}
+                       for _, _, tf, te, node, detail, wid in run_windows]
+        v["fault_outages_ms"] = [None if self.outages.get((run, i)) is None else self.outages[(run, i)] / MS
+                                 for _, i, *_ in run_windows]
+        v["ack_latency_ms"] = _pct(lat.get("_ack_p"), lat.get("_ack_max"))
+        v["e2e_latency_ms"] = _pct(lat.get("_e2e_p"), lat.get("_e2e_max")) if run in self.live_runs else None
+        v["latency_exact"] = self.exact
+        v["timing"] = self.timing
         v["result"] = result_of(v)
-        v.update(_session_row(run, sorted(frames).index(run) + 1, f, session.get(run, {}), run_windows,
-                              v["fault_outages_ms"]))
-        verdicts.append(v)
-    return Analysis(verdicts, j, dups, exact, losses=lost, meta={"seconds": clock.laps}, kept=kept)
+        v["facts"] = self._facts(run, position, run_windows)
+        return v
+
+    def _facts(self, run: str, position: int, run_windows: list) -> dict[str, Any]:
+        """What the VerneMQ seed's per-run table is computed from (report/session_table.py):
+        where the transmitter and receiver were at the first fault (else at their first
+        event), and the times that bound the run and its first fault."""
+        f, facts = self.frames[run], self.session.get(run, {})
+        first = run_windows[0] if run_windows else None
+        return {
+            "position": position,
+            "t_first_send": f.get("t_first_send"),
+            "t_last_ack": f.get("t_last_ack"),
+            "t_fault": first[2] if first else None,
+            "fault_nodes": first[4] if first else None,
+            "t_ready": facts.get("t_ready") if first else None,
+            "txm": (facts.get("txm_f") or facts.get("txm_0")) if first else facts.get("txm_0"),
+            "rxm": (facts.get("rxm_f") or facts.get("rxm_0")) if first else facts.get("rxm_0"),
+            "rx_down_ns": facts.get("rx_down"),
+        }
+
+
+def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tuning = DEFAULT) -> "Analysis":
+    """Every verdict of every run in `df`.
+
+    timing=False leaves out the time-based figures (latency percentiles, ack and receive
+    gaps, outages): the seeds' own figures only, which need no per-message join.
+    """
+    job = _Job(spark, df, timing, tuning)
+    try:
+        job.nemesis()
+        job.counts()
+        job.ordering()
+        job.windows()
+        if timing:
+            job.latency()
+            job.availability()
+        job.session_facts()
+    except BaseException:
+        for d in job.kept:
+            d.unpersist()
+        raise
+    finally:
+        for d in job.held:
+            d.unpersist()
+    verdicts = [job.verdict(run, i) for i, run in enumerate(sorted(job.frames), 1)]
+    return Analysis(verdicts, job.jumps, job.dups, job.exact, losses=job.lost, meta={"seconds": job.clock.laps},
+                    kept=job.kept)

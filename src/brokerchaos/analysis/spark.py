@@ -81,7 +81,8 @@ def get_spark(master: Optional[str] = None):
                 .config("spark.sql.adaptive.enabled", "true")
                 .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
                 .config("spark.sql.session.timeZone", "UTC")
-                .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "brokerchaos-spark-warehouse"))
+                .config("spark.sql.warehouse.dir",
+                        os.path.join(os.environ.get("TMPDIR", "/tmp"), "brokerchaos-spark-warehouse"))
                 .getOrCreate()
             )
             spark.sparkContext.setLogLevel("ERROR")
@@ -99,7 +100,7 @@ def warm_up_async(master: Optional[str] = None) -> threading.Thread:
     def body() -> None:
         try:
             get_spark(master)
-        except Exception:  # noqa: BLE001 - the real call reports it
+        except Exception:  # the real call reports it
             pass
 
     t = threading.Thread(target=body, name="spark-warm-up", daemon=True)

@@ -1,16 +1,11 @@
 """Faults: an *action* (kill, isolate, delay, …) composed with a *target* (leader, …).
 
-Adding a fault is one small class in a module here plus its `@FAULTS.register` line;
-targets are resolved at injection time, so the history records who was really hit.
+Adding a fault is one small class in a module here with its `@FAULTS.register` line; it
+declares the capabilities it needs (`needs`), and a deployment offers its own. Targets are
+resolved at injection time, so the history records who was really hit.
 """
-from ..registry import Registry
-from .base import Fault, FaultContext, Target
+from . import network, process, targets
+from .base import Fault, FaultContext, Target, supported
+from .registry import FAULTS, TARGETS
 
-FAULTS: Registry[type[Fault]] = Registry("fault")
-TARGETS: Registry = Registry("target")
-
-from . import targets  # noqa: E402,F401
-from . import process  # noqa: E402,F401
-from . import network  # noqa: E402,F401
-
-__all__ = ["FAULTS", "TARGETS", "Fault", "FaultContext", "Target"]
+__all__ = ["FAULTS", "TARGETS", "Fault", "FaultContext", "Target", "supported", "network", "process", "targets"]

@@ -1,3 +1,5 @@
+"""What a fault is: an action with `inject`/`heal`, the capabilities it needs, and the
+context it acts in (a deployment's cluster and roles, the sandbox, a seeded generator)."""
 from __future__ import annotations
 
 import random
@@ -6,11 +8,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from ..systems.base import System
-
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
     from ..scenario import Scenario
+    from ..systems import Deployment
 
 
 class NoParams(BaseModel):
@@ -19,7 +20,7 @@ class NoParams(BaseModel):
 
 @dataclass
 class FaultContext:
-    system: System
+    deployment: "Deployment"
     rng: random.Random
     sandbox: Optional["Sandbox"] = None
     params: BaseModel = field(default_factory=NoParams)
@@ -27,6 +28,14 @@ class FaultContext:
     client_nodes: Callable[[], list[str]] = lambda: []
     # distinguishes concurrent faults' firewall chains and queues
     uid: int = 0
+
+    @property
+    def cluster(self):
+        return self.deployment.cluster
+
+    @property
+    def roles(self):
+        return self.deployment.roles
 
 
 @dataclass
@@ -46,10 +55,12 @@ class Fault:
     """One fault action. `inject` hits the resolved target; `heal` undoes it and must be safe
     to call whatever happened before (the runner calls it in `finally`)."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # set by FAULTS.register
     description: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
-    needs_netns: ClassVar[bool] = False
+    # capabilities a deployment must offer (systems/cluster.py: kill, stop, start, pause,
+    # netns, hooks; a system's own: coordinator)
+    needs: ClassVar[frozenset[str]] = frozenset()
     # a recoverable fault is healed; a one-off (e.g. tcp-kill once) has nothing to undo
     recoverable: ClassVar[bool] = True
     # partitions take groups (`n1|n2,n3`); everything else a set of nodes
@@ -63,8 +74,13 @@ class Fault:
         self.effect: dict[str, Any] = {}
 
     @classmethod
-    def check(cls, params: Any, node_names: list[str], system: type[System], scenario: "Scenario") -> None:
-        """Static checks beyond the params model (raise targets.TargetError)."""
+    def needs_for(cls, params: Any) -> frozenset[str]:
+        """The capabilities this fault needs with these settings."""
+        return cls.needs
+
+    @classmethod
+    def check(cls, params: Any, node_names: list[str], offers: frozenset[str], scenario: "Scenario") -> None:
+        """Static checks beyond the params model and the capabilities (raise targets.TargetError)."""
 
     async def prepare(self) -> None:
         """Slow set-up that does not disturb anything, done before the trigger so that the
@@ -75,3 +91,7 @@ class Fault:
 
     async def heal(self) -> None:
         raise NotImplementedError
+
+
+def supported(cls: type[Fault], offers: frozenset[str], params: Any = None) -> bool:
+    return cls.needs_for(params if params is not None else cls.Params.model_construct()) <= offers

@@ -2,8 +2,9 @@
 planned window resolve the target, inject, record, and heal after the duration.
 
 Every injected window is healed: after its duration, at the scenario's `heal` point, or in
-the runner's `finally` (heal_active) whatever happened. The `fault` and `heal` rows go to
-the history with the resolved nodes; run.json gets the precision of each window (trigger
+the runner's `finally` (heal_active) whatever happened. The `fault`, `heal` and `ready`
+rows go to the history with the resolved nodes and the window's id (its `window` column),
+so the analysis pairs each heal with its own fault; run.json gets the precision of each window (trigger
 to fault in effect, and the ack count at that moment).
 """
 from __future__ import annotations
@@ -14,9 +15,8 @@ from typing import Awaitable, Callable, Optional
 
 from ..history import Recorder
 from ..scenario import FaultSpec
-from ..systems.base import System
-from . import FAULTS
 from .base import Fault, FaultContext
+from .registry import FAULTS
 from .schedule import plan, rng_for
 from .targets import resolve
 
@@ -46,13 +46,13 @@ class AckGate:
 
 
 class Nemesis:
-    def __init__(self, index: int, spec: FaultSpec, system: System, sandbox, seed: int, run_id: str,
+    def __init__(self, index: int, spec: FaultSpec, deployment, sandbox, seed: int, run_id: str,
                  recorder: Recorder, gate: AckGate, client_nodes: Callable[[], list[str]],
                  line: Callable[[str], None],
-                 before_fault: Callable[[System, list[str]], Awaitable[None]]) -> None:
+                 before_fault: Callable[[object, list[str]], Awaitable[None]]) -> None:
         self.index = index
         self.spec = spec
-        self.system = system
+        self.deployment = deployment
         self.sandbox = sandbox
         self.rec = recorder
         self.gate = gate
@@ -81,7 +81,7 @@ class Nemesis:
 
     def _new_fault(self) -> Fault:
         self._uid += 1
-        ctx = FaultContext(self.system, self.target_rng, self.sandbox, self.params, self.client_nodes,
+        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
                            uid=self.index * 1000 + self._uid)
         return self.cls(ctx)
 
@@ -90,7 +90,7 @@ class Nemesis:
         self.pending = fault
         try:
             await fault.prepare()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.state["error"] = f"prepare: {type(e).__name__}: {e}"
             self.line(f"Fault: {self.label} FAILED to prepare: {self.state['error']}")
             await self._release()
@@ -102,7 +102,7 @@ class Nemesis:
         if fault is not None:
             try:
                 await fault.heal()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 self.state["release_error"] = f"{type(e).__name__}: {e}"
 
     async def run(self) -> None:
@@ -142,22 +142,23 @@ class Nemesis:
                 return
 
     async def _window(self, k: int, t_start: int, fault: Fault) -> bool:
-        w: dict = {"window": k, "nodes": []}
+        # the window's id in the history: unique in the run (a fault's index and its own count)
+        w: dict = {"window": k, "id": fault.ctx.uid, "nodes": []}
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         try:
             target = await resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
-            await self.before_fault(self.system, target.nodes)
+            await self.before_fault(self.deployment, target.nodes)
             await fault.inject(target)
-        except Exception as e:  # noqa: BLE001 - recorded; the run goes on and says so
+        except Exception as e:  # recorded; the run goes on and says so
             w["error"] = f"{type(e).__name__}: {e}"
             if k == 0:
                 self.state["error"] = w["error"]
             self.line(f"Fault: {self.label} FAILED: {w['error']}")
             await self.heal_active("inject failed")
             return False
-        t = self.rec.record("fault", node=target.label(), detail=self.label)
+        t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"])
         self.rec.flush()
         w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
                  acks_at_effect=self.gate.acks, t_ms=round(t / 1e6, 3),
@@ -179,12 +180,12 @@ class Nemesis:
         self.active = None
         try:
             await fault.heal()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             w["heal_error"] = f"{type(e).__name__}: {e}"
             why += f"; heal FAILED: {w['heal_error']}"
             self.line(f"Heal: {self.label} FAILED: {w['heal_error']}")
         if "t_ms" in w:  # only windows that were recorded as in effect get a heal row
-            t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})")
+            t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})", window=w["id"])
             self.rec.flush()
             w["healed_ms"] = round(t / 1e6, 3)
             if "heal_error" not in w:
@@ -193,8 +194,9 @@ class Nemesis:
 
     async def _ready_after(self, w: dict) -> None:
         """Record when the cluster is whole again after a heal (the seeds' end of downtime)."""
-        if await self.system.wait_stream_ready(timeout=120):
-            t = self.rec.record("ready", node=w["label"], detail=f"{self.label}: cluster whole again")
+        if await self.deployment.roles.wait_stream_ready(timeout=120):
+            t = self.rec.record("ready", node=w["label"], detail=f"{self.label}: cluster whole again",
+                                window=w["id"])
             self.rec.flush()
             w["ready_ms"] = round(t / 1e6, 3)
 

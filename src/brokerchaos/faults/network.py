@@ -22,15 +22,15 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..sandbox import netfilter, process
-from . import FAULTS
 from .base import Fault, Target
+from .registry import FAULTS
 from .targets import TargetError, check_expression, parse, resolve_set
 
 DEV = "eth0"
 
 
 class NetFault(Fault):
-    needs_netns = True
+    needs = frozenset({"netns"})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -51,10 +51,10 @@ class NetFault(Fault):
         return f"bc{self.ctx.uid}-{self.name}"
 
     @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
+    def check(cls, params, node_names, offers, scenario) -> None:
         expr = getattr(params, "from_", None)
         if expr is not None:
-            check_expression(expr, node_names, system, relative=True, field="params.from")
+            check_expression(expr, node_names, offers, relative=True, field="params.from")
 
     async def from_set(self, expr: str, targeted: list[str]) -> tuple[list[str], bool]:
         """The nodes a `from` expression names (never the target's own) and whether it names
@@ -65,7 +65,7 @@ class NetFault(Fault):
     async def endpoints(self, expr: Optional[str], targeted: list[str]) -> list[str]:
         """IPs of a `from` set (None: everyone but the target, clients included)."""
         if expr is None:
-            nodes, clients = [n for n in self.ctx.system.host_names if n not in targeted], True
+            nodes, clients = [n for n in self.ctx.cluster.host_names if n not in targeted], True
         else:
             nodes, clients = await self.from_set(expr, targeted)
         return [self.ip(n) for n in nodes] + ([self.sb.client.ip] if clients else [])
@@ -86,7 +86,7 @@ class NetFault(Fault):
             c = self.chains.pop()
             try:
                 c.remove()
-            except Exception as e:  # noqa: BLE001 - the others must still go
+            except Exception as e:  # the others must still go
                 errors.append(str(e))
         if errors:
             raise RuntimeError("; ".join(errors))
@@ -119,7 +119,6 @@ class Cut(NetFault):
 
 @FAULTS.register("partition")
 class Partition(Cut):
-    name = "partition"
     description = "split the nodes into groups that cannot reach each other (target n1,n2|n3, or one side: leader)"
     takes_groups = True
 
@@ -132,11 +131,10 @@ class Partition(Cut):
 
 @FAULTS.register("isolate")
 class Isolate(Cut):
-    name = "isolate"
     description = "cut the target off from every other node and from the clients"
 
     def links(self, target: Target) -> set[tuple[str, str]]:
-        others = [n for n in self.ctx.system.host_names if n not in target.nodes]
+        others = [n for n in self.ctx.cluster.host_names if n not in target.nodes]
         return {tuple(sorted((a, b))) for a in target.nodes for b in others} | {(a, "clients") for a in target.nodes}
 
 
@@ -148,7 +146,6 @@ class FromParams(BaseModel):
 
 @FAULTS.register("isolate-from")
 class IsolateFrom(Cut):
-    name = "isolate-from"
     description = "cut the target off from params.from only (peers, clients, coordinator, …): " \
                   "e.g. a leader isolated from its peers but not from the clients"
     Params = FromParams
@@ -166,16 +163,15 @@ class IsolateFrom(Cut):
 
 @FAULTS.register("bridge")
 class Bridge(Cut):
-    name = "bridge"
     description = "two halves that cannot reach each other, except through the target node, which sees both"
 
     @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
+    def check(cls, params, node_names, offers, scenario) -> None:
         if len(node_names) < 3:
             raise TargetError("a bridge needs at least 3 nodes", "target")
 
     def links(self, target: Target) -> set[tuple[str, str]]:
-        rest = sorted(n for n in self.ctx.system.node_names if n not in target.nodes)
+        rest = sorted(n for n in self.ctx.cluster.node_names if n not in target.nodes)
         self.ctx.rng.shuffle(rest)
         half = len(rest) // 2
         a, b = rest[:half], rest[half:]
@@ -185,17 +181,16 @@ class Bridge(Cut):
 
 @FAULTS.register("majorities-ring")
 class MajoritiesRing(Cut):
-    name = "majorities-ring"
     description = "every node sees a majority, no two nodes the same one (a ring of the nodes; target ignored)"
 
     @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
+    def check(cls, params, node_names, offers, scenario) -> None:
         if len(node_names) < 4:
             raise TargetError("majorities-ring needs at least 4 nodes (with 3, every node already sees "
                               "a majority)", "target")
 
     def links(self, target: Target) -> set[tuple[str, str]]:
-        ring = sorted(self.ctx.system.node_names)
+        ring = sorted(self.ctx.cluster.node_names)
         self.ctx.rng.shuffle(ring)
         n = len(ring)
         # a node plus `reach` neighbours on each side is a majority: 1 + 2*reach >= n//2 + 1
@@ -217,7 +212,6 @@ class LossParams(BaseModel):
 
 @FAULTS.register("loss")
 class Loss(NetFault):
-    name = "loss"
     description = "drop each packet entering or leaving the target with params.probability"
     Params = LossParams
 
@@ -257,7 +251,6 @@ NFQDELAY = Path(__file__).with_name("nfqdelay.py")
 
 @FAULTS.register("delay")
 class Delay(NetFault):
-    name = "delay"
     description = "add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer)"
     Params = DelayParams
 
@@ -282,7 +275,7 @@ class Delay(NetFault):
             return
         queue = self.ctx.uid
         todo = []
-        for node in self.ctx.system.host_names:
+        for node in self.ctx.cluster.host_names:
             log = self.sb.dir / "faults" / f"nfqdelay-{node}-{queue}.log"
             # -I -S: no site packages to import, the delayer needs only the standard library
             argv = [os.path.realpath(sys.executable), "-I", "-S", str(NFQDELAY), "--queue", str(queue),
@@ -318,7 +311,7 @@ class Delay(NetFault):
         errors = []
         try:
             await super().heal()  # stop queueing first, then let the held packets go
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.append(str(e))
         while self.delayers:
             _, proc = self.delayers.popitem()
@@ -328,7 +321,7 @@ class Delay(NetFault):
             n = self.qdisc.pop()
             try:
                 netfilter.del_root_qdisc(self.ns(n), DEV)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 errors.append(str(e))
         if errors:
             raise RuntimeError("; ".join(errors))
@@ -367,7 +360,6 @@ class BandwidthParams(BaseModel):
 
 @FAULTS.register("bandwidth")
 class Bandwidth(NetFault):
-    name = "bandwidth"
     description = "limit the rate of packets leaving the target (tc tbf) to params.rate"
     Params = BandwidthParams
 
@@ -393,7 +385,6 @@ class TcpKillParams(BaseModel):
 
 @FAULTS.register("tcp-kill")
 class TcpKill(NetFault):
-    name = "tcp-kill"
     description = "reset every client TCP connection to the target (ss -K), once or repeatedly until healed"
     Params = TcpKillParams
 

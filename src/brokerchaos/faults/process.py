@@ -1,4 +1,5 @@
-"""Process faults: signals to the broker processes we started (checked before each signal)."""
+"""Process faults: what the cluster does to a node's process (signals to the processes we
+started, or an external cluster file's hooks)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,13 +7,12 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import FAULTS
 from .base import Fault, Target
+from .registry import FAULTS
 
 
 @FAULTS.register("none")
 class NoFault(Fault):
-    name = "none"
     description = "control run: no fault"
     recoverable = False
 
@@ -27,22 +27,22 @@ class _Restarting(Fault):
     """Heal = start every node this fault took down that is not running."""
 
     async def heal(self) -> None:
-        system = self.ctx.system
+        cluster = self.ctx.cluster
         while self.nodes:
             n = self.nodes[0]
-            if not system.node_alive(n):
-                await asyncio.to_thread(system.start_node, n)
+            if not cluster.alive(n):
+                await asyncio.to_thread(cluster.start_node, n)
             self.nodes.pop(0)
 
 
 @FAULTS.register("kill")
 class Kill(_Restarting):
-    name = "kill"
     description = "SIGKILL the target's broker process; heal starts it again on the same data"
+    needs = frozenset({"kill", "start"})
 
     async def inject(self, target: Target) -> None:
         for n in target.nodes:
-            self.ctx.system.kill_node(n)
+            self.ctx.cluster.kill(n)
             self.nodes.append(n)
 
 
@@ -53,33 +53,33 @@ class StopParams(BaseModel):
 
 @FAULTS.register("stop")
 class Stop(_Restarting):
-    name = "stop"
     description = "graceful shutdown (SIGTERM, wait for exit; SIGKILL after params.timeout); heal starts it again"
     Params = StopParams
+    needs = frozenset({"stop", "start"})
 
     async def inject(self, target: Target) -> None:
         clean = []
         for n in target.nodes:
             self.nodes.append(n)
-            clean.append(await asyncio.to_thread(self.ctx.system.stop_node, n, self.p.timeout))
+            clean.append(await asyncio.to_thread(self.ctx.cluster.stop_node, n, self.p.timeout))
         self.effect["clean_exit"] = clean
 
 
 @FAULTS.register("pause")
 class Pause(Fault):
-    name = "pause"
     description = "SIGSTOP the target's process group (alive but silent); heal sends SIGCONT"
+    needs = frozenset({"pause"})
 
     async def inject(self, target: Target) -> None:
         for n in target.nodes:
             self.nodes.append(n)
-            self.ctx.system.pause_node(n)
+            self.ctx.cluster.pause(n)
 
     async def heal(self) -> None:
         while self.nodes:
             n = self.nodes[0]
-            if self.ctx.system.node_alive(n):
-                self.ctx.system.resume_node(n)
+            if self.ctx.cluster.alive(n):
+                self.ctx.cluster.resume(n)
             self.nodes.pop(0)
 
 
@@ -92,18 +92,22 @@ class RestartParams(BaseModel):
 
 @FAULTS.register("restart")
 class Restart(_Restarting):
-    name = "restart"
     description = "kill (or params.graceful: stop) the target, then start it again on the same data at once"
     Params = RestartParams
+    needs = frozenset({"kill", "start"})
+
+    @classmethod
+    def needs_for(cls, params) -> frozenset[str]:
+        return frozenset({"stop", "start"}) if getattr(params, "graceful", False) else cls.needs
 
     async def inject(self, target: Target) -> None:
-        system = self.ctx.system
+        cluster = self.ctx.cluster
         for n in target.nodes:
             self.nodes.append(n)
             if self.p.graceful:
-                await asyncio.to_thread(system.stop_node, n, self.p.timeout)
+                await asyncio.to_thread(cluster.stop_node, n, self.p.timeout)
             else:
-                system.kill_node(n)
+                cluster.kill(n)
         if self.p.down:
             await asyncio.sleep(self.p.down)
         await self.heal()
@@ -117,18 +121,16 @@ class CommandParams(BaseModel):
 
 @FAULTS.register("command")
 class Command(Fault):
-    name = "command"
     description = ("external clusters: run the target nodes' hook params.inject from the cluster file "
                    "(an iptables snippet, docker network disconnect, …); heal runs params.heal")
     Params = CommandParams
+    needs = frozenset({"hooks"})
 
     @classmethod
-    def check(cls, params, node_names, system, scenario) -> None:
+    def check(cls, params, node_names, offers, scenario) -> None:
         from ..systems.external import load
         from .targets import TargetError
 
-        if scenario.external is None:
-            raise TargetError("the command fault runs hooks of an external cluster file (--external)", "action")
         ext = load(scenario.external)
         for hook in filter(None, (params.inject, params.heal)):
             missing = [n for n in ext.nodes if not ext.has(n, hook)]
@@ -139,10 +141,10 @@ class Command(Fault):
     async def inject(self, target: Target) -> None:
         for n in target.nodes:
             self.nodes.append(n)
-            await asyncio.to_thread(self.ctx.system.external.run, n, self.p.inject)
+            await asyncio.to_thread(self.ctx.cluster.run_hook, n, self.p.inject)
 
     async def heal(self) -> None:
         while self.nodes:
             if self.p.heal:
-                await asyncio.to_thread(self.ctx.system.external.run, self.nodes[0], self.p.heal)
+                await asyncio.to_thread(self.ctx.cluster.run_hook, self.nodes[0], self.p.heal)
             self.nodes.pop(0)

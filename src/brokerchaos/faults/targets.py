@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from . import TARGETS
 from .base import FaultContext, Target
+from .registry import TARGETS
 
 RELATIVE = ("peers", "clients")
 _TERM = re.compile(r"^([a-z][a-z0-9-]*)(?:\[(\d+)\])?$")
@@ -29,13 +29,13 @@ class TargetError(ValueError):
 @TARGETS.register("leader")
 async def leader(ctx: FaultContext) -> list[str]:
     """the current leader of the scenario's stream/topic/queue"""
-    return [await ctx.system.leader()]
+    return [await ctx.roles.leader()]
 
 
 @TARGETS.register("followers")
 async def followers(ctx: FaultContext) -> list[str]:
     """every replica that is not the leader"""
-    replicas = await ctx.system.replicas()
+    replicas = await ctx.roles.replicas()
     return sorted(r for r in replicas[1:] if r != replicas[0])
 
 
@@ -49,19 +49,19 @@ async def follower(ctx: FaultContext) -> list[str]:
 @TARGETS.register("random")
 async def random_node(ctx: FaultContext) -> list[str]:
     """any broker node, chosen with the scenario's seed"""
-    return [ctx.rng.choice(ctx.system.node_names)]
+    return [ctx.rng.choice(ctx.cluster.node_names)]
 
 
 @TARGETS.register("all")
 async def all_nodes(ctx: FaultContext) -> list[str]:
     """every broker node"""
-    return list(ctx.system.node_names)
+    return list(ctx.cluster.node_names)
 
 
 @TARGETS.register("minority")
 async def minority(ctx: FaultContext) -> list[str]:
     """a random minority of the nodes ((n-1)/2 of them), chosen with the scenario's seed"""
-    names = list(ctx.system.node_names)
+    names = list(ctx.cluster.node_names)
     return sorted(ctx.rng.sample(names, (len(names) - 1) // 2))
 
 
@@ -77,7 +77,7 @@ async def client_node(ctx: FaultContext) -> list[str]:
 @TARGETS.register("consumer-node")
 async def consumer_node(ctx: FaultContext) -> list[str]:
     """the node(s) the live consumers are connected to when the fault fires (MQTT's receiver)"""
-    nodes = sorted(set(ctx.system.consumer_nodes()))
+    nodes = sorted(set(ctx.roles.consumer_nodes()))
     if not nodes:
         raise LookupError("no live consumer is connected to a node right now")
     return nodes
@@ -86,7 +86,7 @@ async def consumer_node(ctx: FaultContext) -> list[str]:
 @TARGETS.register("coordinator")
 async def coordinator(ctx: FaultContext) -> list[str]:
     """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""
-    return [await ctx.system.coordinator()]
+    return [await ctx.roles.coordinator()]
 
 
 def parse(expr: str, groups: bool = False) -> list[list[tuple[str, Optional[int]]]]:
@@ -108,9 +108,9 @@ def parse(expr: str, groups: bool = False) -> list[list[tuple[str, Optional[int]
     return out
 
 
-def check_expression(expr: str, node_names: list[str], system, groups: bool = False,
+def check_expression(expr: str, node_names: list[str], offers: frozenset[str], groups: bool = False,
                      relative: bool = False, field: str = "target") -> None:
-    """Static check: every name exists and this system has the roles it names."""
+    """Static check: every name exists and the deployment offers the roles it names."""
     try:
         parsed = parse(expr, groups)
     except TargetError as e:
@@ -121,8 +121,8 @@ def check_expression(expr: str, node_names: list[str], system, groups: bool = Fa
             if not known:
                 names = TARGETS.names() + node_names + (list(RELATIVE) if relative else [])
                 raise TargetError(f"unknown target {name!r} (known: {', '.join(names)})", field)
-            if name == "coordinator" and not system.has_coordinator:
-                raise TargetError(f"system {system.name!r} has no coordinator", field)
+            if name == "coordinator" and "coordinator" not in offers:
+                raise TargetError("this system has no coordinator", field)
     if groups:
         mentioned = [n for part in parsed for n, c in part if n in node_names and c is None]
         if len(mentioned) != len(set(mentioned)):
@@ -131,10 +131,10 @@ def check_expression(expr: str, node_names: list[str], system, groups: bool = Fa
 
 async def _term(name: str, n: Optional[int], ctx: FaultContext, targeted: list[str]) -> list[str]:
     if name == "peers":
-        got = [x for x in ctx.system.node_names if x not in targeted]
+        got = [x for x in ctx.cluster.node_names if x not in targeted]
     elif name in TARGETS:
         got = await TARGETS.get(name)(ctx)
-    elif name in ctx.system.host_names:
+    elif name in ctx.cluster.host_names:
         got = [name]
     else:
         raise LookupError(f"unknown target {name!r}")
@@ -171,7 +171,7 @@ async def resolve(expr: str, ctx: FaultContext, groups: bool = False) -> Target:
                     g.append(node)
         taken.update(g)
         out.append(g)
-    rest = [n for n in ctx.system.node_names if n not in taken]
+    rest = [n for n in ctx.cluster.node_names if n not in taken]
     if rest:
         out.append(rest)
     out = [g for g in out if g]

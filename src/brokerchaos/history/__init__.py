@@ -1,4 +1,4 @@
-from .schema import EVENT_TYPES, SCHEMA, FORMAT_VERSION
 from .recorder import Recorder
+from .schema import EVENT_TYPES, FORMAT_VERSION, SCHEMA, VERSION_KEY
 
-__all__ = ["EVENT_TYPES", "SCHEMA", "FORMAT_VERSION", "Recorder"]
+__all__ = ["EVENT_TYPES", "SCHEMA", "FORMAT_VERSION", "VERSION_KEY", "Recorder"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import COLUMNS, SCHEMA
+from .schema import COLUMNS, EVENT_TYPES, SCHEMA
 
 
 class Recorder:
@@ -62,8 +62,12 @@ class Recorder:
         node: str | None = None,
         detail: str | None = None,
         t_ns: int | None = None,
+        window: int | None = None,
     ) -> int:
-        """Append one event; returns its t_ns."""
+        """Append one event; returns its t_ns. An unknown type is refused here, not found by
+        the analysis later."""
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"unknown history event type {type_!r} (known: {', '.join(EVENT_TYPES)})")
         t = self.now() if t_ns is None else t_ns
         with self._lock:
             if self.closed:
@@ -80,6 +84,7 @@ class Recorder:
             c["offset"].append(offset)
             c["node"].append(node)
             c["detail"].append(detail)
+            c["window"].append(window)
             if len(c["seq"]) >= self.max_rows:
                 self._flush_locked()
         return t

@@ -1,10 +1,14 @@
-"""History format v1: the only contract between the workload/nemesis and the analysis.
+"""History format 1.1: the only contract between the workload/nemesis and the analysis.
 
-docs/history-format.md is the prose version of this module; keep the two in step.
+docs/history-format.md is the prose version of this module; keep the two in step. A minor
+version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
+new major version changes what existing columns mean, and an older reader refuses it.
 """
 import pyarrow as pa
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = (1, 1)
+# key of the Parquet file metadata that carries the version ("1.1")
+VERSION_KEY = b"brokerchaos.history.format"
 
 SCHEMA = pa.schema(
     [
@@ -18,7 +22,10 @@ SCHEMA = pa.schema(
         ("offset", pa.string()),
         ("node", pa.string()),
         ("detail", pa.string()),
-    ]
+        # 1.1: the fault window a fault, heal or ready row belongs to (null before 1.1)
+        ("window", pa.int64()),
+    ],
+    metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )
 
 COLUMNS = SCHEMA.names

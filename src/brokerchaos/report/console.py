@@ -89,7 +89,8 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
 
 
 def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
-    head = ["run", "fault on", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage", "result"]
+    head = ["run", "fault on", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage",
+            "result"]
     body = []
     for v in verdicts:
         m = metas.get(v["run"]) or {}
@@ -109,8 +110,9 @@ def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
 
 
 def summary_lines(summary: dict) -> str:
+    n = summary["results"]
     lines = [f"Session result: {summary['result'].upper()}  ({summary['runs']} runs: "
-             f"{summary['results']['pass']} pass, {summary['results']['fail']} fail, {summary['results']['unknown']} unknown)"]
+             f"{n['pass']} pass, {n['fail']} fail, {n['unknown']} unknown)"]
     for name, s in summary["verdicts"].items():
         lo, hi = s["wilson95"]
         ci = "-" if lo is None else f"{100 * lo:.1f}%..{100 * hi:.1f}%"

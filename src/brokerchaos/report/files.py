@@ -1,6 +1,6 @@
 """Session outputs written next to the histories: results.csv, session_table.csv,
-jumps.csv, duplicates.csv, lost.csv, summary.json. The logs stream from Spark row by row, so a run with millions of jumps
-neither fills memory nor gets truncated."""
+jumps.csv, duplicates.csv, lost.csv, summary.json. The logs stream from Spark row by row,
+so a run with millions of jumps neither fills memory nor gets truncated."""
 from __future__ import annotations
 
 import csv
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..analysis.metrics import Analysis
+from . import session_table
 from .stats import merge, wilson
 
 SEED_COLUMNS = [
@@ -18,27 +19,11 @@ SEED_COLUMNS = [
     ("DJF", "djf"), ("DJB", "djb"), ("JF", "jf"), ("JB", "jb"),
 ]
 EXTRA_COLUMNS = [
-    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_after_nack", "received_after_unknown",
-    "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order", "read_complete", "max_ack_gap_ms", "max_recv_gap_ms",
-    "fault_outages_ms", "fault_nodes", "ack_p50_ms", "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
+    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_after_nack",
+    "received_after_unknown", "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order",
+    "read_complete", "max_ack_gap_ms", "max_recv_gap_ms", "fault_outages_ms", "fault_nodes", "ack_p50_ms",
+    "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
 ]
-
-
-# the VerneMQ seed's per-run table (docs/history-format.md defines each column)
-SESSION_COLUMNS = [
-    ("Run", "run"), ("Seq_ix", "seq_ix"), ("Killed node", "killed_node"), ("Stowaways", "stowaways"),
-    ("Admitted", "received"), ("Duplicates", "duplicate_deliveries"), ("Missing", "missing"),
-    ("Runtime", "runtime_s"), ("Txtime", "txtime_s"), ("Gaptime", "gaptime_s"), ("Downtime", "downtime_s"),
-    ("tx_downtime", "tx_downtime_s"), ("rx_downtime", "rx_downtime_s"), ("Txm", "txm"), ("Rxm", "rxm"),
-]
-
-
-def session_row(v: dict) -> list:
-    out = []
-    for _, key in SESSION_COLUMNS:
-        x = v.get(key)
-        out.append("NA" if x is None else round(x, 3) if isinstance(x, float) else x)
-    return out
 
 
 def load_metas(root: Path) -> dict[str, dict]:
@@ -83,9 +68,8 @@ def summarize(verdicts: list[dict]) -> dict:
         out[name] = {"runs": k, "of": len(pool), "wilson95": [lo, hi]}
     totals = {}
     for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
-                "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
-                "redeliveries", "stowaways",
-                "jf", "jb", "djf", "djb"):
+                "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries",
+                "stored_duplicates", "redeliveries", "stowaways", "jf", "jb", "djf", "djb"):
         totals[key] = sum(v[key] for v in verdicts)
     results = {r: sum(1 for v in verdicts if v["result"] == r) for r in ("pass", "fail", "unknown")}
     return {"runs": len(verdicts), "result": merge([v["result"] for v in verdicts]), "results": results,
@@ -104,13 +88,14 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -
             w.writerow(_csv_row(i, v, metas.get(v["run"], {})))
     with open(out / "session_table.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow([c for c, _ in SESSION_COLUMNS])
-        for v in verdicts:
-            w.writerow(session_row(v))
+        w.writerow([c for c, _ in session_table.COLUMNS])
+        for v in session_table.complete(verdicts):
+            w.writerow(session_table.row(v))
     with open(out / "jumps.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["run", "consumer", "producer", "class", "from", "to", "size", "line"])
-        names = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS", "DJB": "DUPLICATE JUMP BACKWARDS"}
+        names = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
+                 "DJB": "DUPLICATE JUMP BACKWARDS"}
         for r in analysis.jumps.orderBy("run", "consumer", "seq").toLocalIterator():
             w.writerow([r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"],
                         f"{r['to_value']} {names[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])

@@ -1,8 +1,15 @@
-"""Supervised broker processes: started by us, signalled only after checking where they live."""
+"""Supervised broker processes: started by us, and signalled only through a handle that
+cannot name another process.
+
+Every broker is our child. Its PID stays ours until we reap it, and a pidfd taken at spawn
+names that process alone even after it is reaped, so a signal can never reach a process
+that reused the PID (this machine's pid_max is 32768, and a test suite starts tens of
+thousands of processes: one CI run saw a PID of ours run `ip` a moment later). A process
+that has exited, or whose PID runs another program, is gone: never an error.
+"""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -10,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import netns
 
 
 @dataclass
@@ -24,13 +30,25 @@ class Proc:
     # the executable the PID runs once the start script has exec'd (e.g. beam.smp), when
     # argv[0] is a wrapper script
     exe: Optional[str] = None
+    pidfd: Optional[int] = None
 
     @property
     def pid(self) -> int:
         return self.popen.pid
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        if self.popen.poll() is not None:
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = None
 
 
 def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optional[dict] = None,
@@ -47,54 +65,43 @@ def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optiona
             start_new_session=True,  # a Ctrl-C in the terminal reaches us, not the brokers
             env=env,
         )
-    return Proc(name, argv, popen, ns, log, exe=exe)
-
-
-class NotOurProcess(RuntimeError):
-    pass
-
-
-def verify(proc: Proc) -> None:
-    """Refuse to signal a PID that is not the process we started in the namespace we made."""
-    if not proc.alive():
-        return
     try:
-        exe_name = Path(os.readlink(f"/proc/{proc.pid}/exe")).name
-    except OSError:
-        return  # exited meanwhile
-    # compare resolved paths: redis-server, for one, is a link to redis-check-rdb
-    expected = proc.exe or Path(os.path.realpath(shutil.which(proc.argv[0]) or proc.argv[0])).name
-    if exe_name != expected:
-        raise NotOurProcess(f"pid {proc.pid} runs {exe_name}, expected {expected}")
-    if proc.netns is not None:
-        got = netns.pid_inode(proc.pid)
-        if got is not None and got != netns.inode(proc.netns):
-            raise NotOurProcess(f"pid {proc.pid} is not in namespace {proc.netns}")
+        pidfd: Optional[int] = os.pidfd_open(popen.pid)
+    except OSError:  # exited already (and not reaped: the PID is still ours) or no pidfd
+        pidfd = None
+    return Proc(name, argv, popen, ns, log, exe=exe, pidfd=pidfd)
 
 
 def send_signal(proc: Proc, sig: int, group: bool = False) -> None:
     """Signal the process, or with `group` the process group we started it in (its PID:
-    spawned in a new session, so a broker's helpers are in it too)."""
-    verify(proc)
-    if proc.alive():
-        try:
-            (os.killpg if group else os.kill)(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+    spawned in a new session, so a broker's helpers are in it too). Nothing happens to a
+    process that is gone."""
+    if not proc.alive():
+        return
+    try:
+        if group:
+            # the group's id is our unreaped child's PID, which nobody else can hold
+            os.killpg(proc.pid, sig)
+        elif proc.pidfd is not None:
+            signal.pidfd_send_signal(proc.pidfd, sig)
+        else:
+            os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def wait_exit(proc: Proc, timeout: float) -> bool:
     try:
         proc.popen.wait(timeout=timeout)
-        return True
     except subprocess.TimeoutExpired:
         return False
+    proc.close()
+    return True
 
 
 def terminate(proc: Proc, grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `grace` seconds; always reaps."""
     if not proc.alive():
-        proc.popen.wait(timeout=1)
         return
     send_signal(proc, signal.SIGTERM)
     # a paused broker (the pause fault) would never act on SIGTERM

@@ -203,7 +203,7 @@ class Sandbox:
                 task = loop.create_task(fn())
                 loop_box["task"] = task
                 result["value"] = loop.run_until_complete(task)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
+            except BaseException as e:  # handed to the caller
                 result["error"] = e
             finally:
                 loop = loop_box.get("loop")

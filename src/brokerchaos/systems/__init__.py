@@ -1,14 +1,20 @@
-"""Brokers under test: one module per system behind the small `System` interface."""
-from ..registry import Registry
-from .base import ProducerClient, ReaderClient, System, SystemError_
+"""Brokers under test: one module (or package) per system, each a cluster, roles and a client
+behind the small classes of base.py, registered by `@SYSTEMS.register` (registry.py).
 
-SYSTEMS: Registry[type[System]] = Registry("system")
+Every module here that is not one of the shared ones below is a broker and is imported
+(so that it registers itself): adding a broker is adding its module, nothing else.
+"""
+import importlib
+import pkgutil
 
-from . import nats  # noqa: E402,F401  (registers itself)
-from . import redis  # noqa: E402,F401
-from . import rabbitmq  # noqa: E402,F401
-from . import mqtt  # noqa: E402,F401
-from . import kafka  # noqa: E402,F401
-from . import pulsar  # noqa: E402,F401
+from .base import Client, Context, LiveReader, Producer, Reader, Roles, System, SystemError_
+from .cluster import Cluster, ExternalCluster, LocalCluster
+from .deployment import Deployment
+from .registry import SYSTEMS
 
-__all__ = ["SYSTEMS", "System", "ProducerClient", "ReaderClient", "SystemError_"]
+SHARED = frozenset({"base", "cluster", "deployment", "external", "registry"})
+BROKERS = tuple(importlib.import_module(f"{__name__}.{m.name}")
+                for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if m.name not in SHARED)
+
+__all__ = ["SYSTEMS", "BROKERS", "Deployment", "System", "Client", "Roles", "Cluster", "LocalCluster",
+           "ExternalCluster", "Context", "Producer", "Reader", "LiveReader", "SystemError_"]

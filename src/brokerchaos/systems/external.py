@@ -15,11 +15,21 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..errors import ScenarioError, first_error
+from .base import HOOKS, KILL, PAUSE, START, STOP, node_names
+
 PROCESS_HOOKS = ("kill", "stop", "start", "pause", "resume")
 
 
 class HookError(RuntimeError):
     pass
+
+
+def _host_port(v: str) -> str:
+    host, _, port = v.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{v!r} is not host:port")
+    return v
 
 
 class ExternalNode(BaseModel):
@@ -33,14 +43,22 @@ class ExternalNode(BaseModel):
     resume: Optional[str] = None
     alive: Optional[str] = Field(None, description="exit 0 while the broker runs (optional)")
     hooks: dict[str, str] = Field(default_factory=dict, description="named commands for the `command` fault")
+    services: dict[str, str] = Field(
+        default_factory=dict, description="host:port of the node's other services the harness asks for its "
+                                          "roles (NATS: monitor; Redis: sentinel; RabbitMQ: mgmt, mqtt; "
+                                          "Pulsar: admin)")
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, v: dict) -> dict:
+        for addr in v.values():
+            _host_port(addr)
+        return v
 
     @field_validator("address")
     @classmethod
     def _addr(cls, v: str) -> str:
-        host, _, port = v.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{v!r} is not host:port")
-        return v
+        return _host_port(v)
 
 
 class ExternalCluster(BaseModel):
@@ -54,15 +72,32 @@ class ExternalCluster(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _names(cls, v: dict) -> dict:
-        want = [f"n{i}" for i in range(1, len(v) + 1)]
+        want = node_names(len(v))
         if sorted(v) != sorted(want):
             raise ValueError(f"nodes must be named {', '.join(want)}")
         return v
 
     # -- use ---------------------------------------------------------------------
-    def address(self, node: str) -> tuple[str, int]:
-        host, _, port = self.nodes[node].address.rpartition(":")
+    def address(self, node: str, service: str = "client") -> tuple[str, int]:
+        n = self.nodes[node]
+        addr = n.address if service == "client" else n.services.get(service)
+        if addr is None and service == "admin" and self.admin_url:
+            from urllib.parse import urlsplit
+
+            u = urlsplit(self.admin_url)
+            return u.hostname or "", u.port or 80
+        if addr is None:
+            raise LookupError(f"the cluster file gives no {service!r} address for {node} (nodes.{node}.services)")
+        host, _, port = addr.rpartition(":")
         return host, int(port)
+
+    def offers(self) -> frozenset[str]:
+        """The node-control capabilities whose hooks every node has, and named hooks."""
+        names = list(self.nodes)
+        verbs = {v for v in (KILL, STOP, START) if all(self.has(n, v) for n in names)}
+        if all(self.has(n, "pause") and self.has(n, "resume") for n in names):
+            verbs.add(PAUSE)
+        return frozenset(verbs | {HOOKS})
 
     def has(self, node: str, hook: str) -> bool:
         n = self.nodes[node]
@@ -94,7 +129,6 @@ class ExternalCluster(BaseModel):
 
 def load(path: str | Path) -> ExternalCluster:
     """Read and validate a cluster file; raises ScenarioError naming the field."""
-    from ..scenario import ScenarioError, _first_error
 
     try:
         doc = yaml.safe_load(Path(path).read_text())
@@ -105,4 +139,4 @@ def load(path: str | Path) -> ExternalCluster:
     try:
         return ExternalCluster.model_validate(doc if doc is not None else {})
     except ValidationError as e:
-        raise ScenarioError(_first_error(e, "external")) from None
+        raise ScenarioError(first_error(e, "external")) from None

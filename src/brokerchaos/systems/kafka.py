@@ -25,12 +25,12 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from . import SYSTEMS
-from .base import (EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get, packaged_binary,
-                   quiet_logger)
+from ..errors import ScenarioError
+from .base import (Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, http_get,
+                   packaged_binary, quiet_logger, wait_until)
+from .cluster import LocalCluster
+from .registry import SYSTEMS
 
-TANSU_PORT = 9092
-STORE_PORT = 9000
 BUCKET = "tansu"
 STORE = "store"
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
@@ -81,67 +81,26 @@ class KafkaOptions(BaseModel):
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
-@SYSTEMS.register("kafka")
-class KafkaSystem(System):
-    name = "kafka"
-    description = ("Kafka protocol: 3 tansu brokers on one S3 store (moto; host `store`), confluent-kafka; "
-                   "no replication (see the README)")
-    supported_faults = EVERY_FAULT | {"command"}
-    Options = KafkaOptions
+class TansuServers(LocalCluster):
+    """Three tansu brokers, one per node namespace, on moto's S3 server in a namespace of its
+    own (host `store`)."""
+
+    ports = {"client": 9092, "s3": 9000}
     service_hosts = (STORE,)
-    client_port = TANSU_PORT
-    external_ok = True
-
-    @classmethod
-    def check(cls, scenario) -> None:
-        from ..scenario import ScenarioError
-
-        o = KafkaOptions.model_validate(scenario.options)
-        w = scenario.workload
-        if w.dedup and o.acks != "all":
-            raise ScenarioError("scenario field 'options.acks': idempotence (workload.dedup) needs acks=all")
-        if w.dedup and o.max_in_flight > 5:
-            raise ScenarioError("scenario field 'options.max_in_flight': idempotence (workload.dedup) allows at most 5")
-        if o.message_timeout_ms is not None and o.message_timeout_ms / 1000 >= w.ack_timeout:
-            raise ScenarioError(
-                f"scenario field 'options.message_timeout_ms': {o.message_timeout_ms} ms is not below "
-                f"workload.ack_timeout ({w.ack_timeout} s); the client's own verdict must come first")
-        if w.ack_timeout <= 1.1 and o.message_timeout_ms is None:
-            raise ScenarioError("scenario field 'workload.ack_timeout': Kafka needs more than 1.1 s "
-                                "(message.timeout.ms is derived from it)")
-
-    def __init__(self, *a, **k) -> None:
-        super().__init__(*a, **k)
-        self.admin = None
-        self.clients: list[KafkaProducer] = []
-
-    # -- addresses and processes -----------------------------------------------
-    def bootstrap(self) -> str:
-        return ",".join("{}:{}".format(*self.addr(n)) for n in self.node_names)
-
-    def store_addr(self) -> tuple[str, int]:
-        h = self.host(STORE)
-        return h.ip, self.sandbox.port(h, STORE_PORT)
 
     def start(self) -> None:
-        if self.external is not None:
-            return
         tansu_binary()
-        self.start_node(STORE)
-        for n in self.node_names:
-            self.start_node(n)
+        super().start()
 
-    def start_node(self, node: str) -> None:
-        if self.external is not None:
-            return self.external_start(node)
+    def launch(self, node: str) -> None:
         if node == STORE:
-            ip, port = self.store_addr()
+            ip, port = self.address(STORE, "s3")
             # moto keeps objects in memory: a store killed and started again is empty
             self.spawn_node(STORE, [sys.executable, "-m", "moto.server", "-H", ip, "-p", str(port)],
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
             return
-        ip, port = self.addr(node)
-        sip, sport = self.store_addr()
+        ip, port = self.address(node)
+        sip, sport = self.address(STORE, "s3")
         env = {**os.environ, "AWS_ENDPOINT": f"http://{sip}:{sport}", "AWS_ALLOW_HTTP": "true",
                "AWS_ACCESS_KEY_ID": "brokerchaos", "AWS_SECRET_ACCESS_KEY": "brokerchaos",
                "AWS_DEFAULT_REGION": "us-east-1", "RUST_LOG": "warn"}
@@ -150,55 +109,60 @@ class KafkaSystem(System):
                                "--advertised-listener-url", f"tcp://{ip}:{port}",
                                "--storage-engine", f"s3://{BUCKET}/"], env=env)
 
-    # -- control plane ---------------------------------------------------------
+    async def ready(self, timeout: float) -> None:
+        """The store answers and has the brokers' bucket."""
+        async def look():
+            down = self.not_running()
+            if down:
+                raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
+            ip, port = self.address(STORE, "s3")
+            try:
+                await http_get(ip, port, f"/{BUCKET}", 2.0, method="HEAD")
+            except OSError:
+                await http_get(ip, port, f"/{BUCKET}", 2.0, method="PUT")
+            return True, "bucket there"
+
+        await wait_until(look, timeout, "the S3 store")
+
+
+def admin_for(bootstrap: str, timeout_ms: int = 3000):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": timeout_ms,
+                        "log_level": 0, "logger": quiet_logger("librdkafka")})
+
+
+class KafkaClient(Client):
+    def __init__(self, ctx, cluster) -> None:
+        super().__init__(ctx, cluster)
+        self.admin = None
+        self.clients: list[KafkaProducer] = []
+
+    def bootstrap(self, nodes: Optional[list[str]] = None) -> str:
+        return ",".join("{}:{}".format(*self.cluster.address(n)) for n in nodes or self.cluster.node_names)
+
     def _admin(self):
         if self.admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self.admin = AdminClient({"bootstrap.servers": self.bootstrap(), "socket.timeout.ms": 3000,
-                                      "log_level": 0, "logger": quiet_logger("librdkafka")})
+            self.admin = admin_for(self.bootstrap())
         return self.admin
 
-    async def _metadata(self, timeout: float = 3.0):
+    async def metadata(self, timeout: float = 3.0):
         return await asyncio.to_thread(self._admin().list_topics, timeout=timeout)
 
+    async def metadata_from(self, node: str, timeout: float):
+        return await asyncio.to_thread(admin_for(self.bootstrap([node]), 2000).list_topics, timeout=timeout)
+
     async def connect(self, timeout: float) -> None:
-        """The store has its bucket and every broker answers a metadata request."""
-        deadline = time.monotonic() + timeout
-        last = "not started"
-        while time.monotonic() < deadline:
-            if self.external is None:
-                down = self.not_running()
-                if down:
-                    raise SystemError_(f"{', '.join(down)} exited while starting; see {self.logdir}")
-            try:
-                if self.external is None:
-                    ip, port = self.store_addr()
-                    try:
-                        await http_get(ip, port, f"/{BUCKET}", 2.0, method="HEAD")
-                    except OSError:
-                        await http_get(ip, port, f"/{BUCKET}", 2.0, method="PUT")
-                for n in self.node_names:
-                    await self._metadata_from(n, 3.0)
-                return
-            except Exception as e:  # noqa: BLE001 - still starting
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.2)
-        raise SystemError_(f"Kafka brokers not ready within {timeout}s: {last}")
+        """Every broker answers a metadata request."""
+        async def look():
+            down = [n for n in self.cluster.node_names if not self.cluster.alive(n)]
+            if down:
+                raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
+            for n in self.cluster.node_names:
+                await self.metadata_from(n, 3.0)
+            return True, "every broker answers"
 
-    async def _metadata_from(self, node: str, timeout: float):
-        from confluent_kafka.admin import AdminClient
-
-        a = AdminClient({"bootstrap.servers": "{}:{}".format(*self.addr(node)), "socket.timeout.ms": 2000,
-                         "log_level": 0, "logger": quiet_logger("librdkafka")})
-        return await asyncio.to_thread(a.list_topics, timeout=timeout)
-
-    async def whole(self) -> tuple[bool, str]:
-        for n in self.node_names:
-            await self._metadata_from(n, 3.0)
-        if self.external is None:
-            await http_get(*self.store_addr(), f"/{BUCKET}", 2.0, method="HEAD")
-        return True, "every broker answers, store serving"
+        await wait_until(look, timeout, "Kafka brokers")
 
     async def create_stream(self, timeout: float) -> str:
         from confluent_kafka.admin import NewTopic
@@ -206,7 +170,7 @@ class KafkaSystem(System):
         config = {}
         if self.options.min_insync_replicas:
             config["min.insync.replicas"] = str(self.options.min_insync_replicas)
-        rf = min(self.scenario.cluster.replicas, len(self.node_names))
+        rf = min(self.ctx.scenario.cluster.replicas, len(self.cluster.node_names))
         futs = self._admin().create_topics([NewTopic(self.stream_name, 1, rf, config=config)],
                                            operation_timeout=timeout, request_timeout=timeout)
         await asyncio.to_thread(futs[self.stream_name].result, timeout)
@@ -216,52 +180,24 @@ class KafkaSystem(System):
         try:
             futs = self._admin().delete_topics([self.stream_name], operation_timeout=5, request_timeout=5)
             await asyncio.to_thread(futs[self.stream_name].result, 6)
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:  # best effort
             pass
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                md = await self._metadata()
-                t = md.topics.get(self.stream_name)
-                if t is not None and t.error is None and t.partitions and all(p.leader >= 0 for p in t.partitions.values()):
-                    return True
-            except Exception:  # noqa: BLE001
-                pass
-            await asyncio.sleep(0.2)
-        return False
-
-    async def leader(self) -> str:
-        """The node the producers write to; before any producer is connected, the partition
-        leader named by the metadata (on tansu: whichever broker answered)."""
-        nodes = [c.node() for c in self.clients if c.node()]
-        if nodes:
-            return max(set(nodes), key=nodes.count)
-        md = await self._metadata()
-        t = md.topics.get(self.stream_name)
-        if t is None or not t.partitions:
-            raise SystemError_(f"no metadata for topic {self.stream_name}")
-        b = md.brokers.get(t.partitions[0].leader)
-        node = b and self.node_of(b.host, b.port)
-        if node is None:
-            raise SystemError_(f"partition leader {t.partitions[0].leader} is not a known node")
-        return node
 
     def producer_config(self, name: str) -> dict:
         o = self.options
-        timeout_ms = o.message_timeout_ms or int((self.scenario.workload.ack_timeout - 1.0) * 1000)
+        w = self.ctx.scenario.workload
+        timeout_ms = o.message_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
         conf = {
             "bootstrap.servers": self.bootstrap(),
             "client.id": name,
             "acks": o.acks,
-            "enable.idempotence": self.scenario.workload.dedup,
+            "enable.idempotence": w.dedup,
             "message.timeout.ms": timeout_ms,
             "request.timeout.ms": min(o.request_timeout_ms, timeout_ms),
             "max.in.flight.requests.per.connection": o.max_in_flight,
             "linger.ms": o.linger_ms,
             "batch.num.messages": o.batch_messages,
-            "queue.buffering.max.messages": max(self.scenario.workload.in_flight, 1000),
+            "queue.buffering.max.messages": max(w.in_flight, 1000),
             "statistics.interval.ms": 200,
             "socket.timeout.ms": 3000,
             "reconnect.backoff.ms": 50,
@@ -284,17 +220,72 @@ class KafkaSystem(System):
 
     async def close(self) -> None:
         self.clients.clear()
-
-    def stop(self) -> None:
         self.admin = None
-        super().stop()
+
+
+class KafkaRoles(Roles):
+    client: KafkaClient
+
+    async def leader(self) -> str:
+        """The node the producers write to; before any producer is connected, the partition
+        leader named by the metadata (on tansu: whichever broker answered)."""
+        nodes = [c.node() for c in self.client.clients if c.node()]
+        if nodes:
+            return max(set(nodes), key=nodes.count)
+        md = await self.client.metadata()
+        t = md.topics.get(self.ctx.stream_name)
+        if t is None or not t.partitions:
+            raise SystemError_(f"no metadata for topic {self.ctx.stream_name}")
+        b = md.brokers.get(t.partitions[0].leader)
+        node = b and self.cluster.node_at(b.host, b.port)
+        if node is None:
+            raise SystemError_(f"partition leader {t.partitions[0].leader} is not a known node")
+        return node
+
+    async def whole(self) -> tuple[bool, str]:
+        for n in self.cluster.node_names:
+            await self.client.metadata_from(n, 3.0)
+        for h in self.cluster.service_hosts:
+            await http_get(*self.cluster.address(h, "s3"), f"/{BUCKET}", 2.0, method="HEAD")
+        return True, "every broker answers" + (", store serving" if self.cluster.service_hosts else "")
+
+    async def stream_ready(self) -> bool:
+        t = (await self.client.metadata()).topics.get(self.ctx.stream_name)
+        return t is not None and t.error is None and bool(t.partitions) and \
+            all(p.leader >= 0 for p in t.partitions.values())
+
+
+@SYSTEMS.register("kafka")
+class Kafka(System):
+    description = ("Kafka protocol: 3 tansu brokers on one S3 store (moto; host `store`), confluent-kafka; "
+                   "no replication (see the README)")
+    Options = KafkaOptions
+    LocalCluster = TansuServers
+    Client = KafkaClient
+    Roles = KafkaRoles
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        o = KafkaOptions.model_validate(scenario.options)
+        w = scenario.workload
+        if w.dedup and o.acks != "all":
+            raise ScenarioError("scenario field 'options.acks': idempotence (workload.dedup) needs acks=all")
+        if w.dedup and o.max_in_flight > 5:
+            raise ScenarioError("scenario field 'options.max_in_flight': idempotence (workload.dedup) allows at most 5")
+        if o.message_timeout_ms is not None and o.message_timeout_ms / 1000 >= w.ack_timeout:
+            raise ScenarioError(
+                f"scenario field 'options.message_timeout_ms': {o.message_timeout_ms} ms is not below "
+                f"workload.ack_timeout ({w.ack_timeout} s); the client's own verdict must come first")
+        if w.ack_timeout <= 1.1 and o.message_timeout_ms is None:
+            raise ScenarioError("scenario field 'workload.ack_timeout': Kafka needs more than 1.1 s "
+                                "(message.timeout.ms is derived from it)")
 
 
 class KafkaProducer:
     """confluent-kafka's Producer driven from the event loop: produce() never blocks and a
     poll task serves the delivery reports on the loop's thread."""
 
-    def __init__(self, system: KafkaSystem, name: str) -> None:
+    def __init__(self, system: KafkaClient, name: str) -> None:
         self.system = system
         self.name = name
         self.topic = system.stream_name
@@ -319,8 +310,8 @@ class KafkaProducer:
             part = md.topics[self.topic].partitions[0]
             b = md.brokers.get(part.leader)
             if b is not None:
-                self._node = self.system.node_of(b.host, b.port)
-        except Exception:  # noqa: BLE001 - the statistics will tell
+                self._node = self.system.cluster.node_at(b.host, b.port)
+        except Exception:  # the statistics will tell
             pass
 
     def _stats(self, raw: str) -> None:
@@ -331,7 +322,7 @@ class KafkaProducer:
         for b in brokers.values():
             if b.get("nodeid", -1) >= 0 and b.get("state") == "UP":
                 host, _, port = b.get("nodename", "").rpartition(":")
-                self._node = self.system.node_of(host, int(port)) if port.isdigit() else None
+                self._node = self.system.cluster.node_at(host, int(port)) if port.isdigit() else None
                 return
         self._node = None
 
@@ -358,7 +349,7 @@ class KafkaProducer:
         while True:
             try:
                 self.p.poll(0)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 print(f"kafka poll: {type(e).__name__}: {e}", file=sys.stderr)
             await asyncio.sleep(0.002)
 
@@ -379,7 +370,7 @@ class KafkaReader:
     """Every partition from the beginning, at least up to the high watermark read when it
     starts (the Kafka seed counts loss against it), then on until nothing more comes."""
 
-    def __init__(self, system: KafkaSystem, name: str) -> None:
+    def __init__(self, system: KafkaClient, name: str) -> None:
         self.system = system
         self.name = name
 
@@ -387,7 +378,7 @@ class KafkaReader:
         from confluent_kafka import Consumer
 
         s = self.system
-        return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{s.run_id}-{self.name}",
+        return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{s.ctx.run_id}-{self.name}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "socket.timeout.ms": 3000,
                          "fetch.max.bytes": 16 * 1024 * 1024, "log_level": 0, "logger": quiet_logger("librdkafka")})
 
@@ -396,7 +387,7 @@ class KafkaReader:
         from confluent_kafka import TopicPartition
 
         s = self.system
-        c = self._consumer("{}:{}".format(*s.addr(node)))
+        c = self._consumer(s.bootstrap([node]))
         try:
             md = await asyncio.to_thread(c.list_topics, s.stream_name, 3)
             t = md.topics.get(s.stream_name)
@@ -407,7 +398,7 @@ class KafkaReader:
                 out[p] = (await asyncio.to_thread(c.get_watermark_offsets, TopicPartition(s.stream_name, p), 3,
                                                   False))[1]
             return out, ""
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return None, f"{type(e).__name__}: {e}"
         finally:
             await asyncio.to_thread(c.close)
@@ -421,7 +412,7 @@ class KafkaReader:
         # a high watermark 10,000 behind the store's; the read follows the highest
         high, node, last = None, None, ""
         while high is None:
-            for n in s.node_names:
+            for n in s.cluster.node_names:
                 got, why = await self._high(n)
                 if got is None:
                     last = f"{n}: {why}"
@@ -432,7 +423,7 @@ class KafkaReader:
                     return f"incomplete: no high watermark for {s.stream_name} for {idle:.0f}s ({last})"
                 await asyncio.sleep(0.2)
         parts = sorted(high)
-        c = self._consumer("{}:{}".format(*s.addr(node)))
+        c = self._consumer(s.bootstrap([node]))
         try:
             c.assign([TopicPartition(s.stream_name, p, OFFSET_BEGINNING) for p in parts])
             pos = {p: 0 for p in parts}

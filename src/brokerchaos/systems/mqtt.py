@@ -20,17 +20,19 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import threading
 import time
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import SYSTEMS
-from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_
-from .nats import NatsSystem
-from .rabbitmq import MQTT_PORT, RabbitBase
+from ..errors import ScenarioError
+from .base import (Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, node_names, port_open,
+                   wait_until)
+from .cluster import LocalCluster
+from .nats import NatsServers, meta_whole
+from .rabbitmq.cluster import Management, RabbitMqttServers
+from .registry import SYSTEMS
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 
@@ -61,67 +63,47 @@ def _paho():
     return mqtt
 
 
-class _ClusterOnly:
-    """The workload-side methods a backend cluster does not need (MqttSystem has them)."""
-
-    async def create_stream(self, timeout: float) -> str:
-        raise NotImplementedError
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        raise NotImplementedError
-
-    def producer(self, name: str):
-        raise NotImplementedError
-
-    def reader(self, name: str):
-        raise NotImplementedError
-
-
-class RabbitMqttCluster(_ClusterOnly, RabbitBase):
-    name = "rabbitmq-mqtt"
-    description = "RabbitMQ cluster with the MQTT plugin"
-    supported_faults = frozenset()
-    Options = MqttOptions
-    plugins = ("rabbitmq_management", "rabbitmq_mqtt")
-    joiners_together = False
-
-
-class NatsMqttCluster(_ClusterOnly, NatsSystem):
+class NatsMqttServers(NatsServers):
     """NATS keeps MQTT sessions and QoS 1 messages in JetStream streams, replicated on
     `cluster.replicas` nodes."""
 
-    name = "nats-mqtt"
-    description = "NATS JetStream cluster with its MQTT listener"
-    supported_faults = frozenset()
-    Options = MqttOptions
+    ports = {**NatsServers.ports, "mqtt": 1883}
 
     def extra_config(self, node: str) -> list[str]:
-        h = self.host(node)
-        return ["mqtt {", f'  listen: "{h.ip}:{self.sandbox.port(h, MQTT_PORT)}"',
-                f"  stream_replicas: {self.scenario.cluster.replicas}",
+        return ['mqtt {', '  listen: "{}:{}"'.format(*self.address(node, "mqtt")),
+                f"  stream_replicas: {self.ctx.scenario.cluster.replicas}",
                 f'  ack_wait: "{int(self.options.ack_wait_s * 1000)}ms"', "}"]
 
+    async def ready(self, timeout: float) -> None:
+        # the MQTT listener needs JetStream: a meta leader before the first CONNECT
+        async def look():
+            for n in self.node_names:
+                if not self.alive(n):
+                    raise self.exited(n)
+            return await meta_whole(self)
 
-class MosquittoCluster(_ClusterOnly, System):
-    name = "mosquitto"
-    description = "one Mosquitto node"
-    supported_faults = frozenset()
-    Options = MqttOptions
+        await wait_until(look, timeout, "NATS JetStream")
+
+
+class MosquittoServer(LocalCluster):
+    """One Mosquitto node, persistence on."""
+
+    ports = {"mqtt": 1883, "client": 1883}
 
     def _conf(self, node: str) -> str:
-        h = self.host(node)
+        ip, port = self.address(node, "mqtt")
         d = self.datadir / node
         d.mkdir(parents=True, exist_ok=True)
         return "\n".join([
             # started as root, mosquitto would switch to its own user and then fail to write
             # its persistence file in our (root-owned) data directory
-            f"listener {self.sandbox.port(h, MQTT_PORT)} {h.ip}", "allow_anonymous true", "user root",
+            f"listener {port} {ip}", "allow_anonymous true", "user root",
             "persistence true", f"persistence_location {d}/", f"autosave_interval {self.options.autosave_interval}",
             "max_inflight_messages 0", "max_queued_messages 0", "log_dest stdout", "log_type error",
             "log_type warning",
         ]) + "\n"
 
-    def start_node(self, node: str) -> None:
+    def launch(self, node: str) -> None:
         if not os.path.exists(MOSQUITTO):
             raise SystemError_("mosquitto not found: run `make setup` (apt-get install mosquitto)")
         conf = self.datadir / f"{node}.conf"
@@ -129,138 +111,38 @@ class MosquittoCluster(_ClusterOnly, System):
         conf.write_text(self._conf(node))
         self.spawn_node(node, [MOSQUITTO, "-c", str(conf)])
 
-    def stop(self) -> None:
-        super().stop()
-        shutil.rmtree(self.datadir, ignore_errors=True)
 
-    async def connect(self, timeout: float) -> None:
-        return None  # MqttSystem waits for the MQTT ports
+class MqttClient(Client):
+    """Producers publish at QoS 1; the reader is the live receiver (one per run)."""
 
-    async def leader(self) -> str:
-        return self.node_names[0]
-
-    async def replicas(self) -> list[str]:
-        return self.node_names[:1]
-
-    async def close(self) -> None:
-        pass
-
-
-@SYSTEMS.register("mqtt")
-class MqttSystem(System):
-    name = "mqtt"
-    description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
-                   "RabbitMQ's MQTT plugin on its cluster, or Mosquitto")
-    supported_faults = EVERY_FAULT
-    Options = MqttOptions
-    tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
-
-    @classmethod
-    def check(cls, scenario) -> None:
-        from ..scenario import ScenarioError
-
-        o = scenario.options
-        n = scenario.cluster.nodes
-        if o.get("broker") == "mosquitto" and n != 1:
-            raise ScenarioError(f"scenario field 'cluster.nodes': mosquitto runs one node; set it to 1 (got {n})")
-        names = {f"n{i}" for i in range(1, n + 1)}
-        for key in ("tx_node", "rx_node"):
-            v = o.get(key, "random")
-            if v != "random" and v not in names:
-                raise ScenarioError(f"scenario field 'options.{key}': {v!r} is not random or one of "
-                                    f"{', '.join(sorted(names))}")
-        if scenario.cluster.replicas > n:
-            raise ScenarioError(f"scenario field 'cluster.replicas': {scenario.cluster.replicas} is more than "
-                                f"the {n} nodes")
-
-    def __init__(self, *a, **k) -> None:
-        super().__init__(*a, **k)
-        backend = {"rabbitmq": RabbitMqttCluster, "nats": NatsMqttCluster,
-                   "mosquitto": MosquittoCluster}[self.options.broker]
-        self.backend = backend(self.scenario, self.sandbox, self.run_id, self.logdir)
-        self.procs = self.backend.procs  # one table: the base class's kill/stop/pause act on it
-        self.datadir = self.backend.datadir
+    def __init__(self, ctx, cluster) -> None:
+        super().__init__(ctx, cluster)
         self.receiver: Optional[MqttReceiver] = None
-        self._pick()
 
-    def _pick(self) -> None:
-        rng = random.Random(f"{self.scenario.seed}/{self.run_id}/mqtt-nodes")
-        o = self.options
-        self.tx_node = o.tx_node if o.tx_node != "random" else rng.choice(self.node_names)
-        self.rx_node = o.rx_node if o.rx_node != "random" else rng.choice(self.node_names)
+    def _picks(self) -> tuple[str, str]:
+        """(transmitter's node, receiver's node): drawn per run with the seed where random."""
+        o, names = self.options, self.cluster.node_names
+        rng = random.Random(f"{self.ctx.scenario.seed}/{self.ctx.run_id}/mqtt-nodes")
+        tx = o.tx_node if o.tx_node != "random" else rng.choice(names)
+        rx = o.rx_node if o.rx_node != "random" else rng.choice(names)
+        return tx, rx
 
-    def begin_run(self, run_id, logdir) -> None:
-        super().begin_run(run_id, logdir)
-        self.backend.begin_run(run_id, logdir)
-        self._pick()
+    @property
+    def tx_node(self) -> str:
+        return self._picks()[0]
+
+    @property
+    def rx_node(self) -> str:
+        return self._picks()[1]
 
     def mqtt_addr(self, node: str) -> tuple[str, int]:
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, MQTT_PORT)
-
-    # -- processes: the backend's ---------------------------------------------------
-    def start(self) -> None:
-        self.backend.start()
-
-    def start_node(self, node: str) -> None:
-        self.backend.start_node(node)
-
-    def stop(self) -> None:
-        self.backend.stop()
-
-    # -- control plane ---------------------------------------------------------------
-    async def _mqtt_ports(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for n in self.node_names:
-            while True:
-                if not self.node_alive(n):
-                    raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
-                try:
-                    _, w = await asyncio.wait_for(asyncio.open_connection(*self.mqtt_addr(n)), 1.0)
-                    w.close()
-                    break
-                except (OSError, asyncio.TimeoutError) as e:
-                    if time.monotonic() > deadline:
-                        raise SystemError_(f"MQTT port of {n} not open within {timeout}s: {e!r}") from None
-                    await asyncio.sleep(0.2)
+        return self.cluster.address(node, "mqtt")
 
     async def connect(self, timeout: float) -> None:
-        t0 = time.monotonic()
-        await self.backend.connect(timeout)
-        await self._mqtt_ports(max(1.0, timeout - (time.monotonic() - t0)))
-
-    async def healthy(self, timeout: float) -> tuple[bool, str]:
-        ok, why = await self.backend.healthy(timeout)
-        if not ok:
-            return ok, why
-        try:
-            await self._mqtt_ports(5)
-        except SystemError_ as e:
-            return False, str(e)
-        return True, "healthy"
+        await mqtt_ports(self.cluster, timeout)
 
     async def create_stream(self, timeout: float) -> str:
         return self.options.topic
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        ok, _ = await self.healthy(timeout)
-        return ok
-
-    async def leader(self) -> str:
-        """The node holding the receiver's session. RabbitMQ: the node of the session's
-        subscription queue (where the session was first created, whatever node the
-        receiver is on now); otherwise the node the receiver is connected to."""
-        if isinstance(self.backend, RabbitMqttCluster) and self.receiver is not None:
-            try:
-                return await self.backend.leader(f"mqtt-subscription-{self.receiver.client_id}qos{self.options.qos}")
-            except Exception:  # noqa: BLE001 - no session queue yet: fall back
-                pass
-        nodes = self.consumer_nodes()
-        return nodes[0] if nodes else self.rx_node
-
-    def consumer_nodes(self) -> list[str]:
-        r = self.receiver
-        return [r.current] if r is not None and r.current else []
 
     def producer(self, name: str) -> "MqttProducer":
         return MqttProducer(self, name)
@@ -271,7 +153,115 @@ class MqttSystem(System):
 
     async def close(self) -> None:
         self.receiver = None
-        await self.backend.close()
+
+
+async def mqtt_ports(cluster, timeout: float) -> None:
+    """Every node's MQTT port accepts a connection."""
+    deadline = time.monotonic() + timeout
+    for n in cluster.node_names:
+        while True:
+            if not cluster.alive(n):
+                raise SystemError_(f"{n} is not running")
+            if await port_open(cluster.address(n, "mqtt")):
+                break
+            if time.monotonic() > deadline:
+                raise SystemError_(f"MQTT port of {n} not open within {timeout}s")
+            await asyncio.sleep(0.2)
+
+
+class MqttRoles(Roles):
+    """`leader` is the node holding the receiver's session: here, where the receiver is."""
+
+    client: MqttClient
+
+    async def leader(self) -> str:
+        nodes = self.consumer_nodes()
+        return nodes[0] if nodes else self.client.rx_node
+
+    async def replicas(self) -> list[str]:
+        lead = await self.leader()
+        return [lead] + [n for n in self.cluster.node_names if n != lead]
+
+    def consumer_nodes(self) -> list[str]:
+        r = self.client.receiver
+        return [r.current] if r is not None and r.current else []
+
+    async def whole(self) -> tuple[bool, str]:
+        ok, why = await self.backend_whole()
+        if not ok:
+            return ok, why
+        try:
+            await mqtt_ports(self.cluster, 5)
+        except SystemError_ as e:
+            return False, str(e)
+        return True, "healthy"
+
+    async def backend_whole(self) -> tuple[bool, str]:
+        return True, "one node"
+
+    async def stream_ready(self) -> bool:
+        ok, _ = await self.whole()
+        return ok
+
+
+class RabbitMqttRoles(MqttRoles):
+    """A QoS 1 subscription of a persistent session is a classic queue on the node the
+    subscriber first connected to: that node holds the session, wherever the receiver is now."""
+
+    async def leader(self) -> str:
+        r = self.client.receiver
+        if r is not None:
+            try:
+                return await Management(self.cluster).queue_leader(
+                    f"mqtt-subscription-{r.client_id}qos{self.client.options.qos}")
+            except Exception:  # no session queue yet: fall back
+                pass
+        return await super().leader()
+
+    async def backend_whole(self) -> tuple[bool, str]:
+        return await Management(self.cluster).whole()
+
+
+class NatsMqttRoles(MqttRoles):
+    async def backend_whole(self) -> tuple[bool, str]:
+        return await meta_whole(self.cluster)
+
+
+BACKENDS = {"rabbitmq": (RabbitMqttServers, RabbitMqttRoles), "nats": (NatsMqttServers, NatsMqttRoles),
+            "mosquitto": (MosquittoServer, MqttRoles)}
+
+
+@SYSTEMS.register("mqtt")
+class Mqtt(System):
+    description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
+                   "RabbitMQ's MQTT plugin on its cluster, NATS's MQTT listener, or Mosquitto")
+    Options = MqttOptions
+    Client = MqttClient
+    tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
+
+    @classmethod
+    def local_cluster(cls, options) -> type[LocalCluster]:
+        return BACKENDS[options.broker][0]
+
+    @classmethod
+    def roles_class(cls, options) -> type[Roles]:
+        return BACKENDS[options.broker][1]
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        o = scenario.options
+        n = scenario.cluster.nodes
+        if o.get("broker") == "mosquitto" and n != 1:
+            raise ScenarioError(f"scenario field 'cluster.nodes': mosquitto runs one node; set it to 1 (got {n})")
+        names = set(node_names(n))
+        for key in ("tx_node", "rx_node"):
+            v = o.get(key, "random")
+            if v != "random" and v not in names:
+                raise ScenarioError(f"scenario field 'options.{key}': {v!r} is not random or one of "
+                                    f"{', '.join(sorted(names))}")
+        if scenario.cluster.replicas > n:
+            raise ScenarioError(f"scenario field 'cluster.replicas': {scenario.cluster.replicas} is more than "
+                                f"the {n} nodes")
 
 
 async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> Optional[asyncio.Event]:
@@ -287,7 +277,7 @@ class _Connection:
     """One paho client on one node, its network loop in paho's thread; callbacks are handed
     to the asyncio loop. A new one per (re)connection, so paho never replays old messages."""
 
-    def __init__(self, system: MqttSystem, client_id: str, clean: bool, node: str, loop,
+    def __init__(self, system: MqttClient, client_id: str, clean: bool, node: str, loop,
                  on_message=None, on_publish=None, on_lost=None, inflight: int = 0) -> None:
         mqtt = _paho()
         self.node = node
@@ -351,7 +341,7 @@ class _Connection:
     def _stop(self) -> None:
         try:
             self.client.disconnect()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         self.client.loop_stop()
 
@@ -367,7 +357,7 @@ class _Failover:
     """A client that stays on one node until it loses it, then tries the nodes in order
     from the next one, a fresh paho client per attempt, until one takes it."""
 
-    def __init__(self, system: MqttSystem, name: str) -> None:
+    def __init__(self, system: MqttClient, name: str) -> None:
         self.system = system
         self.name = name
         self.conn: Optional[_Connection] = None
@@ -387,7 +377,7 @@ class _Failover:
         """What the subclass must settle when its connection goes (before reconnecting)."""
 
     async def _begin(self, first: str) -> None:
-        names = self.system.node_names
+        names = self.system.cluster.node_names
         i = names.index(first)
         self.order = names[i:] + names[:i]
         if not await self._connect(attempts=3 * len(self.order)):
@@ -437,7 +427,7 @@ class MqttProducer(_Failover):
     unknown, and the next connection (next node) starts clean: resends are the producer
     loop's, never paho's."""
 
-    def __init__(self, system: MqttSystem, name: str) -> None:
+    def __init__(self, system: MqttClient, name: str) -> None:
         super().__init__(system, name)
         self.pending: dict[tuple[int, int], tuple[int, str]] = {}  # (connection, mid) -> (value, node)
         self.on_outcome: Optional[OutcomeCallback] = None
@@ -448,7 +438,7 @@ class MqttProducer(_Failover):
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
-                           on_lost=self._lost, inflight=self.system.scenario.workload.in_flight)
+                           on_lost=self._lost, inflight=self.system.ctx.scenario.workload.in_flight)
         return conn if await conn.open(self.connack_wait) else None
 
     def _acked(self, conn: _Connection, mid: int) -> None:
@@ -463,7 +453,7 @@ class MqttProducer(_Failover):
 
     async def send(self, value: int, payload: bytes) -> None:
         if self.conn is None:
-            deadline = time.monotonic() + self.system.scenario.workload.ack_timeout
+            deadline = time.monotonic() + self.system.ctx.scenario.workload.ack_timeout
             while self.conn is None:  # backpressure while failing over, bounded by the ack timeout
                 if time.monotonic() > deadline:
                     raise ConnectionError("not connected to any node")
@@ -485,7 +475,7 @@ class MqttReceiver(_Failover):
     """The live reader: subscribed before the transmitter starts, reconnecting with the
     same persistent session to the next node when its node goes away."""
 
-    def __init__(self, system: MqttSystem, name: str) -> None:
+    def __init__(self, system: MqttClient, name: str) -> None:
         super().__init__(system, name)
         self.deliver: Optional[DeliverCallback] = None
         self.last_delivery = time.monotonic()
@@ -548,6 +538,3 @@ class MqttReceiver(_Failover):
                 await asyncio.sleep(0.1)
         finally:
             await self.close()
-
-    async def read(self, deliver: DeliverCallback, idle: float) -> str:
-        raise RuntimeError("the MQTT receiver reads live: start() before the write, finish() after")

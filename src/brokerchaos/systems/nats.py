@@ -18,12 +18,9 @@ from nats.errors import NoServersError, TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
 
-from . import SYSTEMS
-from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get
-
-CLIENT_PORT = 4222
-CLUSTER_PORT = 6222
-MONITOR_PORT = 8222
+from .base import COORDINATOR, Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, http_get
+from .cluster import LocalCluster
+from .registry import SYSTEMS
 
 
 def _quiet(*_a, **_k):
@@ -40,7 +37,7 @@ async def _close(nc) -> None:
         return
     try:
         await asyncio.wait_for(nc.close(), 5)
-    except (asyncio.TimeoutError, Exception):
+    except Exception:  # closing anyway
         pass
 
 
@@ -67,41 +64,23 @@ async def _connect(servers: list[str], name: str, timeout: float):
     raise SystemError_(f"could not connect to NATS at {servers} within {timeout}s: {last!r}")
 
 
-@SYSTEMS.register("nats")
-class NatsSystem(System):
-    name = "nats"
-    description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
-    supported_faults = EVERY_FAULT
-    has_coordinator = True  # the JetStream meta leader, from the monitoring endpoint
+class NatsServers(LocalCluster):
+    """nats-server processes, one per node namespace, routed to each other."""
 
-    def __init__(self, *a, **k) -> None:
-        super().__init__(*a, **k)
-        self.nc = None
-        self.js = None
+    ports = {"client": 4222, "cluster": 6222, "monitor": 8222}
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
         self.binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
-    # -- processes -------------------------------------------------------------
-    def client_url(self, node: str) -> str:
-        h = self.host(node)
-        return f"nats://{h.ip}:{self.sandbox.port(h, CLIENT_PORT)}"
-
-    def servers(self) -> list[str]:
-        return [self.client_url(n) for n in self.node_names]
-
-    def node_of_url(self, netloc: str) -> Optional[str]:
-        for n in self.node_names:
-            if self.client_url(n).endswith("//" + netloc):
-                return n
-        return None
-
     def _config(self, node: str) -> str:
-        h = self.host(node)
+        ip, port = self.address(node)
         store = self.datadir / node
         store.mkdir(parents=True, exist_ok=True)
         lines = [
             f"server_name: {node}",
-            f'listen: "{h.ip}:{self.sandbox.port(h, CLIENT_PORT)}"',
-            f'http: "{h.ip}:{self.sandbox.port(h, MONITOR_PORT)}"',
+            f'listen: "{ip}:{port}"',
+            'http: "{}:{}"'.format(*self.address(node, "monitor")),
             "jetstream {",
             f'  store_dir: "{store}"',
             "  max_memory_store: 256MB",
@@ -109,15 +88,12 @@ class NatsSystem(System):
             "}",
         ]
         if len(self.node_names) > 1:
-            routes = ", ".join(
-                f'"nats://{self.host(o).ip}:{self.sandbox.port(self.host(o), CLUSTER_PORT)}"'
-                for o in self.node_names
-                if o != node
-            )
+            routes = ", ".join('"nats://{}:{}"'.format(*self.address(o, "cluster")) for o in self.node_names
+                               if o != node)
             lines += [
                 "cluster {",
                 "  name: brokerchaos",
-                f'  listen: "{h.ip}:{self.sandbox.port(h, CLUSTER_PORT)}"',
+                '  listen: "{}:{}"'.format(*self.address(node, "cluster")),
                 f"  routes: [{routes}]",
                 "}",
             ]
@@ -127,7 +103,7 @@ class NatsSystem(System):
         """More server configuration (the MQTT listener of the mqtt system's NATS backend)."""
         return []
 
-    def start_node(self, node: str) -> None:
+    def launch(self, node: str) -> None:
         if not shutil.which(self.binary):
             raise SystemError_("nats-server not found: run `make setup` (apt-get install nats-server)")
         conf = self.datadir / f"{node}.conf"
@@ -135,20 +111,76 @@ class NatsSystem(System):
         conf.write_text(self._config(node))
         self.spawn_node(node, [self.binary, "-c", str(conf)])
 
-    def stop(self) -> None:
-        super().stop()
-        shutil.rmtree(self.datadir, ignore_errors=True)
 
-    # -- control plane ---------------------------------------------------------
+async def jsz(cluster, node: str) -> dict:
+    """The JetStream meta cluster as `node`'s monitoring endpoint reports it."""
+    body = await http_get(*cluster.address(node, "monitor"), "/jsz", 2.0)
+    return json.loads(body).get("meta_cluster") or {}
+
+
+async def meta_whole(cluster) -> tuple[bool, str]:
+    """A JetStream meta leader, and every peer current."""
+    meta = await jsz(cluster, cluster.node_names[0])
+    peers = meta.get("replicas") or []
+    ok = bool(meta.get("leader") or len(cluster.node_names) == 1) and \
+        all(p.get("current") and not p.get("offline") for p in peers)
+    return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
+
+
+async def node_of_server(cluster, server: str) -> str:
+    """Our node for a server name: the same name (ours are called n1, n2, …), else the node
+    whose monitoring endpoint reports it (an external cluster names its servers itself)."""
+    if server in cluster.node_names:
+        return server
+    for n in cluster.node_names:
+        try:
+            body = json.loads(await http_get(*cluster.address(n, "monitor"), "/varz", 2.0))
+        except (OSError, ValueError, LookupError, asyncio.TimeoutError):
+            continue
+        if body.get("server_name") == server:
+            return n
+    raise SystemError_(f"no node of the cluster is the server {server!r}")
+
+
+async def meta_leader(cluster) -> str:
+    """The JetStream meta leader, as the first node that answers /jsz says."""
+    last = "no node answered"
+    for n in cluster.node_names:
+        if not cluster.alive(n):
+            continue
+        try:
+            leader = (await jsz(cluster, n)).get("leader")
+        except (OSError, ValueError, asyncio.TimeoutError) as e:
+            last = f"{n}: {type(e).__name__}: {e}"
+            continue
+        if leader:
+            return await node_of_server(cluster, leader)
+        last = f"{n}: no meta leader"
+    raise SystemError_(f"JetStream meta leader unknown ({last})")
+
+
+class NatsClient(Client):
+    def __init__(self, ctx, cluster) -> None:
+        super().__init__(ctx, cluster)
+        self.nc = None
+        self.js = None
+
+    def servers(self) -> list[str]:
+        return ["nats://{}:{}".format(*self.cluster.address(n)) for n in self.cluster.node_names]
+
+    def node_of_url(self, netloc: str) -> Optional[str]:
+        host, _, port = netloc.rpartition(":")
+        return self.cluster.node_at(host, int(port)) if port.isdigit() else None
+
     async def connect(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self.nc = await _connect(self.servers(), "brokerchaos-admin", timeout)
         self.js = self.nc.jetstream(timeout=2)
         last: Exception | None = None
         while time.monotonic() < deadline:
-            for n in self.node_names:
-                if not self.node_alive(n):
-                    raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
+            for n in self.cluster.node_names:
+                if not self.cluster.alive(n):
+                    raise SystemError_(f"{n} exited while starting; see {self.ctx.logdir / (n + '.log')}")
             try:
                 await self.js.account_info()
                 return
@@ -165,7 +197,7 @@ class NatsSystem(System):
                 await self.js.add_stream(
                     name=self.stream_name,
                     subjects=[f"{self.stream_name}.>"],
-                    num_replicas=self.scenario.cluster.replicas,
+                    num_replicas=self.ctx.scenario.cluster.replicas,
                     storage=api.StorageType.FILE,
                     duplicate_window=120.0,
                 )
@@ -176,70 +208,14 @@ class NatsSystem(System):
                 await asyncio.sleep(0.2)
         raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: {last!r}")
 
-    async def whole(self) -> tuple[bool, str]:
-        """A JetStream meta leader, and every peer current."""
-        h = self.host(self.node_names[0])
-        meta = json.loads(await http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)).get("meta_cluster") or {}
-        peers = meta.get("replicas") or []
-        ok = bool(meta.get("leader") or len(self.node_names) == 1) and \
-            all(p.get("current") and not p.get("offline") for p in peers)
-        return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
-
     async def drop_stream(self) -> None:
         try:
             await self.js.delete_stream(self.stream_name)
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:  # best effort
             pass
 
-    async def _info(self):
+    async def info(self):
         return await self.js.stream_info(self.stream_name)
-
-    async def leader(self) -> str:
-        info = await self._info()
-        if info.cluster is None or not info.cluster.leader:
-            # single server without clustering: it is the leader
-            if len(self.node_names) == 1:
-                return self.node_names[0]
-            raise SystemError_(f"stream {self.stream_name} has no leader")
-        return info.cluster.leader
-
-    async def coordinator(self) -> str:
-        """The JetStream meta leader, as the first node that answers /jsz says."""
-        last = "no node answered"
-        for n in self.node_names:
-            if not self.node_alive(n):
-                continue
-            h = self.host(n)
-            try:
-                body = await http_get(h.ip, self.sandbox.port(h, MONITOR_PORT), "/jsz", 2.0)
-                leader = (json.loads(body).get("meta_cluster") or {}).get("leader")
-            except (OSError, ValueError, asyncio.TimeoutError) as e:
-                last = f"{n}: {type(e).__name__}: {e}"
-                continue
-            if leader:
-                return leader
-            last = f"{n}: no meta leader"
-        raise SystemError_(f"JetStream meta leader unknown ({last})")
-
-    async def replicas(self) -> list[str]:
-        info = await self._info()
-        if info.cluster is None:
-            return list(self.node_names[:1])
-        return [info.cluster.leader] + [r.name for r in (info.cluster.replicas or [])]
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        """True once the stream has a leader and every replica is current."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                info = await self._info()
-                c = info.cluster
-                if c is None or (c.leader and all(r.current for r in (c.replicas or []))):
-                    return True
-            except (APIError, NatsTimeout, asyncio.TimeoutError):
-                pass
-            await asyncio.sleep(0.2)
-        return False
 
     def producer(self, name: str) -> "NatsProducer":
         return NatsProducer(self, name)
@@ -252,12 +228,53 @@ class NatsSystem(System):
         self.nc = None
 
 
+class NatsRoles(Roles):
+    """Leader and replicas from `$JS.API.STREAM.INFO`; the coordinator is the meta leader."""
+
+    client: NatsClient
+
+    async def leader(self) -> str:
+        info = await self.client.info()
+        if info.cluster is None or not info.cluster.leader:
+            # single server without clustering: it is the leader
+            if len(self.cluster.node_names) == 1:
+                return self.cluster.node_names[0]
+            raise SystemError_(f"stream {self.ctx.stream_name} has no leader")
+        return await node_of_server(self.cluster, info.cluster.leader)
+
+    async def replicas(self) -> list[str]:
+        info = await self.client.info()
+        if info.cluster is None:
+            return list(self.cluster.node_names[:1])
+        names = [info.cluster.leader] + [r.name for r in (info.cluster.replicas or [])]
+        return [await node_of_server(self.cluster, x) for x in names]
+
+    async def coordinator(self) -> str:
+        return await meta_leader(self.cluster)
+
+    async def whole(self) -> tuple[bool, str]:
+        return await meta_whole(self.cluster)
+
+    async def stream_ready(self) -> bool:
+        c = (await self.client.info()).cluster
+        return c is None or bool(c.leader and all(r.current for r in (c.replicas or [])))
+
+
+@SYSTEMS.register("nats")
+class Nats(System):
+    description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
+    LocalCluster = NatsServers
+    Client = NatsClient
+    Roles = NatsRoles
+    offers = frozenset({COORDINATOR})  # the JetStream meta leader, from the monitoring endpoint
+
+
 class NatsProducer:
-    def __init__(self, system: NatsSystem, name: str) -> None:
-        self.system = system
+    def __init__(self, client: NatsClient, name: str) -> None:
+        self.system = client
         self.name = name
-        self.subject = f"{system.stream_name}.{name}"
-        self.dedup = system.scenario.workload.dedup
+        self.subject = f"{client.stream_name}.{name}"
+        self.dedup = client.ctx.scenario.workload.dedup
         self.nc = None
         self.inbox = ""
 
@@ -309,8 +326,8 @@ class NatsProducer:
 class NatsReader:
     """Reads the whole stream from its first message with an ephemeral pull consumer."""
 
-    def __init__(self, system: NatsSystem, name: str) -> None:
-        self.system = system
+    def __init__(self, client: NatsClient, name: str) -> None:
+        self.system = client
         self.name = name
 
     async def read(self, deliver: DeliverCallback, idle: float) -> str:

@@ -19,11 +19,11 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import SYSTEMS
-from .base import (EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_, http_get, packaged_binary,
-                   quiet_logger)
-
-PORT = 6650
+from ..errors import ScenarioError
+from .base import (Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, http_get,
+                   packaged_binary, quiet_logger, wait_until)
+from .cluster import LocalCluster
+from .registry import SYSTEMS
 
 # results meaning the message was never written
 DEFINITE = frozenset({
@@ -56,19 +56,105 @@ class PulsarOptions(BaseModel):
     namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
 
 
+class PulsarLite(LocalCluster):
+    """One pulsar-lite broker per node (in practice one: it has no clustering)."""
+
+    ports = {"client": 6650}
+
+    def launch(self, node: str) -> None:
+        d = self.datadir / node
+        d.mkdir(parents=True, exist_ok=True)
+        conf = d / "pulsar-lite.toml"
+        # metrics off: it would listen on 0.0.0.0:8080
+        conf.write_text("[metrics]\nenabled = false\n")
+        self.spawn_node(node, [pulsar_lite_binary(), "--config", str(conf), "--addr",
+                               "{}:{}".format(*self.address(node)), "--db-path", str(d / "db"), "--log-level", "warn"])
+
+
+class PulsarClient(Client):
+    @property
+    def topic(self) -> str:
+        return f"persistent://{self.options.namespace}/{self.stream_name}"
+
+    def service_url(self) -> str:
+        return "pulsar://" + ",".join("{}:{}".format(*self.cluster.address(n)) for n in self.cluster.node_names)
+
+    def new_client(self, timeout: float = 10.0):
+        import pulsar
+
+        return pulsar.Client(self.service_url(), operation_timeout_seconds=max(1, int(timeout)),
+                             connection_timeout_ms=3000, logger=quiet_logger("pulsar"))
+
+    async def connect(self, timeout: float) -> None:
+        async def look():
+            if self.cluster.not_running():
+                raise NodeExited(f"pulsar broker exited while starting; see {self.ctx.logdir}")
+            await self.serving()
+            return True, "serving"
+
+        await wait_until(look, timeout, "Pulsar broker")
+
+    async def serving(self) -> None:
+        for n in self.cluster.node_names:
+            _, w = await asyncio.wait_for(asyncio.open_connection(*self.cluster.address(n)), 3)
+            w.close()
+        client = self.new_client(3)
+        try:
+            await asyncio.to_thread(client.get_topic_partitions, f"persistent://{self.options.namespace}/bc-probe")
+        finally:
+            await asyncio.to_thread(client.close)
+
+    async def create_stream(self, timeout: float) -> str:
+        return self.topic  # created by the first producer
+
+    def producer(self, name: str) -> "PulsarProducer":
+        return PulsarProducer(self, name)
+
+    def reader(self, name: str) -> "PulsarReader":
+        return PulsarReader(self, name)
+
+
+class PulsarRoles(Roles):
+    client: PulsarClient
+
+    async def leader(self) -> str:
+        """The broker owning the topic, by the admin REST lookup where a node has an `admin`
+        address; a single broker owns everything."""
+        names = self.cluster.node_names
+        admin = None
+        for n in names:
+            try:
+                admin = self.cluster.address(n, "admin")
+                break
+            except LookupError:
+                continue
+        if admin is None or len(names) == 1:
+            return names[0]
+        from urllib.parse import urlsplit
+
+        path = f"/lookup/v2/topic/persistent/{self.client.options.namespace}/{self.ctx.stream_name}"
+        body = json.loads(await http_get(*admin, path, 5.0))
+        b = urlsplit(body.get("brokerUrl", ""))
+        node = self.cluster.node_at(b.hostname or "", b.port or 6650)
+        if node is None:
+            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster")
+        return node
+
+    async def whole(self) -> tuple[bool, str]:
+        await self.client.serving()
+        return True, "serving"
+
+
 @SYSTEMS.register("pulsar")
-class PulsarSystem(System):
-    name = "pulsar"
+class Pulsar(System):
     description = "Pulsar protocol: one pulsar-lite broker (RocksDB), pulsar-client; no BookKeeper (see the README)"
-    supported_faults = EVERY_FAULT | {"command"}
     Options = PulsarOptions
-    external_ok = True
-    client_port = PORT
+    LocalCluster = PulsarLite
+    Client = PulsarClient
+    Roles = PulsarRoles
 
     @classmethod
     def check(cls, scenario) -> None:
-        from ..scenario import ScenarioError
-
         c, w = scenario.cluster, scenario.workload
         if scenario.external is None and (c.nodes != 1 or c.replicas != 1):
             raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
@@ -81,102 +167,19 @@ class PulsarSystem(System):
             raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
                                 "(the send timeout is derived from it)")
 
-    def __init__(self, *a, **k) -> None:
-        super().__init__(*a, **k)
-        self.client = None
-
-    @property
-    def topic(self) -> str:
-        return f"persistent://{self.options.namespace}/{self.stream_name}"
-
-    def service_url(self) -> str:
-        return "pulsar://" + ",".join("{}:{}".format(*self.addr(n)) for n in self.node_names)
-
-    def start_node(self, node: str) -> None:
-        if self.external is not None:
-            return self.external_start(node)
-        d = self.datadir / node
-        d.mkdir(parents=True, exist_ok=True)
-        conf = d / "pulsar-lite.toml"
-        # metrics off: it would listen on 0.0.0.0:8080
-        conf.write_text("[metrics]\nenabled = false\n")
-        self.spawn_node(node, [pulsar_lite_binary(), "--config", str(conf), "--addr", "{}:{}".format(*self.addr(node)),
-                               "--db-path", str(d / "db"), "--log-level", "warn"])
-
-    def new_client(self, timeout: float = 10.0):
-        import pulsar
-
-        return pulsar.Client(self.service_url(), operation_timeout_seconds=max(1, int(timeout)),
-                             connection_timeout_ms=3000, logger=quiet_logger("pulsar"))
-
-    async def connect(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last = "not started"
-        while time.monotonic() < deadline:
-            if self.external is None and self.not_running():
-                raise SystemError_(f"pulsar-lite exited while starting; see {self.logdir}")
-            try:
-                await self.whole()
-                return
-            except Exception as e:  # noqa: BLE001 - still starting
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.2)
-        raise SystemError_(f"Pulsar broker not ready within {timeout}s: {last}")
-
-    async def whole(self) -> tuple[bool, str]:
-        for n in self.node_names:
-            _, w = await asyncio.wait_for(asyncio.open_connection(*self.addr(n)), 3)
-            w.close()
-        client = self.new_client(3)
-        try:
-            await asyncio.to_thread(client.get_topic_partitions, f"persistent://{self.options.namespace}/bc-probe")
-        finally:
-            await asyncio.to_thread(client.close)
-        return True, "serving"
-
-    async def create_stream(self, timeout: float) -> str:
-        return self.topic  # created by the first producer
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        return True
-
-    async def leader(self) -> str:
-        """The broker owning the topic: the admin REST lookup on an external cluster, else n1."""
-        if self.external is None or not self.external.admin_url or len(self.node_names) == 1:
-            return self.node_names[0]
-        from urllib.parse import urlsplit
-
-        u = urlsplit(self.external.admin_url)
-        path = f"/lookup/v2/topic/persistent/{self.options.namespace}/{self.stream_name}"
-        body = json.loads(await http_get(u.hostname, u.port or 80, path, 5.0))
-        b = urlsplit(body.get("brokerUrl", ""))
-        node = self.node_of(b.hostname or "", b.port or PORT)
-        if node is None:
-            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster file")
-        return node
-
-    def producer(self, name: str) -> "PulsarProducer":
-        return PulsarProducer(self, name)
-
-    def reader(self, name: str) -> "PulsarReader":
-        return PulsarReader(self, name)
-
-    async def close(self) -> None:
-        pass
-
 
 class PulsarProducer:
-    def __init__(self, system: PulsarSystem, name: str) -> None:
+    def __init__(self, system: PulsarClient, name: str) -> None:
         self.system = system
         self.name = name
         self.client = None
         self.p = None
         self.on_outcome: Optional[OutcomeCallback] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self.dedup = system.scenario.workload.dedup
+        self.dedup = system.ctx.scenario.workload.dedup
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
-        s, o, w = self.system, self.system.options, self.system.scenario.workload
+        s, o, w = self.system, self.system.options, self.system.ctx.scenario.workload
         self.on_outcome = on_outcome
         self.loop = asyncio.get_running_loop()
         timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
@@ -187,13 +190,13 @@ class PulsarProducer:
             batching_max_publish_delay_ms=o.batching_max_publish_delay_ms)
         if self.dedup:
             # broker-side dedup keys on (producer name, sequence id)
-            kwargs["producer_name"] = f"{self.name}-{s.run_id}"
+            kwargs["producer_name"] = f"{self.name}-{s.ctx.run_id}"
         deadline = time.monotonic() + 30
         while True:
             try:
                 self.p = await asyncio.to_thread(self.client.create_producer, s.topic, **kwargs)
                 return
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 if time.monotonic() > deadline:
                     raise SystemError_(f"cannot create a producer on {s.topic}: {e}") from None
                 await asyncio.sleep(0.5)
@@ -214,13 +217,13 @@ class PulsarProducer:
             self.p.send_async(payload, self._callback(value))
 
     def node(self) -> Optional[str]:
-        return self.system.node_names[0] if self.p is not None and self.p.is_connected() else None
+        return self.system.cluster.node_names[0] if self.p is not None and self.p.is_connected() else None
 
     async def close(self) -> None:
         if self.p is not None:
             try:
                 await asyncio.wait_for(asyncio.to_thread(self.p.flush), 10)
-            except Exception:  # noqa: BLE001 - outstanding sends are already unknown
+            except Exception:  # outstanding sends are already unknown
                 pass
         if self.client is not None:
             await asyncio.to_thread(self.client.close)
@@ -232,7 +235,7 @@ class PulsarReader:
     """A Reader from the earliest message until none is available; every delivery recorded
     with its message id, so redeliveries (same id) and stored duplicates (new ids) differ."""
 
-    def __init__(self, system: PulsarSystem, name: str) -> None:
+    def __init__(self, system: PulsarClient, name: str) -> None:
         self.system = system
         self.name = name
 
@@ -262,16 +265,16 @@ class PulsarReader:
             while reader is None:
                 try:
                     reader = await asyncio.to_thread(client.create_reader, s.topic, pulsar.MessageId.earliest)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     if time.monotonic() > deadline:
                         return f"incomplete: no reader on {s.topic} for {idle:.0f}s: {e}"
                     await asyncio.sleep(0.5)
-            node = await s.leader()
+            node = s.cluster.node_names[0]
             progress = time.monotonic()
             while True:
                 try:
                     msgs, at_end = await asyncio.to_thread(self._batch, reader, 5000)
-                except Exception as e:  # noqa: BLE001 - connection lost mid-read
+                except Exception as e:  # connection lost mid-read
                     msgs, at_end = [], False
                     if time.monotonic() - progress > idle:
                         return f"incomplete: {type(e).__name__}: {e}"

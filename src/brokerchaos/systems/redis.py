@@ -23,11 +23,11 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import SYSTEMS
-from .base import EVERY_FAULT, DeliverCallback, OutcomeCallback, System, SystemError_
+from ..errors import ScenarioError
+from .base import Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, wait_until
+from .cluster import LocalCluster
+from .registry import SYSTEMS
 
-REDIS_PORT = 6379
-SENTINEL_PORT = 26379
 MASTER = "bc"
 FIELD = b"p"
 
@@ -55,39 +55,14 @@ def _bin() -> str:
     return shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
-@SYSTEMS.register("redis")
-class RedisSystem(System):
-    name = "redis"
-    description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
-    supported_faults = EVERY_FAULT
-    Options = RedisOptions
-    client_port = REDIS_PORT
+class RedisServers(LocalCluster):
+    """One redis-server and one sentinel per node namespace; n1 the first primary. A fault
+    hits the server: the node's sentinel is a helper, stopped only with the cluster."""
 
-    @classmethod
-    def check(cls, scenario) -> None:
-        from ..scenario import ScenarioError
-
-        c = scenario.cluster
-        if c.replicas != c.nodes:
-            raise ScenarioError(f"scenario field 'cluster.replicas': Redis replicates to every node; set it to "
-                                f"cluster.nodes ({c.nodes})")
-        w = scenario.options.get("wait_replicas", 0)
-        if isinstance(w, int) and w > c.nodes - 1:
-            raise ScenarioError(f"scenario field 'options.wait_replicas': {w} is more than the {c.nodes - 1} replicas")
-
-    def __init__(self, *a, **k) -> None:
-        super().__init__(*a, **k)
-        self.sentinels: dict[str, object] = {}
-        self.admin: dict = {}
-        self.abandoned: set[asyncio.Task] = set()
-
-    # -- processes -------------------------------------------------------------
-    def sentinel_addr(self, node: str) -> tuple[str, int]:
-        h = self.host(node)
-        return h.ip, self.sandbox.port(h, SENTINEL_PORT)
+    ports = {"client": 6379, "sentinel": 26379}
 
     def _server_conf(self, node: str) -> str:
-        ip, port = self.addr(node)
+        ip, port = self.address(node)
         d = self.datadir / node
         d.mkdir(parents=True, exist_ok=True)
         lines = [f"bind {ip}", f"port {port}", "protected-mode no", "daemonize no", f'dir "{d}"',
@@ -95,14 +70,14 @@ class RedisSystem(System):
                  f"replica-announce-port {port}", "repl-diskless-sync no"]
         first = self.node_names[0]
         if node != first:
-            lines.append("replicaof {} {}".format(*self.addr(first)))
+            lines.append("replicaof {} {}".format(*self.address(first)))
         return "\n".join(lines) + "\n"
 
     def _sentinel_conf(self, node: str) -> str:
-        ip, port = self.sentinel_addr(node)
+        ip, port = self.address(node, "sentinel")
         d = self.datadir / f"{node}-sentinel"
         d.mkdir(parents=True, exist_ok=True)
-        pip, pport = self.addr(self.node_names[0])
+        pip, pport = self.address(self.node_names[0])
         quorum = len(self.node_names) // 2 + 1
         return "\n".join([
             f"bind {ip}", f"port {port}", "daemonize no", "protected-mode no", f'dir "{d}"',
@@ -116,43 +91,37 @@ class RedisSystem(System):
             f"sentinel parallel-syncs {MASTER} 1",
             # otherwise a sentinel learns of replicas only from the primary's INFO, every 10 s
             *[f"sentinel known-replica {MASTER} {r_ip} {r_port}"
-              for r_ip, r_port in (self.addr(n) for n in self.node_names[1:])],
+              for r_ip, r_port in (self.address(n) for n in self.node_names[1:])],
         ]) + "\n"
 
     def start(self) -> None:
         if not os.path.exists(_bin()):
             raise SystemError_("redis-server not found: run `make setup` (apt-get install redis-server redis-sentinel)")
-        for n in self.node_names:
-            self.start_node(n)
+        super().start()
         for n in self.node_names:
             conf = self.datadir / f"{n}-sentinel.conf"
             conf.write_text(self._sentinel_conf(n))
-            self.sentinels[n] = self.sandbox.spawn(self.host(n), f"{n}-sentinel", [_bin(), str(conf), "--sentinel"],
-                                                   self.logdir / f"{n}-sentinel.log")
+            self.spawn_helper(n, f"{n}-sentinel", [_bin(), str(conf), "--sentinel"])
 
-    def start_node(self, node: str) -> None:
+    def launch(self, node: str) -> None:
         conf = self.datadir / f"{node}.conf"
         if not conf.exists():  # a restart keeps the file the sentinels may have rewritten
             conf.parent.mkdir(parents=True, exist_ok=True)
             conf.write_text(self._server_conf(node))
         self.spawn_node(node, [_bin(), str(conf)])
 
-    def stop(self) -> None:
-        from ..sandbox import process
 
-        for p in list(self.sentinels.values()):
-            process.terminate(p, grace=2.0)
-            self.sandbox.forget(p)
-        self.sentinels.clear()
-        super().stop()
-        shutil.rmtree(self.datadir, ignore_errors=True)
+def client_for(addr: tuple[str, int], timeout: float = 2.0):
+    return _redis().Redis(host=addr[0], port=addr[1], socket_connect_timeout=timeout, socket_timeout=timeout)
 
-    # -- control plane ---------------------------------------------------------
-    def _client(self, addr: tuple[str, int], timeout: float = 2.0):
-        return _redis().Redis(host=addr[0], port=addr[1], socket_connect_timeout=timeout, socket_timeout=timeout)
 
-    async def _ask(self, addr, *cmd, timeout: float = 2.0):
-        r = self._client(addr, timeout)
+class RedisClient(Client):
+    def __init__(self, ctx, cluster) -> None:
+        super().__init__(ctx, cluster)
+        self.abandoned: set[asyncio.Task] = set()
+
+    async def ask(self, addr, *cmd, timeout: float = 2.0):
+        r = client_for(addr, timeout)
         try:
             return await _abandon_after(r.execute_command(*cmd), timeout + 1, self.abandoned)
         finally:
@@ -160,88 +129,56 @@ class RedisSystem(System):
 
     async def connect(self, timeout: float) -> None:
         """Every server answers, the replicas are in sync, and every sentinel sees the others."""
-        deadline = time.monotonic() + timeout
-        want = len(self.node_names) - 1
-        last = "not started"
-        while time.monotonic() < deadline:
-            for n in self.node_names:
-                if not self.node_alive(n):
-                    raise SystemError_(f"{n} exited while starting; see {self.logdir / (n + '.log')}")
-            try:
-                # the primary the sentinels name: n1 at first, another node after a failover
-                # (a reused cluster); before the sentinels answer, n1
-                try:
-                    primary = await self._primary_addr()
-                except Exception:  # noqa: BLE001
-                    primary = self.addr(self.node_names[0])
-                info = await self._ask(primary, "INFO", "replication")
-                info = _parse_info(info)
-                ok = info.get("role") == "master" and int(info.get("connected_slaves", 0)) >= want
-                for n in self.node_names:
-                    if ok:
-                        sents = await self._ask(self.sentinel_addr(n), "SENTINEL", "SENTINELS", MASTER)
-                        ok = len(sents) >= want
-                    if ok:
-                        # a sentinel learns replicas from the primary's INFO every 10 s; one
-                        # that has not yet seen a replica leaves it out of a failover, and that
-                        # replica follows the dead primary for good (seen in CI: no WAIT ever
-                        # satisfied again after a kill 2.5 s into the run)
-                        reps = await self._ask(self.sentinel_addr(n), "SENTINEL", "REPLICAS", MASTER)
-                        ok = _healthy_replicas(reps) >= want
-                if ok:
-                    return
-                last = (f"replicas {info.get('connected_slaves')}/{want}, or sentinels not yet acquainted "
-                        f"with each other and every replica")
-            except Exception as e:  # noqa: BLE001 - still starting
-                last = f"{type(e).__name__}: {e}"
-            await asyncio.sleep(0.2)
-        raise SystemError_(f"Redis/Sentinel not ready within {timeout}s: {last}")
+        await wait_until(self.settled, timeout, "Redis/Sentinel")
+
+    async def settled(self) -> tuple[bool, str]:
+        nodes = self.cluster.node_names
+        want = len(nodes) - 1
+        for n in nodes:
+            if not self.cluster.alive(n):
+                raise NodeExited(f"{n} exited while starting; see {self.ctx.logdir / (n + '.log')}")
+        # the primary the sentinels name: n1 at first, another node after a failover (a
+        # reused cluster); before the sentinels answer, n1
+        try:
+            primary = await self.primary_addr()
+        except Exception:  # the sentinels are not up yet
+            primary = self.cluster.address(nodes[0])
+        info = _parse_info(await self.ask(primary, "INFO", "replication"))
+        if info.get("role") != "master" or int(info.get("connected_slaves", 0)) < want:
+            return False, f"replicas {info.get('connected_slaves')}/{want}"
+        for n in nodes:
+            sentinel = self.cluster.address(n, "sentinel")
+            if len(await self.ask(sentinel, "SENTINEL", "SENTINELS", MASTER)) < want:
+                return False, f"the sentinel of {n} does not know every other sentinel yet"
+            # a sentinel learns replicas from the primary's INFO every 10 s; one that has not
+            # yet seen a replica leaves it out of a failover, and that replica follows the dead
+            # primary for good (seen in CI: no WAIT ever satisfied again after a kill 2.5 s
+            # into the run)
+            if _healthy_replicas(await self.ask(sentinel, "SENTINEL", "REPLICAS", MASTER)) < want:
+                return False, f"the sentinel of {n} does not know every replica yet"
+        return True, "settled"
 
     async def drop_stream(self) -> None:
         try:
-            await self._ask(await self._primary_addr(), "DEL", self.stream_name)
-        except Exception:  # noqa: BLE001 - best effort
+            await self.ask(await self.primary_addr(), "DEL", self.stream_name)
+        except Exception:  # best effort
             pass
 
-    async def create_stream(self, timeout: float) -> str:
-        return self.stream_name
-
-    async def _primary_addr(self) -> tuple[str, int]:
+    async def primary_addr(self) -> tuple[str, int]:
         """The primary most reachable sentinels name (a lone isolated one may disagree)."""
+        nodes = self.cluster.node_names
+
         async def one(n: str):
-            ip, port = await self._ask(self.sentinel_addr(n), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER,
-                                       timeout=1.0)
+            ip, port = await self.ask(self.cluster.address(n, "sentinel"), "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                      MASTER, timeout=1.0)
             return ip.decode() if isinstance(ip, bytes) else ip, int(port)
 
-        answers = await asyncio.gather(*(one(n) for n in self.node_names), return_exceptions=True)
+        answers = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
         votes = collections.Counter(a for a in answers if not isinstance(a, BaseException))
         if not votes:
-            errors = [f"{n}: {type(a).__name__}" for n, a in zip(self.node_names, answers)]
+            errors = [f"{n}: {type(a).__name__}" for n, a in zip(nodes, answers)]
             raise SystemError_(f"no sentinel answered ({', '.join(errors)})")
         return votes.most_common(1)[0][0]
-
-    async def leader(self) -> str:
-        ip, port = await self._primary_addr()
-        node = self.node_of(ip, port)
-        if node is None:
-            raise SystemError_(f"sentinels name an unknown primary {ip}:{port}")
-        return node
-
-    async def wait_stream_ready(self, timeout: float) -> bool:
-        """True once the named primary is a primary with every replica online."""
-        deadline = time.monotonic() + timeout
-        want = len(self.node_names) - 1
-        while time.monotonic() < deadline:
-            try:
-                lead = await self.leader()
-                info = _parse_info(await self._ask(self.addr(lead), "INFO", "replication"))
-                online = sum(1 for k, v in info.items() if k.startswith("slave") and "state=online" in v)
-                if info.get("role") == "master" and online >= want:
-                    return True
-            except Exception:  # noqa: BLE001
-                pass
-            await asyncio.sleep(0.2)
-        return False
 
     def producer(self, name: str) -> "RedisProducer":
         return RedisProducer(self, name)
@@ -249,8 +186,44 @@ class RedisSystem(System):
     def reader(self, name: str) -> "RedisReader":
         return RedisReader(self, name)
 
-    async def close(self) -> None:
-        pass
+
+class RedisRoles(Roles):
+    """The leader is the primary the sentinels name."""
+
+    client: RedisClient
+
+    async def leader(self) -> str:
+        ip, port = await self.client.primary_addr()
+        node = self.cluster.node_at(ip, port)
+        if node is None:
+            raise SystemError_(f"sentinels name an unknown primary {ip}:{port}")
+        return node
+
+    async def stream_ready(self) -> bool:
+        """The named primary is a primary with every replica online."""
+        lead = await self.leader()
+        info = _parse_info(await self.client.ask(self.cluster.address(lead), "INFO", "replication"))
+        online = sum(1 for k, v in info.items() if k.startswith("slave") and "state=online" in v)
+        return info.get("role") == "master" and online >= len(self.cluster.node_names) - 1
+
+
+@SYSTEMS.register("redis")
+class Redis(System):
+    description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
+    Options = RedisOptions
+    LocalCluster = RedisServers
+    Client = RedisClient
+    Roles = RedisRoles
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        c = scenario.cluster
+        if c.replicas != c.nodes:
+            raise ScenarioError(f"scenario field 'cluster.replicas': Redis replicates to every node; set it to "
+                                f"cluster.nodes ({c.nodes})")
+        w = scenario.options.get("wait_replicas", 0)
+        if isinstance(w, int) and w > c.nodes - 1:
+            raise ScenarioError(f"scenario field 'options.wait_replicas': {w} is more than the {c.nodes - 1} replicas")
 
 
 def _healthy_replicas(reply) -> int:
@@ -284,10 +257,10 @@ def _parse_info(raw) -> dict:
 class RedisProducer:
     """XADDs pipelined in batches over a few connections to the primary."""
 
-    def __init__(self, system: RedisSystem, name: str) -> None:
-        self.system = system
+    def __init__(self, client: RedisClient, name: str) -> None:
+        self.system = client
         self.name = name
-        self.o = system.options
+        self.o = client.options
         self.queue: collections.deque = collections.deque()
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
@@ -298,7 +271,7 @@ class RedisProducer:
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome
-        self.addr = await self.system._primary_addr()
+        self.addr = await self.system.primary_addr()
         self.tasks = [asyncio.create_task(self._writer()) for _ in range(self.o.connections)]
 
     async def send(self, value: int, payload: bytes) -> None:
@@ -306,7 +279,7 @@ class RedisProducer:
         self.wake.set()
 
     def node(self) -> Optional[str]:
-        return self.system.node_of(*self.addr) if self.addr and self.connected else None
+        return self.system.cluster.node_at(*self.addr) if self.addr and self.connected else None
 
     async def _writer(self) -> None:
         r = None
@@ -318,7 +291,7 @@ class RedisProducer:
             batch = [self.queue.popleft() for _ in range(min(self.o.batch, len(self.queue)))]
             try:
                 if r is None:
-                    r = self.system._client(self.addr, timeout=10)
+                    r = client_for(self.addr, timeout=10)
                 pipe = r.pipeline(transaction=False)
                 for _, payload in batch:
                     pipe.xadd(self.system.stream_name, {FIELD: payload})
@@ -331,7 +304,7 @@ class RedisProducer:
                 self.connected = True
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - connection lost: the outcome is unknowable
+            except Exception:  # connection lost: the outcome is unknowable
                 # nothing is reported: the producer loop's ack_timeout makes them unknown
                 self.connected = False
                 if r is not None:
@@ -340,18 +313,19 @@ class RedisProducer:
                 await asyncio.sleep(0.2)
                 if self.o.follow_failover:
                     try:
-                        self.addr = await self.system._primary_addr()
-                    except Exception:  # noqa: BLE001
+                        self.addr = await self.system.primary_addr()
+                    except Exception:
                         pass
                 continue
             try:
                 self._report(batch, res)
-            except Exception as e:  # noqa: BLE001 - never lose the writer (and with it the queue)
+            except Exception as e:  # never lose the writer (and with it the queue)
                 for value, _ in batch:
-                    self.on_outcome(value, "unknown", None, None, f"reply not understood: {type(e).__name__}: {e}"[:200])
+                    why = f"reply not understood: {type(e).__name__}: {e}"
+                    self.on_outcome(value, "unknown", None, None, why[:200])
 
     def _report(self, batch: list, res: list) -> None:
-        node = self.system.node_of(*self.addr)
+        node = self.system.cluster.node_at(*self.addr)
         short = None
         if self.o.wait_replicas:
             got = res[-1]
@@ -371,8 +345,8 @@ class RedisProducer:
     def _refresh_soon(self) -> None:
         async def refresh():
             try:
-                self.addr = await self.system._primary_addr()
-            except Exception:  # noqa: BLE001
+                self.addr = await self.system.primary_addr()
+            except Exception:
                 pass
         asyncio.ensure_future(refresh())
 
@@ -402,15 +376,15 @@ async def _abandon_after(coro, timeout: float, abandoned: set):
 async def _aclose(r, abandoned: Optional[set] = None) -> None:
     try:
         await _abandon_after(r.aclose(), 2, abandoned if abandoned is not None else set())
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
 class RedisReader:
     """XRANGE over the whole stream, on the primary the sentinels name."""
 
-    def __init__(self, system: RedisSystem, name: str) -> None:
-        self.system = system
+    def __init__(self, client: RedisClient, name: str) -> None:
+        self.system = client
         self.name = name
 
     async def read(self, deliver: DeliverCallback, idle: float) -> str:
@@ -420,20 +394,20 @@ class RedisReader:
         last = ""
         while addr is None:
             try:
-                addr = await s._primary_addr()
-            except Exception as e:  # noqa: BLE001
+                addr = await s.primary_addr()
+            except Exception as e:
                 last = f"{type(e).__name__}: {e}"
                 if time.monotonic() > deadline:
                     return f"incomplete: no primary known for {idle:.0f}s ({last})"
                 await asyncio.sleep(0.2)
-        node = s.node_of(*addr)
-        r = s._client(addr, timeout=idle)
+        node = s.cluster.node_at(*addr)
+        r = client_for(addr, timeout=idle)
         try:
             start = "-"
             while True:
                 try:
                     entries = await r.xrange(s.stream_name, min=start, max="+", count=10_000)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     return f"incomplete: XRANGE on {node} failed: {type(e).__name__}: {e}"
                 for eid, fields in entries:
                     deliver(fields.get(FIELD, b""), _id(eid), node)

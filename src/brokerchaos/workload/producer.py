@@ -94,11 +94,12 @@ class ProducerLoop:
     async def _send(self, value: int, attempt: int) -> None:
         self.acct.on_send(value)
         self.attempts[value] = attempt
-        self.rec.record("send", self.name, value, None, self.client.node(), None if attempt == 1 else f"retry {attempt - 1}")
+        self.rec.record("send", self.name, value, None, self.client.node(),
+                        None if attempt == 1 else f"retry {attempt - 1}")
         self._expiry.append((time.monotonic() + self.spec.ack_timeout, value, attempt))
         try:
             await self.client.send(value, encode(self.name, value, self.spec.message_size))
-        except Exception as e:  # noqa: BLE001 - the client refused it: it never left us
+        except Exception as e:  # the client refused it: it never left us
             if self.attempts.get(value) == attempt:
                 self.on_outcome(value, "nack", None, self.client.node(), f"send failed: {type(e).__name__}: {e}")
 

@@ -68,7 +68,7 @@ async def _ended(work, recorder: Recorder, timeout: float) -> str:
         status = await asyncio.wait_for(work, timeout)
     except asyncio.TimeoutError:
         status = f"incomplete: read_timeout ({timeout:.0f}s) reached"
-    except Exception as e:  # noqa: BLE001 - any client failure ends the read, reported as such
+    except Exception as e:  # any client failure ends the read, reported as such
         status = f"incomplete: {type(e).__name__}: {e}"
     recorder.record("read_end", detail=status)
     recorder.flush()

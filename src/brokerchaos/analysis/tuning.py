@@ -1,0 +1,33 @@
+"""How the analysis job cuts its work: sizes and thresholds, not results. Every verdict is
+the same whatever these are (tests/test_differential.py runs with tiny ones)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tuning:
+    # exact percentiles hold every latency of a run in one aggregation buffer; past this many
+    # history rows Spark's percentile_approx is used instead, and said (latency_exact = false)
+    exact_percentile_rows: int = 6_000_000
+    # consumer events per ordering bucket: big enough that per-bucket overhead stays small,
+    # small enough that a 10-million-message stream still spreads over every core
+    seq_bucket: int = 1 << 20
+    # reads in order are summarised in stretches of at most 2**stretch_bits seqs
+    stretch_bits: int = 16
+    # time per bucket when consecutive rows are paired by time (gaps)
+    time_bucket_ns: int = 1_000_000_000
+    # messages are summarised in blocks of 2**block_bits consecutive values, one bit each in
+    # a long per outcome; only blocks where something is unusual are looked at one by one
+    block_bits: int = 6
+    # acks per time bucket on average when ack gaps are found from bucket summaries
+    bucket_acks: int = 16
+    # blocks to look at message by message, up to which their keys are broadcast to the scan
+    broadcast_blocks: int = 1_000_000
+    # acked messages never received, up to which their identities are broadcast
+    broadcast_lost: int = 1_000_000
+    # up to this many value ranges of such blocks also go to the Parquet reader as a filter
+    value_ranges: int = 64
+    # per-run constants (first fault, bucket width) up to this many runs are a map literal in
+    # the expression; a map lookup scans its keys, so more runs get a broadcast join instead
+    per_run_literal: int = 16

@@ -1,0 +1,184 @@
+"""The verdicts: each count's definition written once, and the typed result of a run.
+
+A message's outcome is five flags: sent (S), acked (A), nacked (N), unknown (U) and
+received at least once (R). A count over them is a formula here, evaluated two ways by the
+same definition: per message, on boolean columns, and over a block of 64 messages, on bit
+sets in a long (Spark SQL's `&`, `|`, `~` and `bit_count`), so the job and the plain blocks
+can never disagree. Counts of deliveries (how often a message was read) need the receive
+counts themselves: each gives its per-message expression and what a plain block (every
+value received at most once, and sent) contributes. docs/history-format.md defines each in
+prose; tests/oracle.py implements them independently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, TypedDict
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A formula over the outcome flags: `S & A & ~R` is "acked, never received"."""
+
+    op: str
+    args: tuple = ()
+
+    def __and__(self, other: "Formula") -> "Formula":
+        return Formula("and", (self, other))
+
+    def __invert__(self) -> "Formula":
+        return Formula("not", (self,))
+
+    def per_message(self, flags: dict[str, Column]) -> Column:
+        """A boolean column, from one boolean column per flag."""
+        if self.op == "and":
+            return self.args[0].per_message(flags) & self.args[1].per_message(flags)
+        if self.op == "not":
+            return ~self.args[0].per_message(flags)
+        return flags[self.op]
+
+    def bits(self, sets: dict[str, Column]) -> Column:
+        """A long whose bit i is the formula for the block's message i, from one bit set per flag."""
+        if self.op == "and":
+            return self.args[0].bits(sets).bitwiseAND(self.args[1].bits(sets))
+        if self.op == "not":
+            return F.bitwise_not(self.args[0].bits(sets))
+        return sets[self.op]
+
+
+S, A, N, U, R = (Formula(x) for x in "SANUR")
+
+# count of messages (sent in this run unless said otherwise) with ...
+COUNTS: dict[str, Formula] = {
+    "send_count": S,
+    "pos_ack_count": S & A,
+    "neg_ack_count": S & N & ~A,  # a nack, and never acked
+    "unknown_count": S & U & ~A & ~N,  # only unknown outcomes
+    "acked_missing": S & A & ~R,
+    "missing": S & ~R,
+    "received_no_ack": S & R & ~A,
+    "received_after_nack": S & R & ~A & N,
+    "received_after_unknown": S & R & ~A & ~N & U,
+}
+
+
+@dataclass(frozen=True)
+class DeliveryCount:
+    """A count of deliveries: per message from its receive counts (`r`: recv rows, `od`:
+    distinct offsets, `o`: rows with an offset, `cod`: distinct (consumer, offset)), and
+    what a plain block adds, from its recv rows `rn`."""
+
+    per_message: Callable[[Column, Column, Column, Column, Column], Column]
+    plain: Callable[[Column], Column]
+
+
+def _ZERO(rn: Column) -> Column:
+    return F.lit(0).cast("long")
+
+
+DELIVERY_COUNTS: dict[str, DeliveryCount] = {
+    "received": DeliveryCount(lambda sent, r, od, o, cod: F.when(sent, r).otherwise(0), lambda rn: rn),
+    # receives of messages no producer of the run sent (another run's, or not ours)
+    "stowaways": DeliveryCount(lambda sent, r, od, o, cod: F.when(~sent, r).otherwise(0), _ZERO),
+    "msgs_with_dups": DeliveryCount(lambda sent, r, od, o, cod: F.when(sent & (r > 1), 1).otherwise(0), _ZERO),
+    "duplicate_deliveries": DeliveryCount(lambda sent, r, od, o, cod: F.when(sent & (r > 0), r - 1).otherwise(0),
+                                          _ZERO),
+    # stored twice: a message read at more than one offset
+    "stored_duplicates": DeliveryCount(lambda sent, r, od, o, cod: F.when(sent & (od > 1), od - 1).otherwise(0),
+                                       _ZERO),
+    # delivered twice: read again by the same consumer at the same offset
+    "redeliveries": DeliveryCount(lambda sent, r, od, o, cod: F.when(sent, o - cod).otherwise(0), _ZERO),
+}
+
+COUNT_KEYS = tuple(COUNTS) + tuple(DELIVERY_COUNTS)
+JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
+
+
+def count_columns_per_message(sent, acked, nacked, unk, recv_n, recv_od, recv_o, recv_cod) -> list[Column]:
+    """Every count, aggregated over a table of one row per message."""
+    flags = {"S": sent, "A": acked, "N": nacked, "U": unk, "R": recv_n > 0}
+    out = [F.sum(F.when(f.per_message(flags), 1).otherwise(0)).alias(k) for k, f in COUNTS.items()]
+    out += [F.sum(d.per_message(sent, recv_n, recv_od, recv_o, recv_cod)).alias(k)
+            for k, d in DELIVERY_COUNTS.items()]
+    return out
+
+
+def count_columns_over_blocks(plain: Column, sets: dict[str, Column], rn: Column) -> list[Column]:
+    """Every count, aggregated over the plain blocks of a table of bit-set blocks."""
+    out = [F.sum(F.when(plain, F.bit_count(f.bits(sets))).otherwise(0)).alias(k) for k, f in COUNTS.items()]
+    out += [F.sum(F.when(plain, d.plain(rn)).otherwise(0)).alias(k) for k, d in DELIVERY_COUNTS.items()]
+    return out
+
+
+class Latency(TypedDict):
+    p50: float
+    p99: float
+    p999: float
+    max: float
+
+
+class Fault(TypedDict):
+    t_ms: float
+    until_ms: float
+    node: Optional[str]
+    detail: Optional[str]
+    window: Optional[int]
+
+
+class Verdict(TypedDict, total=False):
+    """Everything the analysis says about one run (docs/history-format.md)."""
+
+    run: str
+    # COUNT_KEYS
+    send_count: int
+    pos_ack_count: int
+    neg_ack_count: int
+    unknown_count: int
+    acked_missing: int
+    missing: int
+    received_no_ack: int
+    received_after_nack: int
+    received_after_unknown: int
+    received: int
+    stowaways: int
+    msgs_with_dups: int
+    duplicate_deliveries: int
+    stored_duplicates: int
+    redeliveries: int
+    acked_missing_overwritten: int
+    ack_count: int
+    # ordering
+    jf: int
+    jb: int
+    djf: int
+    djb: int
+    out_of_order: int
+    # the read
+    read_complete: Optional[bool]
+    read_status: Optional[str]
+    recv_rows: int
+    # availability and latency (None with timing off)
+    max_ack_gap_ms: Optional[float]
+    max_recv_gap_ms: Optional[float]
+    faults: list[Fault]
+    fault_outages_ms: list[Optional[float]]
+    ack_latency_ms: Optional[Latency]
+    e2e_latency_ms: Optional[Latency]
+    latency_exact: bool
+    timing: bool
+    # what the VerneMQ seed's table is made of (report/session_table.py)
+    facts: dict[str, Any]
+    result: str
+
+
+def result_of(v: Verdict) -> str:
+    """pass / fail / unknown; a run that could not decide is never a pass."""
+    if v["received_after_nack"] > 0:
+        return "fail"
+    if v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0):
+        return "unknown"
+    if v["acked_missing"] > 0:
+        return "fail"
+    return "pass"

@@ -1,0 +1,103 @@
+"""Which Parquet files are a history, and whether a reader of this version can read them.
+
+Checked with pyarrow (file footers only) before Spark reads anything, so that a file from
+another tool gets one line naming the file and column instead of a JVM stack trace.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .schema import FORMAT_VERSION, SCHEMA, VERSION_KEY
+
+
+class HistoryError(ValueError):
+    """A file this version cannot read as a history; the message names the file and column."""
+
+
+def history_files(path: Path) -> list[Path]:
+    """Every `*.parquet` at any depth below `path` (or `path` itself); a writer may leave `*.tmp`."""
+    if path.is_file():
+        return [path] if path.suffix == ".parquet" else []
+    return sorted(p for p in path.rglob("*.parquet") if p.is_file())
+
+
+def _version(schema: pa.Schema) -> Optional[tuple[int, int]]:
+    raw = (schema.metadata or {}).get(VERSION_KEY)
+    if raw is None:
+        return None  # written by 1.0, or by another tool from the format document
+    try:
+        major, _, minor = raw.decode().partition(".")
+        return int(major), int(minor or 0)
+    except ValueError:
+        return (-1, 0)
+
+
+@dataclass
+class Checked:
+    """Paths for Spark to read: the originals, unless some file needed a normalised copy."""
+
+    paths: list[str]
+    files: int
+    normalised: list[str] = field(default_factory=list)
+    _tmp: Optional[tempfile.TemporaryDirectory] = None
+
+    def cleanup(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def check(path: Path) -> Checked:
+    """Check every history file below `path`: version, and each known column's type.
+
+    A column whose type is null (what pyarrow and pandas infer for a column of Nones) is an
+    empty column: such a file is copied with the column cast to its type, and Spark reads the
+    copy. A missing column is empty too (Spark fills it with nulls). Anything else raises
+    HistoryError.
+    """
+    files = history_files(path)
+    want = {f.name: f.type for f in SCHEMA}
+    fixes: list[tuple[Path, pa.Schema]] = []
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except (OSError, pa.ArrowException) as e:
+            raise HistoryError(f"history file '{f}': not readable as Parquet ({str(e).splitlines()[0]})") from None
+        v = _version(schema)
+        if v is not None and v[0] != FORMAT_VERSION[0]:
+            raise HistoryError(f"history file '{f}': format version {schema.metadata[VERSION_KEY].decode()}; "
+                               f"this brokerchaos reads {FORMAT_VERSION[0]}.x")
+        nulls = False
+        for col in schema:
+            expected = want.get(col.name)
+            if expected is None or col.type == expected:
+                continue
+            if pa.types.is_null(col.type):
+                nulls = True
+                continue
+            if pa.types.is_large_string(col.type) and pa.types.is_string(expected):
+                nulls = True  # same values; Spark wants the plain type
+                continue
+            raise HistoryError(f"history file '{f}': column '{col.name}' is {col.type}, expected {expected} "
+                               f"(docs/history-format.md)")
+        if nulls:
+            fixes.append((f, schema))
+    if not fixes:
+        return Checked([str(path)], len(files))
+    tmp = tempfile.TemporaryDirectory(prefix="brokerchaos-history-")
+    fixed = {f for f, _ in fixes}
+    out = [str(f) for f in files if f not in fixed]
+    for i, (f, _) in enumerate(fixes):
+        t = pq.read_table(f)
+        cols = [t.column(c.name).cast(want[c.name]) if c.name in want else t.column(c.name) for c in t.schema]
+        fields = [pa.field(c.name, want.get(c.name, c.type)) for c in t.schema]
+        dest = Path(tmp.name) / f"{i:06d}-{f.name}"
+        pq.write_table(pa.Table.from_arrays(cols, schema=pa.schema(fields)), dest)
+        out.append(str(dest))
+    return Checked(out, len(files), [str(f) for f, _ in fixes], tmp)

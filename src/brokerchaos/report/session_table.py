@@ -1,0 +1,61 @@
+"""The VerneMQ seed's per-run table (Seq_ix … Rxm), from the facts the analysis gives.
+
+Presentation, not analysis: each column is a difference of two times or a node the
+analysis found (docs/history-format.md defines them). `complete()` adds the columns to the
+verdicts, in seconds; None where a column does not apply or never ended (NA in the CSV).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+# (CSV header, verdict key)
+COLUMNS = [
+    ("Run", "run"), ("Seq_ix", "seq_ix"), ("Killed node", "killed_node"), ("Stowaways", "stowaways"),
+    ("Admitted", "received"), ("Duplicates", "duplicate_deliveries"), ("Missing", "missing"),
+    ("Runtime", "runtime_s"), ("Txtime", "txtime_s"), ("Gaptime", "gaptime_s"), ("Downtime", "downtime_s"),
+    ("tx_downtime", "tx_downtime_s"), ("rx_downtime", "rx_downtime_s"), ("Txm", "txm"), ("Rxm", "rxm"),
+]
+
+
+def columns(v: dict) -> dict[str, Any]:
+    """The table's own columns for one verdict."""
+    f = v["facts"]
+    digits = re.search(r"(\d+)$", v["run"])
+    killed = f["fault_nodes"]
+
+    def sec(a: Optional[int], b: Optional[int]) -> Optional[float]:
+        return None if a is None or b is None else (b - a) / 1e9
+
+    hit = set(re.split(r"[,|]", killed)) if killed else set()
+    outages = v["fault_outages_ms"]
+    tx_down = None
+    if f["txm"] is not None and f["txm"] in hit and outages and outages[0] is not None:
+        tx_down = outages[0] / 1e3
+    return {
+        "seq_ix": int(digits.group(1)) if digits else f["position"],
+        "killed_node": killed,
+        "runtime_s": sec(f["t_first_send"], f["t_ready"]),
+        "txtime_s": sec(f["t_first_send"], f["t_last_ack"]),
+        "gaptime_s": sec(f["t_fault"], f["t_last_ack"]),
+        "downtime_s": sec(f["t_fault"], f["t_ready"]),
+        "tx_downtime_s": tx_down,
+        "rx_downtime_s": None if f["rx_down_ns"] is None else f["rx_down_ns"] / 1e9,
+        "txm": f["txm"],
+        "rxm": f["rxm"],
+    }
+
+
+def complete(verdicts: list[dict]) -> list[dict]:
+    """The verdicts with the table's columns added (in place, and returned)."""
+    for v in verdicts:
+        v.update(columns(v))
+    return verdicts
+
+
+def row(v: dict) -> list:
+    out = []
+    for _, key in COLUMNS:
+        x = v.get(key)
+        out.append("NA" if x is None else round(x, 3) if isinstance(x, float) else x)
+    return out

@@ -1,0 +1,176 @@
+"""The two ways nodes run and are acted on (base.Cluster): one strategy per session, chosen once.
+
+`LocalCluster`: the broker processes the harness starts in the sandbox (a broker module
+subclasses it with how its servers are configured and launched); node control is signals to
+processes we hold. `ExternalCluster`: a cluster the user runs, reached at the addresses of a
+cluster file, node control through its hooks. What each can do is its `offers`; faults
+declare what they need (faults/base.py), and `brokerchaos faults` derives its table from both.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ..sandbox import Host, Proc, process
+from .base import HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, START, STOP, Cluster, Context, NodeExited, SystemError_
+
+__all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
+
+
+class LocalCluster(Cluster):
+    """Broker processes started by us in the sandbox, one host (namespace) per node.
+
+    A broker subclass gives its ports (`ports`: service -> port inside a namespace) and
+    `launch(node)`; processes started beside a node's broker (a sentinel, an epmd) go
+    through `spawn_helper` and are stopped with the cluster, never by a fault.
+    """
+
+    ports: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.sandbox = ctx.sandbox
+        # the cluster's data stays where the run that started it put it, even when reused
+        self.datadir = ctx.sandbox.dir / ctx.run_id
+        self.procs: dict[str, Proc] = {}
+        self.helpers: list[Proc] = []
+
+    @property
+    def options(self):
+        return self.ctx.options
+
+    @property
+    def offers(self) -> frozenset[str]:
+        return LOCAL_VERBS | ({NETNS} if self.sandbox.network_faults else set())
+
+    @property
+    def label(self) -> str:
+        return "started"
+
+    def host(self, node: str) -> Host:
+        return self.sandbox.hosts[node]
+
+    def address(self, node: str, service: str = "client") -> tuple[str, int]:
+        try:
+            port = self.ports[service]
+        except KeyError:
+            raise LookupError(f"no {service!r} service on {node}") from None
+        h = self.host(node)
+        return h.ip, self.sandbox.port(h, port)
+
+    def log(self, name: str) -> Path:
+        return self.ctx.logdir / f"{name}.log"
+
+    # -- processes -----------------------------------------------------------------------
+    def start(self) -> None:
+        for n in self.host_names:
+            self.start_node(n)
+
+    def start_node(self, node: str) -> None:
+        self.launch(node)
+
+    def launch(self, node: str) -> None:
+        """Start `node`'s broker process (first start or restart), with spawn_node."""
+        raise NotImplementedError
+
+    def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None, exe: Optional[str] = None) -> None:
+        old = self.procs.get(node)
+        if old is not None and old.alive():
+            raise SystemError_(f"{node} is already running (pid {old.pid})")
+        if old is not None:
+            self.sandbox.forget(old)
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.log(node), env=env, exe=exe)
+
+    def spawn_helper(self, node: str, name: str, argv: list[str], env: Optional[dict] = None) -> Proc:
+        p = self.sandbox.spawn(self.host(node), name, argv, self.log(name), env=env)
+        self.helpers.append(p)
+        return p
+
+    def exited(self, node: str) -> NodeExited:
+        return NodeExited(f"{node} exited while starting; see {self.log(node)}")
+
+    def kill(self, node: str, timeout: float = 10.0) -> None:
+        proc = self.procs[node]
+        process.send_signal(proc, signal.SIGKILL)
+        if not process.wait_exit(proc, timeout):
+            raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout}s after SIGKILL")
+
+    def stop_node(self, node: str, timeout: float = 30.0) -> bool:
+        """SIGTERM and wait for a clean exit; SIGKILL after `timeout`."""
+        proc = self.procs[node]
+        process.send_signal(proc, signal.SIGTERM)
+        if process.wait_exit(proc, timeout):
+            return True
+        self.kill(node)
+        return False
+
+    def pause(self, node: str) -> None:
+        """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
+        process.send_signal(self.procs[node], signal.SIGSTOP, group=True)
+
+    def resume(self, node: str) -> None:
+        process.send_signal(self.procs[node], signal.SIGCONT, group=True)
+
+    def alive(self, node: str) -> bool:
+        p = self.procs.get(node)
+        return p is not None and p.alive()
+
+    def stop(self) -> None:
+        for p in list(self.procs.values()) + self.helpers:
+            process.terminate(p, grace=2.0)
+            self.sandbox.forget(p)
+        self.procs.clear()
+        self.helpers.clear()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+
+class ExternalCluster(Cluster):
+    """A cluster the harness does not start: addresses and hooks from a cluster file. Nothing
+    is ever stopped at the end; only what a fault did is healed (by its hooks)."""
+
+    def __init__(self, ctx: Context, path: str) -> None:
+        from .external import load
+
+        super().__init__(ctx)
+        self.path = path
+        self.file = load(path)
+        self._down: set[str] = set()  # nodes we took down and did not start yet
+
+    @property
+    def offers(self) -> frozenset[str]:
+        return self.file.offers()
+
+    @property
+    def label(self) -> str:
+        return f"external ({self.path})"
+
+    def address(self, node: str, service: str = "client") -> tuple[str, int]:
+        return self.file.address(node, service)
+
+    def start_node(self, node: str) -> None:
+        self.file.run(node, "start")
+        self._down.discard(node)
+
+    def kill(self, node: str, timeout: float = 10.0) -> None:
+        self._down.add(node)
+        self.file.run(node, "kill")
+
+    def stop_node(self, node: str, timeout: float = 30.0) -> bool:
+        self._down.add(node)
+        return self.file.run(node, "stop") == 0
+
+    def pause(self, node: str) -> None:
+        self.file.run(node, "pause")
+
+    def resume(self, node: str) -> None:
+        self.file.run(node, "resume")
+
+    def alive(self, node: str) -> bool:
+        if self.file.has(node, "alive"):
+            return self.file.run(node, "alive", check=False) == 0
+        return node not in self._down
+
+    def run_hook(self, node: str, hook: str) -> None:
+        self.file.run(node, hook)

@@ -1,0 +1,56 @@
+"""One system under test: a cluster (local or external, chosen here, once), its roles and
+its client, built from a registry entry. The runner and the faults hold this."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .base import Context, System, SystemError_, wait_until
+from .cluster import Cluster, ExternalCluster
+
+if TYPE_CHECKING:
+    from ..sandbox import Sandbox
+    from ..scenario import Scenario
+
+
+class Deployment:
+    def __init__(self, system: type[System], scenario: "Scenario", sandbox: "Sandbox", run_id: str,
+                 logdir: Path) -> None:
+        options = system.Options.model_validate(scenario.options)
+        self.system = system
+        self.ctx = Context(scenario, options, sandbox, run_id, logdir)
+        self.cluster: Cluster = (ExternalCluster(self.ctx, scenario.external) if scenario.external
+                                 else system.local_cluster(options)(self.ctx))
+        self.client = system.Client(self.ctx, self.cluster)
+        self.roles = system.roles_class(options)(self.ctx, self.cluster, self.client)
+
+    @property
+    def offers(self) -> frozenset[str]:
+        """What faults may ask of this deployment: its cluster's verbs and its roles' lookups."""
+        return self.cluster.offers | self.system.offers
+
+    @property
+    def reusable(self) -> bool:
+        return self.system.reusable
+
+    def begin_run(self, run_id: str, logdir: Path) -> None:
+        self.cluster.begin_run(run_id, logdir)
+
+    async def up(self, timeout: float) -> None:
+        """From the client namespace: the cluster's staged start-up, then the client's connection."""
+        await self.cluster.ready(timeout)
+        await self.client.connect(timeout)
+
+    async def healthy(self, timeout: float) -> tuple[bool, str]:
+        """Can the next run reuse this cluster? Every node up, and whole within `timeout`."""
+        down = self.cluster.not_running()
+        if down:
+            return False, f"{', '.join(down)} not running"
+        try:
+            await wait_until(self.roles.whole, timeout, "the cluster", every=0.25)
+        except SystemError_ as e:
+            return False, str(e)
+        return True, "healthy"
+
+    def stop(self) -> None:
+        self.cluster.stop()

@@ -1,0 +1,49 @@
+"""RabbitMQ: a 3-node cluster from Debian's rabbitmq-server 3.10 (cluster.py), a durable
+queue with publisher confirms through aio-pika (client.py).
+
+Queue types (`options.queue_type`): quorum (Raft, the leader is the Raft leader), classic
+(one node, not replicated: the positive control for loss on a node kill) and stream.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import ScenarioError
+from ..base import System
+from ..registry import SYSTEMS
+from .client import RabbitClient, RabbitRoles
+from .cluster import SERVER, RabbitServers
+
+__all__ = ["SERVER", "RabbitMQ", "RabbitOptions"]
+
+
+class RabbitOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    queue_type: Literal["quorum", "classic", "stream"] = Field(
+        "quorum", description="quorum (Raft-replicated), classic (one node, not replicated) or stream")
+    producers_on: Literal["others", "all", "first"] = Field(
+        "others", description="nodes producers connect to, round-robin: others than the queue's first node, "
+                              "all, or the first")
+    persistent: bool = Field(True, description="delivery_mode 2 (persistent) messages")
+    mandatory: bool = Field(True, description="publish with mandatory: an unroutable message comes back (nack)")
+    prefetch: int = Field(2000, ge=1, le=65_535, description="consumer prefetch for the read")
+
+
+@SYSTEMS.register("rabbitmq")
+class RabbitMQ(System):
+    description = "RabbitMQ cluster (rabbitmq-server 3.10): quorum, classic or stream queue, publisher confirms"
+    Options = RabbitOptions
+    LocalCluster = RabbitServers
+    Client = RabbitClient
+    Roles = RabbitRoles
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        c = scenario.cluster
+        qt = scenario.options.get("queue_type", "quorum")
+        if qt == "classic" and c.replicas != 1 and "replicas" in c.model_fields_set:
+            raise ScenarioError("scenario field 'cluster.replicas': a classic queue lives on one node; set it to 1")
+        if c.replicas > c.nodes:
+            raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")

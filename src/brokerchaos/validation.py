@@ -1,0 +1,109 @@
+"""A scenario checked against the registries, before anything starts: the system exists and
+takes these options, and the deployment it describes offers what each fault needs.
+
+Sits above scenario.py (the model), systems/ and faults/, so that none of them imports
+another to validate (tests/test_layers.py holds the import graph acyclic).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import ValidationError
+
+from .errors import ScenarioError, first_error
+from .faults import FAULTS, TARGETS
+from .faults.targets import TargetError, check_expression
+from .scenario import Scenario, build as build_model, load_document, split_fault
+from .systems import SYSTEMS
+from .systems.base import LOCAL_VERBS, NETNS, node_names
+
+__all__ = ["ScenarioError", "build", "load", "load_document", "split_fault", "offers"]
+
+
+def offers(scenario: Scenario) -> frozenset[str]:
+    """What the deployment a scenario describes will offer, known before anything starts.
+    (`auto` is taken to give namespaces; the CLI checks that they can be made.)"""
+    system = SYSTEMS.get(scenario.system)
+    if scenario.external is not None:
+        from .systems.external import load as load_file
+
+        return load_file(scenario.external).offers() | system.offers
+    return LOCAL_VERBS | (set() if scenario.sandbox == "loopback" else {NETNS}) | system.offers
+
+
+def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
+    """Validate a scenario document with CLI overrides applied (flags win)."""
+    scenario = build_model(doc, overrides, tuple(TARGETS.names()))
+    check(scenario)
+    return scenario
+
+
+def load(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Scenario:
+    return build(load_document(path), overrides)
+
+
+def check(s: Scenario) -> None:
+    """Names must exist and the deployment must offer what each fault needs."""
+    if s.system not in SYSTEMS:
+        raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} "
+                            f"(known: {', '.join(SYSTEMS.names())})")
+    system = SYSTEMS.get(s.system)
+    try:
+        options = system.Options.model_validate(s.options)
+    except ValidationError as e:
+        raise ScenarioError(first_error(e, "options")) from None
+    system.check(s)
+    names = node_names(s.cluster.nodes)
+    if s.external is not None:
+        from .systems.external import load as load_file
+
+        ext = load_file(s.external)
+        if ext.system is not None and ext.system != s.system:
+            raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
+        if len(ext.nodes) != s.cluster.nodes:
+            raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
+    else:
+        names += list(system.service_hosts(options))
+    have = offers(s)
+    for path, f in s.fault_fields():
+        if f.action not in FAULTS:
+            raise ScenarioError(
+                f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
+            )
+        cls = FAULTS.get(f.action)
+        try:
+            params = cls.Params.model_validate(f.params)
+        except ValidationError as e:
+            raise ScenarioError(first_error(e, f"{path}.params")) from None
+        missing = cls.needs_for(params) - have
+        if missing:
+            raise ScenarioError(f"scenario field '{_field_of(missing, path, s)}': fault {f.action!r} needs "
+                                f"{', '.join(sorted(missing))}, which {_where(s)} does not offer "
+                                f"({', '.join(sorted(have)) or 'nothing'})")
+        try:
+            check_expression(f.target, names, have, groups=cls.takes_groups)
+            cls.check(params, names, have, s)
+        except TargetError as e:
+            raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
+        if f.target == "follower" and s.cluster.replicas < 2:
+            raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
+        if f.repeat is not None and f.duration is None and cls.recoverable:
+            raise ScenarioError(
+                f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
+            )
+
+
+def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:
+    # namespaces are a matter of the sandbox when the scenario asks for loopback
+    if missing == {NETNS} and s.sandbox == "loopback" and s.external is None:
+        return "sandbox"
+    return f"{path}.action"
+
+
+def _where(s: Scenario) -> str:
+    if s.external is not None:
+        return "the external cluster file"
+    if s.sandbox == "loopback":
+        return "the loopback sandbox"
+    return f"system {s.system!r}"

@@ -1,0 +1,124 @@
+"""The import graph of src/: which part may import which, and no cycle anywhere.
+
+Read from the source (every import statement, at any depth, lazy ones included), not from
+sys.modules, so that an import hidden in a function counts as much as one at the top.
+"""
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = "brokerchaos"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in (SRC / PKG).rglob("*.py"):
+        parts = list(p.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                # `from . import x`: x is a module when there is one by that name
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def _cycle(graph):
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_in_src():
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# what each part may import (besides itself and the standard/third-party libraries)
+ALLOWED = {
+    "errors": set(),
+    "registry": set(),
+    "history": set(),
+    "sandbox": set(),
+    "scenario": {"errors"},
+    "workload": {"history", "scenario"},
+    "systems": {"errors", "registry", "sandbox", "scenario"},
+    "faults": {"errors", "registry", "history", "scenario", "sandbox", "systems"},
+    "analysis": {"history"},
+    "report": {"analysis"},
+    "validation": {"errors", "scenario", "systems", "faults"},
+    "runner": {"analysis", "faults", "history", "report", "sandbox", "scenario", "systems", "workload"},
+    "campaign": {"errors", "scenario", "validation", "runner"},
+    "cli": {"analysis", "campaign", "errors", "faults", "history", "report", "runner", "sandbox", "scenario",
+            "systems", "validation"},
+}
+
+
+def _part(mod: str) -> str:
+    return mod.split(".")[1] if "." in mod else ""
+
+
+def test_each_part_imports_only_what_it_may():
+    wrong = []
+    for mod, deps in _graph().items():
+        part = _part(mod)
+        if not part:
+            continue
+        for d in deps:
+            other = _part(d)
+            if other and other != part and other not in ALLOWED[part]:
+                wrong.append(f"{mod} imports {d}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_every_part_is_listed():
+    parts = {_part(m) for m in _graph() if _part(m)}
+    assert parts == set(ALLOWED), parts ^ set(ALLOWED)

@@ -1,0 +1,168 @@
+"""The nemesis against a fake cluster, in memory: triggers, window ids, durations, heal order.
+
+Fast (no root, no JVM): the real Recorder writes the rows; the analysis's own pairing reads
+them back.
+"""
+import asyncio
+import time
+
+import pyarrow.dataset as ds
+
+from brokerchaos.analysis.metrics import pair_windows
+from brokerchaos.faults.nemesis import AckGate, Nemesis
+from brokerchaos.history import Recorder
+from brokerchaos.scenario import FaultSpec
+
+
+class FakeCluster:
+    """Nodes that are up or down, and a log of what was done to them, with times."""
+
+    def __init__(self, n=3):
+        self.node_names = [f"n{i}" for i in range(1, n + 1)]
+        self.host_names = self.node_names
+        self.up = set(self.node_names)
+        self.log = []
+
+    def _did(self, verb, node):
+        self.log.append((round(time.monotonic(), 3), verb, node))
+
+    def kill(self, node, timeout=10.0):
+        self._did("kill", node)
+        self.up.discard(node)
+
+    def start_node(self, node):
+        self._did("start", node)
+        self.up.add(node)
+
+    def alive(self, node):
+        return node in self.up
+
+    def pause(self, node):
+        self._did("pause", node)
+
+    def resume(self, node):
+        self._did("resume", node)
+
+
+class FakeRoles:
+    def __init__(self, lead="n2"):
+        self.lead = lead
+
+    async def leader(self):
+        return self.lead
+
+    async def replicas(self):
+        return [self.lead]
+
+    def consumer_nodes(self):
+        return []
+
+    async def wait_stream_ready(self, timeout):
+        return True
+
+
+class FakeDeployment:
+    def __init__(self):
+        self.cluster = FakeCluster()
+        self.roles = FakeRoles()
+
+
+def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False):
+    """Run one nemesis per spec for a write phase; `acks` first acks arrive at once."""
+    dep = FakeDeployment()
+    if fail_inject:
+        def boom(node, timeout=10.0):
+            raise RuntimeError("no such process")
+        dep.cluster.kill = boom
+    lines = []
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate = AckGate()
+
+        async def before(_dep, _nodes):
+            pass
+
+        nems = [Nemesis(i, FaultSpec(**spec), dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, before)
+                for i, spec in enumerate(specs)]
+        tasks = [asyncio.create_task(n.run()) for n in nems]
+        for _ in range(acks):
+            gate.on_first_ack()
+        longest = max((s.get("duration") or 0) + s.get("trigger", {}).get("at_seconds", 0) for s in specs)
+        await asyncio.wait(tasks, timeout=longest + 2 + extra)
+        for n in reversed(nems):  # the runner's `finally`: heal whatever is still in effect
+            await n.heal_active("end of run")
+        for n in nems:
+            await n.settle(1)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        rec.close()
+        return nems
+
+    nems = asyncio.run(body())
+    rows = sorted(ds.dataset(str(tmp_path)).to_table().to_pylist(), key=lambda r: r["seq"])
+    return dep, nems, rows, lines
+
+
+def test_overlapping_kills_are_two_windows_each_healed_by_its_own_id(tmp_path):
+    # the long window starts first, the short one inside it is healed first: pairing heals
+    # by action would close both at the first heal
+    specs = [{"action": "kill", "target": "n1", "trigger": {"at_seconds": 0}, "duration": 0.6},
+             {"action": "kill", "target": "n2", "trigger": {"at_seconds": 0.1}, "duration": 0.2}]
+    dep, nems, rows, _ = _run(tmp_path, specs)
+    faults = [r for r in rows if r["type"] == "fault"]
+    heals = [r for r in rows if r["type"] == "heal"]
+    readies = [r for r in rows if r["type"] == "ready"]
+    assert [r["node"] for r in faults] == ["n1", "n2"] and [r["node"] for r in heals] == ["n2", "n1"]
+    ids = [r["window"] for r in faults]
+    assert None not in ids and len(set(ids)) == 2
+    assert [r["window"] for r in heals] == ids[::-1]
+    assert sorted(r["window"] for r in readies) == sorted(ids)
+    windows = {f["node"]: (tf, te) for tf, te, f in pair_windows(rows, 10**15)}
+    n1, n2 = windows["n1"], windows["n2"]
+    assert 0.55 < (n1[1] - n1[0]) / 1e9 < 0.8, n1
+    assert 0.15 < (n2[1] - n2[0]) / 1e9 < 0.35, n2
+    # both nodes were started again by their heals, in that order
+    assert [(verb, node) for _, verb, node in dep.cluster.log] == [
+        ("kill", "n1"), ("kill", "n2"), ("start", "n2"), ("start", "n1")]
+    assert dep.cluster.up == {"n1", "n2", "n3"}
+    assert [n.windows[0]["id"] for n in nems] == ids
+
+
+def test_ack_trigger_and_a_window_healed_at_the_end(tmp_path):
+    specs = [{"action": "pause", "target": "leader", "trigger": {"after_acks": 5}}]
+    dep, nems, rows, lines = _run(tmp_path, specs, acks=5)
+    assert [(r["type"], r["node"]) for r in rows if r["type"] != "ready"] == [("fault", "n2"), ("heal", "n2")]
+    assert "end of run" in [r for r in rows if r["type"] == "heal"][0]["detail"]
+    w = nems[0].windows[0]
+    assert w["acks_at_effect"] == 5 and w["nodes"] == ["n2"] and w["healed_ms"] >= w["t_ms"]
+    assert [verb for _, verb, _ in dep.cluster.log] == ["pause", "resume"]
+    assert any(line.startswith("Fault: pause leader -> n2 at ack 5") for line in lines), lines
+
+
+def test_a_trigger_never_reached_records_nothing(tmp_path):
+    specs = [{"action": "kill", "target": "leader", "trigger": {"after_acks": 50}}]
+    dep, nems, rows, _ = _run(tmp_path, specs, acks=10)
+    assert rows == [] and dep.cluster.log == [] and nems[0].windows == []
+
+
+def test_repeated_windows_follow_the_plan(tmp_path):
+    specs = [{"action": "kill", "target": "random", "trigger": {"at_seconds": 0}, "duration": 0.1,
+              "repeat": {"every": 0.3, "for": 0.8}}]
+    dep, nems, rows, _ = _run(tmp_path, specs, extra=1.0)
+    assert nems[0].schedule == [0.0, 0.3, 0.6]
+    kinds = [r["type"] for r in rows if r["type"] != "ready"]
+    assert kinds == ["fault", "heal"] * 3
+    ids = [r["window"] for r in rows if r["type"] == "fault"]
+    assert len(set(ids)) == 3
+    starts = [w["t_ms"] for w in nems[0].windows]
+    assert all(250 < b - a < 400 for a, b in zip(starts, starts[1:])), starts
+
+
+def test_a_failed_injection_is_reported_and_healed_without_a_fault_row(tmp_path):
+    specs = [{"action": "kill", "target": "n1", "trigger": {"at_seconds": 0}, "duration": 0.1}]
+    dep, nems, rows, lines = _run(tmp_path, specs, fail_inject=True)
+    assert [r for r in rows if r["type"] in ("fault", "heal")] == []
+    assert "no such process" in nems[0].state["error"]
+    assert any("FAILED" in line for line in lines)

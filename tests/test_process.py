@@ -1,0 +1,68 @@
+"""A process we started is signalled through a handle that cannot name another: once it has
+exited and been reaped, its PID may run anything, and nothing we do reaches that."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from brokerchaos.sandbox import Sandbox, process
+
+pytestmark = [pytest.mark.root, pytest.mark.skipif(os.geteuid() != 0, reason="needs root to choose the next PID")]
+
+
+def _take_pid(pid: int, tries: int = 50):
+    """Start `sleep` with exactly this PID (root: /proc/sys/kernel/ns_last_pid), or None."""
+    for _ in range(tries):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        p = subprocess.Popen(["sleep", "60"])
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
+def test_a_reused_pid_is_a_process_that_is_gone(tmp_path):
+    ours = process.spawn("victim", ["sleep", "60"], None, tmp_path / "victim.log")
+    pid = ours.pid
+    assert ours.alive()
+    process.send_signal(ours, signal.SIGKILL)
+    assert process.wait_exit(ours, 5)  # exited and reaped: the PID is free
+    other = _take_pid(pid)
+    assert other is not None, f"could not make the kernel reuse pid {pid}"
+    try:
+        assert not ours.alive()
+        # every way the harness acts on a process: none may reach the new owner of the PID
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
+            process.send_signal(ours, sig)
+        process.send_signal(ours, signal.SIGSTOP, group=True)
+        process.terminate(ours, grace=0.5)
+        with Sandbox([], "loopback") as sb:
+            sb.procs.append(ours)  # a teardown that still holds it
+        time.sleep(0.2)
+        assert other.poll() is None
+        with open(f"/proc/{pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] in ("S", "R"), "the other process was stopped"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_signals_reach_our_live_process(tmp_path):
+    p = process.spawn("live", ["sleep", "60"], None, tmp_path / "live.log")
+    try:
+        process.send_signal(p, signal.SIGSTOP, group=True)
+        deadline = time.monotonic() + 5
+        while open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "not stopped"
+            time.sleep(0.02)
+        process.send_signal(p, signal.SIGCONT, group=True)
+        process.terminate(p, grace=5)
+        assert not p.alive() and p.popen.returncode == -signal.SIGTERM
+    finally:
+        if p.alive():
+            p.popen.kill()
+            p.popen.wait()

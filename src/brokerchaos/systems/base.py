@@ -89,7 +89,7 @@ class Cluster:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.node_names = node_names(ctx.scenario.cluster.nodes)
+        self.node_names = ctx.node_names
 
     @property
     def host_names(self) -> list[str]:

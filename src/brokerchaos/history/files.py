@@ -6,7 +6,7 @@ another tool gets one line naming the file and column instead of a JVM stack tra
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -44,7 +44,6 @@ class Checked:
 
     paths: list[str]
     files: int
-    normalised: list[str] = field(default_factory=list)
     _tmp: Optional[tempfile.TemporaryDirectory] = None
 
     def cleanup(self) -> None:
@@ -100,4 +99,4 @@ def check(path: Path) -> Checked:
         dest = Path(tmp.name) / f"{i:06d}-{f.name}"
         pq.write_table(pa.Table.from_arrays(cols, schema=pa.schema(fields)), dest)
         out.append(str(dest))
-    return Checked(out, len(files), [str(f) for f, _ in fixes], tmp)
+    return Checked(out, len(files), tmp)

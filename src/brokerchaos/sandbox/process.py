@@ -27,9 +27,6 @@ class Proc:
     netns: Optional[str]
     log: Path
     started: float = field(default_factory=time.monotonic)
-    # the executable the PID runs once the start script has exec'd (e.g. beam.smp), when
-    # argv[0] is a wrapper script
-    exe: Optional[str] = None
     pidfd: Optional[int] = None
 
     @property
@@ -51,8 +48,7 @@ class Proc:
             self.pidfd = None
 
 
-def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optional[dict] = None,
-          exe: Optional[str] = None) -> Proc:
+def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optional[dict] = None) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     # `ip netns exec` execs the command after setns, so the PID we get is the broker's.
     full = (["ip", "netns", "exec", ns] if ns else []) + argv
@@ -69,7 +65,7 @@ def spawn(name: str, argv: list[str], ns: Optional[str], log: Path, env: Optiona
         pidfd: Optional[int] = os.pidfd_open(popen.pid)
     except OSError:  # exited already (and not reaped: the PID is still ours) or no pidfd
         pidfd = None
-    return Proc(name, argv, popen, ns, log, exe=exe, pidfd=pidfd)
+    return Proc(name, argv, popen, ns, log, pidfd=pidfd)
 
 
 def send_signal(proc: Proc, sig: int, group: bool = False) -> None:

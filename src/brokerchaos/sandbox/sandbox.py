@@ -152,9 +152,8 @@ class Sandbox:
             raise SandboxError("teardown: " + "; ".join(errors))
 
     # -- processes -------------------------------------------------------------
-    def spawn(self, host: Host, name: str, argv: list[str], log: Path, env: Optional[dict] = None,
-              exe: Optional[str] = None) -> Proc:
-        p = process.spawn(name, argv, host.ns, log, env=env, exe=exe)
+    def spawn(self, host: Host, name: str, argv: list[str], log: Path, env: Optional[dict] = None) -> Proc:
+        p = process.spawn(name, argv, host.ns, log, env=env)
         self.procs.append(p)
         self._write_owner()
         return p

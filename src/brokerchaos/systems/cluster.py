@@ -75,13 +75,13 @@ class LocalCluster(Cluster):
         """Start `node`'s broker process (first start or restart), with spawn_node."""
         raise NotImplementedError
 
-    def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None, exe: Optional[str] = None) -> None:
+    def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None) -> None:
         old = self.procs.get(node)
         if old is not None and old.alive():
             raise SystemError_(f"{node} is already running (pid {old.pid})")
         if old is not None:
             self.sandbox.forget(old)
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.log(node), env=env, exe=exe)
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.log(node), env=env)
 
     def spawn_helper(self, node: str, name: str, argv: list[str], env: Optional[dict] = None) -> Proc:
         p = self.sandbox.spawn(self.host(node), name, argv, self.log(name), env=env)

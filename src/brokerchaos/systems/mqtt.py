@@ -178,10 +178,6 @@ class MqttRoles(Roles):
         nodes = self.consumer_nodes()
         return nodes[0] if nodes else self.client.rx_node
 
-    async def replicas(self) -> list[str]:
-        lead = await self.leader()
-        return [lead] + [n for n in self.cluster.node_names if n != lead]
-
     def consumer_nodes(self) -> list[str]:
         r = self.client.receiver
         return [r.current] if r is not None and r.current else []

@@ -120,7 +120,7 @@ class RabbitServers(LocalCluster):
         d = self.datadir / node
         d.mkdir(parents=True, exist_ok=True)
         (d / "rabbitmq.conf").write_text(self._conf(node))
-        self.spawn_node(node, [SERVER], env=self._env(node), exe="beam.smp")
+        self.spawn_node(node, [SERVER], env=self._env(node))
 
     async def ready(self, timeout: float) -> None:
         """Boot the joiners once the nodes before them serve, and wait until the cluster is

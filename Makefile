@@ -10,6 +10,7 @@ export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
 .PHONY: setup system demo test test-unit test-fast lint clean-sandbox
 
 setup: system $(VENV)/.installed
+	@$(VENV)/bin/brokerchaos fetch >/dev/null
 
 system:
 	@./scripts/setup-system.sh

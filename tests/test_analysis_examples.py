@@ -177,10 +177,12 @@ def test_recorded_nats_history_of_a_diverged_replica(spark, tmp_path):
     finally:
         a.release()
     lost = (tmp_path / "lost.csv").read_text().splitlines()
-    assert lost[0] == "run,producer,value,acked_at,first_ack_ms,read_there"
+    assert lost[0] == "run,producer,value,acked_at,acked_by,first_ack_ms,read_there"
     assert len(lost) == 47
     first = lost[1].split(",")
-    assert first[:4] == ["run-002", "p1", "1904", "1382"] and first[5] == "p1:1382"
+    assert first[:4] == ["run-002", "p1", "1904", "1382"] and first[6] == "p1:1382"
+    # the node the acks came through (NATS: the server the producer was connected to)
+    assert {row.split(",")[4] for row in lost[1:]} == {"n1"}
     # the oracle reads the same real history the same way
     (o,) = oracle.analyze(pq.read_table(src / "history.parquet").to_pylist())
     assert o["acked_missing"] == 46 and o["acked_missing_overwritten"] == 46

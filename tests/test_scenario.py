@@ -96,7 +96,18 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "kafka", "options": {"acks": "2"}}, "options.acks"),
     ({"system": "kafka", "options": {"message_timeout_ms": 9000}}, "options.message_timeout_ms"),
     ({"system": "kafka", "workload": {"ack_timeout": 1}}, "workload.ack_timeout"),
-    ({"system": "pulsar"}, "cluster.nodes"),
+    ({"system": "pulsar", "options": {"broker": "lite"}}, "cluster.nodes"),
+    ({"system": "pulsar", "options": {"ensemble_size": 4}}, "options.ensemble_size"),
+    ({"system": "pulsar", "options": {"ensemble_size": 3, "write_quorum": 2, "ack_quorum": 3}},
+     "options.write_quorum"),
+    ({"system": "pulsar", "options": {"broker": "lite"}, "cluster": {"nodes": 1, "replicas": 1},
+      "fault": {"action": "kill", "target": "bookie"}}, "fault.target"),
+    ({"system": "kafka", "cluster": {"version": "2.8"}}, "cluster.version"),
+    ({"system": "kafka", "options": {"broker": "tansu"}, "cluster": {"version": "4.1"}}, "cluster.version"),
+    ({"system": "nats", "cluster": {"version": "2.10"}}, "cluster.version"),
+    ({"system": "kafka", "options": {"min_insync_replicas": 3}, "cluster": {"replicas": 2}},
+     "options.min_insync_replicas"),
+    ({"system": "nats", "fault": {"action": "kill-wipe", "target": "leader"}}, "fault.action"),
     ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"send_timeout_ms": 5000}},
      "options.send_timeout_ms"),
     ({"system": "kafka", "fault": {"action": "pause", "target": "stor"}}, "fault.target"),
@@ -128,12 +139,21 @@ def test_consumer_node_target_is_known():
     assert (s.fault.action, s.fault.target) == ("kill", "consumer-node")
 
 
-def test_store_is_a_target_of_kafka_only():
-    sc.build({"system": "kafka", "fault": {"action": "isolate-from", "target": "client-node",
-                                           "params": {"from": "store"}}})
-    sc.build({"system": "kafka", "fault": {"action": "pause", "target": "store"}})
-    with pytest.raises(sc.ScenarioError, match=r"^scenario field 'fault.target': unknown target 'store'"):
-        sc.build({"system": "nats", "fault": {"action": "pause", "target": "store"}})
+def test_service_hosts_are_targets_of_their_system_only():
+    tansu = {"broker": "tansu"}
+    sc.build({"system": "kafka", "options": tansu, "fault": {"action": "isolate-from", "target": "client-node",
+                                                             "params": {"from": "store"}}})
+    sc.build({"system": "kafka", "options": tansu, "fault": {"action": "pause", "target": "store"}})
+    # Apache Kafka 3.9 has ZooKeeper, 4.1 a KRaft controller, Pulsar ZooKeeper and bookies
+    sc.build({"system": "kafka", "fault": {"action": "isolate-from", "target": "leader",
+                                           "params": {"from": "zk"}}})
+    sc.build({"system": "kafka", "cluster": {"version": "4.1"}, "fault": {"action": "pause", "target": "controller"}})
+    sc.build({"system": "pulsar", "fault": {"action": "kill-wipe", "target": "b1,b2"}})
+    sc.build({"system": "pulsar", "options": {"bookies": 5}, "fault": {"action": "kill", "target": "b5"}})
+    for system, options, host in [("nats", {}, "store"), ("kafka", {}, "store"), ("kafka", tansu, "zk"),
+                                  ("pulsar", {"bookies": 3}, "b4")]:
+        with pytest.raises(sc.ScenarioError, match=rf"^scenario field 'fault.target': unknown target '{host}'"):
+            sc.build({"system": system, "options": options, "fault": {"action": "pause", "target": host}})
 
 
 @pytest.mark.parametrize("text, extra, field", [

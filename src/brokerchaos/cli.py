@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("clean", help="remove namespaces, processes and state left by crashed sessions")
     c.add_argument("--all", action="store_true", help="also remove those of sessions still running")
+
+    c = sub.add_parser("fetch", help="resolve the Java servers (Kafka, ZooKeeper, Pulsar, BookKeeper) from Maven "
+                                     "Central into the cache, once (make setup does)")
+    c.add_argument("sets", nargs="*", help="server sets (default all): kafka-3.9, kafka-4.1, pulsar-4.0")
     return p
 
 
@@ -246,7 +250,7 @@ def cmd_faults(args) -> int:
     from .systems import SYSTEMS
     from .systems.base import HOOKS, LOCAL_VERBS, NETNS
 
-    local = {name: LOCAL_VERBS | {NETNS} | cls.offers for name, cls in SYSTEMS.items()}
+    local = {name: LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers() for name, cls in SYSTEMS.items()}
     print("Fault actions (--fault ACTION or ACTION-TARGET, e.g. kill-leader; settings with --fault-param K=V):")
     for name, cls in FAULTS.items():
         systems = [s for s, offers in local.items() if supported(cls, offers)]
@@ -268,7 +272,8 @@ def cmd_faults(args) -> int:
             "every node has, and hooks")
     print("\nSystems (--system NAME; settings with --option K=V or `options:`):")
     for name, cls in SYSTEMS.items():
-        extra = f"  [offers {', '.join(sorted(cls.offers))}]" if cls.offers else ""
+        own = cls.offers | cls.local_offers()
+        extra = f"  [offers {', '.join(sorted(own))}]" if own else ""
         print(f"  {name:<16} {cls.description}{extra}")
         _print_fields(cls.Options)
     return 0
@@ -296,7 +301,18 @@ def cmd_clean(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "faults": cmd_faults,
-            "clean": cmd_clean}[args.command](args)
+            "clean": cmd_clean, "fetch": cmd_fetch}[args.command](args)
+
+
+def cmd_fetch(args) -> int:
+    from .systems import jvm
+
+    unknown = [n for n in args.sets if n not in jvm.sets()]
+    if unknown:
+        print(f"brokerchaos: error: unknown server set {unknown[0]!r} (known: {', '.join(jvm.sets())})",
+              file=sys.stderr)
+        return 2
+    return jvm.fetch(args.sets)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ class Session:
             system = SYSTEMS.get(s.system)
             hosts = node_names(s.cluster.nodes)
             if not s.external:
-                hosts += list(system.service_hosts(system.Options.model_validate(s.options)))
+                hosts += list(system.service_hosts(s))
             # an external cluster is reached from the root namespace, like any other client
             with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb, self._cluster():
                 self._announce(sb)
@@ -159,6 +159,7 @@ class Session:
                     self._rebuild_why = f"rebuilt: {meta.get('health_after', 'the run did not finish')}"
             finally:
                 meta["finished"] = time.time()
+                run_dir.mkdir(parents=True, exist_ok=True)  # a cluster that failed to start made none
                 (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
         return meta
 
@@ -212,6 +213,7 @@ class Session:
             await dep.up(timeout=90)
             await dep.client.create_stream(timeout=30)
             out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
+            out["servers"] = dep.cluster.versions()
             reader_client = dep.client.reader("c1")
             live = isinstance(reader_client, LiveReader)  # reads during the write phase (MQTT)
             reader = Recorder(hist, run_id, "c1", origin)

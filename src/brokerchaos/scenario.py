@@ -28,6 +28,9 @@ class ClusterSpec(_Strict):
                        json_schema_extra=CLI)
     replicas: int = Field(3, ge=1, le=9, description="replication factor of the stream/topic/queue (default 3)",
                           json_schema_extra=CLI)
+    version: Optional[str] = Field(
+        None, description="server version where a system offers several (Kafka: 3.9 with ZooKeeper, 4.1 with "
+                          "KRaft); default: the system's pinned one")
     reuse: bool = Field(
         True, description="let the next run use this run's cluster when it ends healthy (fresh stream/queue); "
                           "false: a new cluster per run")
@@ -39,6 +42,9 @@ class WorkloadSpec(_Strict):
     in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer "
                                                     "(default 10000)", json_schema_extra=CLI)
     producers: int = Field(1, ge=1, le=64, description="concurrent producers (default 1)", json_schema_extra=CLI)
+    rate: Optional[float] = Field(
+        None, gt=0, le=10_000_000, description="messages per second per producer, a steady pace (default: as fast "
+                                               "as in_flight allows)", json_schema_extra=CLI)
     message_size: int = Field(0, ge=0, le=1_048_576, description="pad payloads to this many bytes",
                               json_schema_extra=CLI)
     retries: int = Field(0, ge=0, le=100, description="resends of a message after a nack or unknown outcome "

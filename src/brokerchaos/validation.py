@@ -28,8 +28,9 @@ def offers(scenario: Scenario) -> frozenset[str]:
     if scenario.external is not None:
         from .systems.external import load as load_file
 
-        return load_file(scenario.external).offers() | system.offers
-    return LOCAL_VERBS | (set() if scenario.sandbox == "loopback" else {NETNS}) | system.offers
+        return load_file(scenario.external).offers() | system.roles_offers(scenario)
+    return (LOCAL_VERBS | (set() if scenario.sandbox == "loopback" else {NETNS}) | system.roles_offers(scenario)
+            | getattr(system.local_cluster(scenario), "extra_offers", frozenset()))
 
 
 def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
@@ -50,10 +51,15 @@ def check(s: Scenario) -> None:
                             f"(known: {', '.join(SYSTEMS.names())})")
     system = SYSTEMS.get(s.system)
     try:
-        options = system.Options.model_validate(s.options)
+        system.Options.model_validate(s.options)
     except ValidationError as e:
         raise ScenarioError(first_error(e, "options")) from None
     system.check(s)
+    known = system.versions(s)
+    if s.cluster.version is not None and s.cluster.version not in known:
+        raise ScenarioError(f"scenario field 'cluster.version': {s.system} here runs "
+                            + (f"one of {', '.join(known)}" if known else "the version its package provides")
+                            + f", not {s.cluster.version!r}")
     names = node_names(s.cluster.nodes)
     if s.external is not None:
         from .systems.external import load as load_file
@@ -64,7 +70,7 @@ def check(s: Scenario) -> None:
         if len(ext.nodes) != s.cluster.nodes:
             raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
     else:
-        names += list(system.service_hosts(options))
+        names += list(system.service_hosts(s))
     have = offers(s)
     for path, f in s.fault_fields():
         if f.action not in FAULTS:

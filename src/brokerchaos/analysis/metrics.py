@@ -529,7 +529,7 @@ def losses(df: DataFrame, lost: DataFrame, broadcast: bool, held: Optional[list]
 
     acks = (
         df.where((t == "ack") & F.col("value").isNotNull() & (F.lit(True) if near is None else near))
-        .select(*key, "offset", "t_ns")
+        .select(*key, "offset", "t_ns", "node")
         .join(small(lost), key, "left_semi")
     )
     if held is not None:
@@ -550,10 +550,12 @@ def losses(df: DataFrame, lost: DataFrame, broadcast: bool, held: Optional[list]
         .agg(
             F.sort_array(F.collect_set("offset")).alias("_at"),
             F.min("t_ns").alias("first_ack_ns"),
+            F.sort_array(F.collect_set("node")).alias("_by"),
             F.sort_array(F.array_distinct(F.flatten(F.collect_list(
                 F.coalesce("_there", F.array().cast("array<string>")))))).alias("_there"),
         )
         .select(*key, F.concat_ws(" ", "_at").alias("acked_at"), "first_ack_ns",
+                F.concat_ws(" ", "_by").alias("acked_by"),
                 F.concat_ws(" ", "_there").alias("read_there"), (F.size("_there") > 0).alias("overwritten"))
     )
 

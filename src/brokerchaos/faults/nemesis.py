@@ -150,6 +150,7 @@ class Nemesis:
             target = await resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             await self.before_fault(self.deployment, target.nodes)
+            await self._describe(w, "roles_before")
             await fault.inject(target)
         except Exception as e:  # recorded; the run goes on and says so
             w["error"] = f"{type(e).__name__}: {e}"
@@ -178,6 +179,8 @@ class Nemesis:
             return
         fault, w = self.active
         self.active = None
+        if "t_ms" in w:
+            await self._describe(w, "roles_during")
         try:
             await fault.heal()
         except Exception as e:
@@ -199,6 +202,17 @@ class Nemesis:
                                 window=w["id"])
             self.rec.flush()
             w["ready_ms"] = round(t / 1e6, 3)
+            await self._describe(w, "roles_after")
+
+    async def _describe(self, w: dict, key: str) -> None:
+        """The stream as the cluster describes it (the seed's topic details), bounded: a
+        cluster in the middle of a fault may not answer, and that is what gets kept."""
+        try:
+            got = await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
+        except Exception as e:
+            got = {"error": f"{type(e).__name__}: {e}"[:200]}
+        if got:
+            w[key] = got
 
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left."""

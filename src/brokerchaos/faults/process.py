@@ -46,6 +46,19 @@ class Kill(_Restarting):
             self.nodes.append(n)
 
 
+@FAULTS.register("kill-wipe")
+class KillWipe(_Restarting):
+    description = ("SIGKILL the target and delete its data (its disk lost); heal starts it again empty "
+                   "(Pulsar bookies: bookies[2] is a whole write quorum with Qw 2)")
+    needs = frozenset({"kill", "start", "wipe"})
+
+    async def inject(self, target: Target) -> None:
+        for n in target.nodes:
+            self.ctx.cluster.kill(n)
+            self.nodes.append(n)
+            self.ctx.cluster.wipe(n)
+
+
 class StopParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float = Field(30.0, gt=0, le=600, description="seconds to wait for a clean exit before SIGKILL")

@@ -89,6 +89,19 @@ async def coordinator(ctx: FaultContext) -> list[str]:
     return [await ctx.roles.coordinator()]
 
 
+@TARGETS.register("bookies")
+async def bookies(ctx: FaultContext) -> list[str]:
+    """the storage nodes of the stream's current data (Pulsar: the current ledger's ensemble);
+    bookies[2]: two of them, chosen with the seed"""
+    return await ctx.roles.ensemble()
+
+
+@TARGETS.register("bookie")
+async def bookie(ctx: FaultContext) -> list[str]:
+    """one bookie of the current ledger's ensemble, chosen with the seed"""
+    return [ctx.rng.choice(await ctx.roles.ensemble())]
+
+
 def parse(expr: str, groups: bool = False) -> list[list[tuple[str, Optional[int]]]]:
     parts = expr.split("|")
     if len(parts) > 1 and not groups:
@@ -123,6 +136,8 @@ def check_expression(expr: str, node_names: list[str], offers: frozenset[str], g
                 raise TargetError(f"unknown target {name!r} (known: {', '.join(names)})", field)
             if name == "coordinator" and "coordinator" not in offers:
                 raise TargetError("this system has no coordinator", field)
+            if name in ("bookie", "bookies") and "ensemble" not in offers:
+                raise TargetError(f"{name!r}: this system has no storage ensemble (Pulsar's bookies)", field)
     if groups:
         mentioned = [n for part in parsed for n, c in part if n in node_names and c is None]
         if len(mentioned) != len(set(mentioned)):

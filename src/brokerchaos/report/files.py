@@ -106,11 +106,11 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -
             w.writerow([r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"]])
     with open(out / "lost.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["run", "producer", "value", "acked_at", "first_ack_ms", "read_there"])
+        w.writerow(["run", "producer", "value", "acked_at", "acked_by", "first_ack_ms", "read_there"])
         if analysis.losses is not None:
             for r in analysis.losses.orderBy("run", "producer", "value").toLocalIterator():
-                w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["first_ack_ns"] / 1e6,
-                            r["read_there"]])
+                w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],
+                            r["first_ack_ns"] / 1e6, r["read_there"]])
     summary = summarize(verdicts)
     (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
     return summary

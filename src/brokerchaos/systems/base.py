@@ -39,6 +39,8 @@ LOCAL_VERBS = frozenset({KILL, STOP, START, PAUSE})
 NETNS = "netns"  # the nodes sit in namespaces of ours: network faults work
 HOOKS = "hooks"  # named commands of a cluster file (the `command` fault)
 COORDINATOR = "coordinator"  # the roles can name the node coordinating the cluster
+ENSEMBLE = "ensemble"  # the roles can name the storage nodes holding the stream's current data (bookies)
+WIPE = "wipe"  # the cluster can delete a stopped node's data (its disk lost)
 
 
 class SystemError_(RuntimeError):
@@ -111,8 +113,9 @@ class Cluster:
         raise NotImplementedError
 
     def node_at(self, host: str, port: int, service: str = "client") -> Optional[str]:
-        """The node at an address (as a client library or a sentinel reports it)."""
-        for n in self.node_names:
+        """The node or service host at an address (as a client library, a sentinel or a
+        ledger's metadata reports it)."""
+        for n in self.host_names:
             try:
                 if self.address(n, service) == (host, int(port)):
                     return n
@@ -157,6 +160,10 @@ class Cluster:
 
     def run_hook(self, node: str, hook: str) -> None:
         raise LookupError(f"no hook {hook!r}: hooks come from an external cluster file")
+
+    def versions(self) -> dict[str, str]:
+        """Server versions as the servers report them (kept in run.json); {} if unknown."""
+        return {}
 
     def not_running(self) -> list[str]:
         return [n for n in self.host_names if not self.alive(n)]
@@ -251,6 +258,16 @@ class Roles:
         """The node coordinating the cluster (controller, meta leader); needs `coordinator`."""
         raise LookupError("this system has no coordinator")
 
+    async def ensemble(self) -> list[str]:
+        """The storage nodes holding the stream's current segment (Pulsar: the bookies of the
+        current ledger's last ensemble); needs `ensemble`."""
+        raise LookupError("this system has no storage ensemble")
+
+    async def describe(self) -> dict:
+        """What the cluster says of the stream now (leader, replicas in sync, controller), kept
+        in run.json around each fault window; {} where there is nothing more than the leader."""
+        return {}
+
     def consumer_nodes(self) -> list[str]:
         """Nodes the live consumers are connected to now (systems that read during the run)."""
         return []
@@ -302,17 +319,34 @@ class System:
         """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
 
     @classmethod
-    def local_cluster(cls, options: Any) -> type[Cluster]:
-        """The local cluster class for these options (MQTT picks a backend)."""
+    def versions(cls, scenario: "Scenario") -> tuple[str, ...]:
+        """The server versions `cluster.version` may name here, the default first; () when
+        the system runs the one version its package provides."""
+        return ()
+
+    @classmethod
+    def local_cluster(cls, scenario: "Scenario") -> type[Cluster]:
+        """The local cluster class for this scenario (MQTT picks a backend, Kafka a server)."""
         return cls.LocalCluster
 
     @classmethod
-    def roles_class(cls, options: Any) -> type[Roles]:
+    def roles_class(cls, scenario: "Scenario") -> type[Roles]:
         return cls.Roles
 
     @classmethod
-    def service_hosts(cls, options: Any) -> tuple[str, ...]:
-        return cls.local_cluster(options).service_hosts
+    def roles_offers(cls, scenario: "Scenario") -> frozenset[str]:
+        """What the roles of this scenario's deployment can look up (`offers`, unless the
+        options choose a server without them)."""
+        return cls.offers
+
+    @classmethod
+    def local_offers(cls) -> frozenset[str]:
+        """Verbs beyond LOCAL_VERBS the default local cluster offers (the `faults` table)."""
+        return getattr(getattr(cls, "LocalCluster", None), "extra_offers", frozenset())
+
+    @classmethod
+    def service_hosts(cls, scenario: "Scenario") -> tuple[str, ...]:
+        return cls.local_cluster(scenario).service_hosts
 
 
 def quiet_logger(name: str):
@@ -344,9 +378,9 @@ def packaged_binary(package: str, name: str, install: str) -> str:
 
 
 async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
-                   method: str = "GET") -> bytes:
-    """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints); raises OSError
-    unless the answer is 2xx."""
+                   method: str = "GET", hops: int = 0) -> bytes:
+    """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints), following a
+    redirect; raises OSError unless the answer is 2xx."""
     async def get() -> bytes:
         r, w = await asyncio.open_connection(host, port)
         try:
@@ -360,6 +394,16 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
             w.close()
         head_b, _, body = data.partition(b"\r\n\r\n")
         status = head_b.split(b"\r\n", 1)[0].split()
+        if len(status) >= 2 and status[1] in (b"301", b"302", b"307", b"308") and hops < 3:
+            # Pulsar's REST API sends a lookup to the broker that serves it
+            from urllib.parse import urlsplit
+
+            for line in head_b.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"location":
+                    u = urlsplit(value.strip().decode())
+                    return await http_get(u.hostname or host, u.port or port, u.path + (f"?{u.query}" if u.query
+                                          else ""), timeout, auth, method, hops + 1)
         if len(status) < 2 or not status[1].startswith(b"2"):
             raise OSError(f"HTTP {head_b[:40]!r} for {method} {path}")
         return body

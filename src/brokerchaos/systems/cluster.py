@@ -28,6 +28,8 @@ class LocalCluster(Cluster):
     """
 
     ports: ClassVar[dict[str, int]] = {}
+    # verbs beyond LOCAL_VERBS this cluster's servers support (WIPE: their data can go)
+    extra_offers: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -43,7 +45,7 @@ class LocalCluster(Cluster):
 
     @property
     def offers(self) -> frozenset[str]:
-        return LOCAL_VERBS | ({NETNS} if self.sandbox.network_faults else set())
+        return LOCAL_VERBS | self.extra_offers | ({NETNS} if self.sandbox.network_faults else set())
 
     @property
     def label(self) -> str:
@@ -88,6 +90,18 @@ class LocalCluster(Cluster):
         self.helpers.append(p)
         return p
 
+    def run_tool(self, host: str, name: str, argv: list[str], timeout: float) -> int:
+        """A one-shot command in `host`'s namespace (a metadata setup, a disk format),
+        waited for; its output goes to the log `name`. Killed after `timeout`."""
+        p = self.sandbox.spawn(self.host(host), name, argv, self.log(name))
+        try:
+            if not process.wait_exit(p, timeout):
+                process.terminate(p, grace=2.0)
+                raise SystemError_(f"{name} did not finish within {timeout:.0f}s; see {self.log(name)}")
+            return p.popen.returncode
+        finally:
+            self.sandbox.forget(p)
+
     def exited(self, node: str) -> NodeExited:
         return NodeExited(f"{node} exited while starting; see {self.log(node)}")
 
@@ -105,6 +119,10 @@ class LocalCluster(Cluster):
             return True
         self.kill(node)
         return False
+
+    def wipe(self, node: str) -> None:
+        """Delete a stopped node's data; needs `wipe` in extra_offers."""
+        raise LookupError("this cluster cannot wipe a node's data")
 
     def pause(self, node: str) -> None:
         """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""

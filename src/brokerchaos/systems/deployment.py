@@ -20,14 +20,14 @@ class Deployment:
         self.system = system
         self.ctx = Context(scenario, options, sandbox, run_id, logdir)
         self.cluster: Cluster = (ExternalCluster(self.ctx, scenario.external) if scenario.external
-                                 else system.local_cluster(options)(self.ctx))
+                                 else system.local_cluster(scenario)(self.ctx))
         self.client = system.Client(self.ctx, self.cluster)
-        self.roles = system.roles_class(options)(self.ctx, self.cluster, self.client)
+        self.roles = system.roles_class(scenario)(self.ctx, self.cluster, self.client)
 
     @property
     def offers(self) -> frozenset[str]:
         """What faults may ask of this deployment: its cluster's verbs and its roles' lookups."""
-        return self.cluster.offers | self.system.offers
+        return self.cluster.offers | self.system.roles_offers(self.ctx.scenario)
 
     @property
     def reusable(self) -> bool:

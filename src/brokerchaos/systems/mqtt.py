@@ -236,12 +236,12 @@ class Mqtt(System):
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
 
     @classmethod
-    def local_cluster(cls, options) -> type[LocalCluster]:
-        return BACKENDS[options.broker][0]
+    def local_cluster(cls, scenario) -> type[LocalCluster]:
+        return BACKENDS[MqttOptions.model_validate(scenario.options).broker][0]
 
     @classmethod
-    def roles_class(cls, options) -> type[Roles]:
-        return BACKENDS[options.broker][1]
+    def roles_class(cls, scenario) -> type[Roles]:
+        return BACKENDS[MqttOptions.model_validate(scenario.options).broker][1]
 
     @classmethod
     def check(cls, scenario) -> None:

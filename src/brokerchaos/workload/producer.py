@@ -112,8 +112,14 @@ class ProducerLoop:
         """Send every message, then wait for every outcome; both bounded by `deadline`."""
         await self.client.open(self.on_outcome)
         sweeper = asyncio.create_task(self._sweeper())
+        rate, t_first = self.spec.rate, time.monotonic()
         try:
             for value in range(1, self.spec.messages + 1):
+                if rate is not None:
+                    # the pace is kept against the start, so a stall is caught up, not carried
+                    ahead = t_first + (value - 1) / rate - time.monotonic()
+                    if ahead > 0.001:
+                        await asyncio.sleep(ahead)
                 await self._drain_resends()
                 if not await self._acquire(deadline):
                     self.stopped_early = f"write_timeout reached after {value - 1} messages"

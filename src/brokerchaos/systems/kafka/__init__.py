@@ -1,0 +1,100 @@
+"""Kafka: real Apache Kafka from Maven Central by default (apache.py: replication, ISR, leader
+election, ZooKeeper or KRaft), or tansu (tansu.py: the Kafka protocol on one S3 store, no
+replication) as `options.broker: tansu`; the same confluent-kafka client for both (client.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...errors import ScenarioError
+from ..base import COORDINATOR, System
+from ..registry import SYSTEMS
+from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
+from .client import KafkaClient, KafkaRoles, outcome_of
+from .tansu import TansuRoles, TansuServers
+
+__all__ = ["Kafka", "KafkaOptions", "outcome_of"]
+
+# cluster.version -> the local cluster that runs it; the first is the default
+VERSIONS = {"3.9": ZooKeeperKafka, "4.1": KRaftKafka}
+
+
+class KafkaOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    broker: Literal["apache", "tansu"] = Field(
+        "apache", description="apache: Apache Kafka from Maven Central (3.9 on ZooKeeper, or 4.1 on KRaft by "
+                              "cluster.version); tansu: the Kafka protocol on one S3 store, no replication")
+    acks: Literal["0", "1", "all"] = Field("all", description="producer acks: 0, 1 or all")
+    min_insync_replicas: Optional[int] = Field(None, ge=1, le=9, description="topic min.insync.replicas")
+    unclean_leader_election: bool = Field(False, description="unclean.leader.election.enable (apache)")
+    replica_lag_time_max_ms: int = Field(10_000, ge=100, le=3_600_000,
+                                         description="replica.lag.time.max.ms (apache; the seed's era: 10 s)")
+    zk_session_timeout_ms: int = Field(6_000, ge=1_000, le=120_000,
+                                       description="zookeeper.session.timeout.ms (apache 3.9; the seed's: 6 s)")
+    partitions: int = Field(1, ge=1, le=64, description="topic partitions (ordering holds per partition only)")
+    message_timeout_ms: Optional[int] = Field(
+        None, ge=100, le=3_600_000,
+        description="librdkafka message.timeout.ms: after it a message is reported failed (unknown); "
+                    "default: workload.ack_timeout minus 1 s")
+    request_timeout_ms: int = Field(5000, ge=100, le=600_000, description="request.timeout.ms")
+    retries: Optional[int] = Field(None, ge=0, le=2_147_483_647,
+                                   description="librdkafka's own resends (default: until message.timeout.ms)")
+    max_in_flight: int = Field(5, ge=1, le=1_000_000, description="max.in.flight.requests.per.connection")
+    linger_ms: float = Field(5.0, ge=0, le=900_000, description="linger.ms: batching delay")
+    batch_messages: int = Field(10_000, ge=1, le=1_000_000, description="batch.num.messages")
+    client_config: dict[str, Any] = Field(default_factory=dict,
+                                          description="any other librdkafka producer property")
+
+    @field_validator("acks", mode="before")
+    @classmethod
+    def _acks(cls, v):
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+@SYSTEMS.register("kafka")
+class Kafka(System):
+    description = ("Apache Kafka 3.9 on ZooKeeper (host `zk`) or 4.1 on KRaft, RF 3, confluent-kafka; "
+                   "options.broker tansu: one S3 store, no replication")
+    Options = KafkaOptions
+    LocalCluster = ZooKeeperKafka
+    Client = KafkaClient
+    Roles = ApacheKafkaRoles
+    offers = frozenset({COORDINATOR})
+
+    @classmethod
+    def versions(cls, scenario) -> tuple[str, ...]:
+        return tuple(VERSIONS) if KafkaOptions.model_validate(scenario.options).broker == "apache" else ()
+
+    @classmethod
+    def local_cluster(cls, scenario):
+        if KafkaOptions.model_validate(scenario.options).broker == "tansu":
+            return TansuServers
+        return VERSIONS[scenario.cluster.version or next(iter(VERSIONS))]
+
+    @classmethod
+    def roles_class(cls, scenario) -> type[KafkaRoles]:
+        return TansuRoles if KafkaOptions.model_validate(scenario.options).broker == "tansu" else ApacheKafkaRoles
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        o = KafkaOptions.model_validate(scenario.options)
+        w = scenario.workload
+        c = scenario.cluster
+        if w.dedup and o.acks != "all":
+            raise ScenarioError("scenario field 'options.acks': idempotence (workload.dedup) needs acks=all")
+        if w.dedup and o.max_in_flight > 5:
+            raise ScenarioError("scenario field 'options.max_in_flight': idempotence (workload.dedup) allows at most 5")
+        if o.message_timeout_ms is not None and o.message_timeout_ms / 1000 >= w.ack_timeout:
+            raise ScenarioError(
+                f"scenario field 'options.message_timeout_ms': {o.message_timeout_ms} ms is not below "
+                f"workload.ack_timeout ({w.ack_timeout} s); the client's own verdict must come first")
+        if w.ack_timeout <= 1.1 and o.message_timeout_ms is None:
+            raise ScenarioError("scenario field 'workload.ack_timeout': Kafka needs more than 1.1 s "
+                                "(message.timeout.ms is derived from it)")
+        if c.replicas > c.nodes:
+            raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")
+        if o.min_insync_replicas is not None and o.min_insync_replicas > c.replicas:
+            raise ScenarioError(f"scenario field 'options.min_insync_replicas': {o.min_insync_replicas} is more "
+                                f"than the {c.replicas} replicas; every write would be refused")

@@ -1,0 +1,257 @@
+"""Apache Kafka from Maven Central (`options.broker: apache`, the default): three brokers,
+one per node namespace, replicating for real, and their metadata quorum on a host of its own.
+
+- Kafka 3.9 (`cluster.version` 3.9, the default) runs in ZooKeeper mode, the seeds' setup:
+  one ZooKeeper server on host `zk`. `coordinator` is that host, so `isolate-from` with
+  `from: coordinator` is the seed's "leader isolated from ZooKeeper only".
+- Kafka 4.1 (`cluster.version` 4.1) has no ZooKeeper: one KRaft controller on host
+  `controller`, which is then the coordinator.
+
+The jars come from the pinned poms in systems/maven (jvm.py); configuration files are
+written here, one per process, in the cluster's data directory. The defaults of the
+replication settings are the seed's era (ISR lag 10 s, ZooKeeper session 6 s), each an
+option.
+"""
+from __future__ import annotations
+
+import base64
+import subprocess
+import uuid
+from typing import ClassVar, Optional
+
+from .. import jvm
+from ..base import NodeExited, SystemError_, port_open, wait_until
+from ..cluster import LocalCluster
+from .client import KafkaRoles
+
+ZK = "zk"
+CONTROLLER = "controller"
+BROKER_HEAP_MB = 768
+META_HEAP_MB = 256
+KRAFT_CONTROLLER_ID = 100
+
+LOG4J = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+log4j.logger.org.apache.kafka.common.utils.AppInfoParser=INFO
+"""
+
+
+LOG4J2 = """\
+status = error
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+"""
+
+
+def broker_id(node: str) -> int:
+    return int(node.lstrip("n"))
+
+
+class ApacheKafka(LocalCluster):
+    """What both modes share: broker processes, their properties, versions from their logs."""
+
+    jars: ClassVar[str]
+    ports = {"client": 9092, "zk": 2181, "controller": 9093}
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.cp: Optional[str] = None
+        self._versions: dict[str, str] = {}
+
+    def start(self) -> None:
+        self.cp = jvm.classpath(self.jars)  # a failed download stops here, before any process
+        (self.datadir).mkdir(parents=True, exist_ok=True)
+        (self.datadir / "log4j.properties").write_text(LOG4J)  # 3.9: reload4j
+        (self.datadir / "log4j2.properties").write_text(LOG4J2)  # 4.x: log4j 2
+        super().start()
+
+    def java(self, name: str, main: str, heap_mb: int, *args: str) -> list[str]:
+        return jvm.argv(self.cp, main, heap_mb, *args,
+                        props={"log4j.configuration": f"file:{self.datadir / 'log4j.properties'}",
+                               "log4j2.configurationFile": str(self.datadir / "log4j2.properties"),
+                               "kafka.logs.dir": str(self.datadir / name / "logs")})
+
+    def broker_properties(self, node: str) -> dict:
+        o = self.options
+        ip, port = self.address(node)
+        rf = min(3, len(self.node_names))
+        return {
+            "broker.id" if self.zookeeper else "node.id": broker_id(node),
+            "listeners": f"PLAINTEXT://{ip}:{port}",
+            "advertised.listeners": f"PLAINTEXT://{ip}:{port}",
+            "log.dirs": self.datadir / node / "data",
+            "num.partitions": 1,
+            "default.replication.factor": rf,
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": 1,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 1,
+            "unclean.leader.election.enable": str(o.unclean_leader_election).lower(),
+            "replica.lag.time.max.ms": o.replica_lag_time_max_ms,
+            "auto.create.topics.enable": "false",
+            "delete.topic.enable": "true",
+            "group.initial.rebalance.delay.ms": 0,
+            # two cores for the whole cluster, Spark and the client
+            "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2, "num.replica.fetchers": 1,
+        }
+
+    zookeeper: ClassVar[bool] = True
+
+    def launch_broker(self, node: str, extra: dict) -> None:
+        conf = jvm.properties(self.datadir / node / "server.properties", {**self.broker_properties(node), **extra})
+        self.spawn_node(node, self.java(node, "kafka.Kafka", BROKER_HEAP_MB, str(conf)))
+
+    def versions(self) -> dict[str, str]:
+        for n in self.node_names:
+            if "kafka" not in self._versions:
+                v = jvm.log_version(self.log(n), r"Kafka version: (\S+)")
+                if v:
+                    self._versions["kafka"] = v
+        return dict(self._versions)
+
+    async def brokers_listening(self, timeout: float) -> None:
+        async def look():
+            down = self.not_running()
+            if down:
+                raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
+            closed = [n for n in self.node_names if not await port_open(self.address(n))]
+            return not closed, f"not listening yet: {', '.join(closed)}"
+
+        await wait_until(look, timeout, "Kafka brokers", every=0.25)
+
+
+class ZooKeeperKafka(ApacheKafka):
+    """Kafka 3.9 brokers on one ZooKeeper server (host `zk`)."""
+
+    jars = "kafka-3.9"
+    service_hosts = (ZK,)
+    zookeeper = True
+
+    def launch(self, node: str) -> None:
+        if node == ZK:
+            ip, port = self.address(ZK, "zk")
+            conf = jvm.properties(self.datadir / ZK / "zoo.cfg", {
+                "dataDir": self.datadir / ZK / "data", "clientPort": port, "clientPortAddress": ip,
+                "tickTime": 500, "maxSessionTimeout": 120_000, "admin.enableServer": "false",
+                "4lw.commands.whitelist": "ruok,srvr"})
+            self.spawn_node(ZK, self.java(ZK, "org.apache.zookeeper.server.ZooKeeperServerMain", META_HEAP_MB,
+                                          str(conf)))
+            return
+        o = self.options
+        zip_, zport = self.address(ZK, "zk")
+        self.launch_broker(node, {"zookeeper.connect": f"{zip_}:{zport}",
+                                  "zookeeper.session.timeout.ms": o.zk_session_timeout_ms,
+                                  "zookeeper.connection.timeout.ms": max(o.zk_session_timeout_ms, 10_000)})
+
+    async def ready(self, timeout: float) -> None:
+        async def zk():
+            if not self.alive(ZK):
+                raise self.exited(ZK)
+            return (await jvm.ruok(self.address(ZK, "zk"))), "ruok"
+
+        await wait_until(zk, timeout, "ZooKeeper", every=0.25)
+        await self.brokers_listening(timeout)
+
+    def versions(self) -> dict[str, str]:
+        if "zookeeper" not in self._versions:
+            v = jvm.log_version(self.log(ZK), r"zookeeper\.version=([0-9.]+)")
+            if v:
+                self._versions["zookeeper"] = v
+        return super().versions()
+
+
+class KRaftKafka(ApacheKafka):
+    """Kafka 4.1 brokers on one KRaft controller (host `controller`)."""
+
+    jars = "kafka-4.1"
+    service_hosts = (CONTROLLER,)
+    zookeeper = False
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # one cluster id for every process's storage, formatted before its first start
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    def voters(self) -> str:
+        ip, port = self.address(CONTROLLER, "controller")
+        return f"{KRAFT_CONTROLLER_ID}@{ip}:{port}"
+
+    def launch(self, node: str) -> None:
+        common = {"controller.quorum.voters": self.voters(), "controller.listener.names": "CONTROLLER"}
+        if node == CONTROLLER:
+            ip, port = self.address(CONTROLLER, "controller")
+            props = {"process.roles": "controller", "node.id": KRAFT_CONTROLLER_ID,
+                     "listeners": f"CONTROLLER://{ip}:{port}", "log.dirs": self.datadir / CONTROLLER / "data",
+                     **common}
+            conf = jvm.properties(self.datadir / CONTROLLER / "server.properties", props)
+            self.format(CONTROLLER, conf)
+            self.spawn_node(CONTROLLER, self.java(CONTROLLER, "kafka.Kafka", META_HEAP_MB * 2, str(conf)))
+            return
+        props = {**self.broker_properties(node), **common, "process.roles": "broker",
+                 "inter.broker.listener.name": "PLAINTEXT",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+        conf = jvm.properties(self.datadir / node / "server.properties", props)
+        self.format(node, conf)
+        self.spawn_node(node, self.java(node, "kafka.Kafka", BROKER_HEAP_MB, str(conf)))
+
+    def format(self, name: str, conf) -> None:
+        """KRaft storage is formatted once per log directory (a restart keeps it)."""
+        if (self.datadir / name / "data" / "meta.properties").exists():
+            return
+        # the storage tool only writes files: no network, so it runs here, not in the namespace
+        argv = self.java(name, "kafka.tools.StorageTool", 256, "format", "-t", self.cluster_id, "-c", str(conf),
+                         "--ignore-formatted")
+        self.log(name).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log(f"{name}-format"), "w") as fh:
+            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=120).returncode
+        if rc != 0:
+            raise SystemError_(f"formatting {name}'s KRaft storage failed (exit {rc}); "
+                               f"see {self.log(name + '-format')}")
+
+    async def ready(self, timeout: float) -> None:
+        async def ctrl():
+            if not self.alive(CONTROLLER):
+                raise self.exited(CONTROLLER)
+            return await port_open(self.address(CONTROLLER, "controller")), "controller port"
+
+        await wait_until(ctrl, timeout, "the KRaft controller", every=0.25)
+        await self.brokers_listening(timeout)
+
+
+class ApacheKafkaRoles(KafkaRoles):
+    async def coordinator(self) -> str:
+        """ZooKeeper's host, or the KRaft controller's: what a broker must reach to stay a member."""
+        if not self.cluster.service_hosts:
+            raise LookupError("this cluster has no coordinator host")
+        return self.cluster.service_hosts[0]
+
+    async def describe(self) -> dict:
+        out = await super().describe()
+        if CONTROLLER in self.cluster.service_hosts:  # KRaft names a random broker as "controller"
+            out["controller"] = CONTROLLER
+        return out
+
+    async def whole(self) -> tuple[bool, str]:
+        """Every broker registered and answering, the partition led with its ISR complete."""
+        md = await self.client.metadata()
+        missing = sorted(set(self.cluster.node_names) - {self.cluster.node_at(b.host, b.port)
+                                                          for b in md.brokers.values()})
+        if missing:
+            return False, f"not registered: {', '.join(missing)}"
+        for n in self.cluster.node_names:
+            await self.client.metadata_from(n, 3.0)
+        if ZK in self.cluster.service_hosts and not await jvm.ruok(self.cluster.address(ZK, "zk")):
+            return False, "ZooKeeper does not answer ruok"
+        return True, "every broker registered and answering"

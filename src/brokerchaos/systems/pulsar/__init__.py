@@ -1,0 +1,90 @@
+"""Pulsar: real Apache Pulsar with BookKeeper and ZooKeeper from Maven Central by default
+(apache.py), or one pulsar-lite broker (lite.py: the protocol only) as `options.broker: lite`;
+the same pulsar-client for both (client.py).
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import ScenarioError
+from ..base import COORDINATOR, ENSEMBLE, System
+from ..registry import SYSTEMS
+from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
+from .client import PulsarClient, PulsarRoles, outcome_of
+from .lite import PulsarLite, pulsar_lite_binary
+
+__all__ = ["Pulsar", "PulsarOptions", "outcome_of", "pulsar_lite_binary"]
+
+
+class PulsarOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    broker: Literal["apache", "lite"] = Field(
+        "apache", description="apache: Apache Pulsar 4.0 brokers on BookKeeper and ZooKeeper (Maven Central); "
+                              "lite: one pulsar-lite broker, the protocol only")
+    bookies: int = Field(3, ge=1, le=9, description="bookies (apache), hosts b1, b2, …")
+    ensemble_size: int = Field(2, ge=1, le=9, description="E: bookies a ledger is striped over (seed default 2)")
+    write_quorum: int = Field(2, ge=1, le=9, description="Qw: copies of each entry (seed default 2)")
+    ack_quorum: int = Field(2, ge=1, le=9, description="Qa: copies before the ack (seed default 2)")
+    skip_lost_data: bool = Field(
+        False, description="autoSkipNonRecoverableData: readers skip entries no bookie has any more (else the read "
+                           "stops there and the run is undecided)")
+    zk_session_timeout_ms: int = Field(30_000, ge=1_000, le=300_000,
+                                       description="brokers' and bookies' ZooKeeper session timeout (apache)")
+    batching: bool = Field(True, description="producer batching")
+    batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
+    batching_max_messages: int = Field(1000, ge=1, le=100_000)
+    send_timeout_ms: Optional[int] = Field(
+        None, ge=100, le=3_600_000, description="client send timeout (unknown after it); default: "
+                                                "workload.ack_timeout minus 1 s")
+    namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
+
+
+@SYSTEMS.register("pulsar")
+class Pulsar(System):
+    description = ("Apache Pulsar 4.0: brokers n1…, bookies b1… and ZooKeeper (host `zk`), E-Qw-Qa from options, "
+                   "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
+    Options = PulsarOptions
+    LocalCluster = ApachePulsar
+    Client = PulsarClient
+    Roles = ApachePulsarRoles
+    offers = frozenset({ENSEMBLE, COORDINATOR})
+
+    @classmethod
+    def roles_offers(cls, scenario) -> frozenset[str]:
+        return frozenset() if PulsarOptions.model_validate(scenario.options).broker == "lite" else cls.offers
+
+    @classmethod
+    def local_cluster(cls, scenario):
+        return PulsarLite if PulsarOptions.model_validate(scenario.options).broker == "lite" else ApachePulsar
+
+    @classmethod
+    def roles_class(cls, scenario):
+        return PulsarRoles if PulsarOptions.model_validate(scenario.options).broker == "lite" else ApachePulsarRoles
+
+    @classmethod
+    def service_hosts(cls, scenario) -> tuple[str, ...]:
+        o = PulsarOptions.model_validate(scenario.options)
+        return () if o.broker == "lite" else (ZK, *bookie_names(o.bookies))
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        c, w = scenario.cluster, scenario.workload
+        o = PulsarOptions.model_validate(scenario.options)
+        if o.broker == "lite" and scenario.external is None and (c.nodes != 1 or c.replicas != 1):
+            raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
+                                "and cluster.replicas to 1 (or test a real cluster with --external)")
+        if o.broker == "apache":
+            if o.ensemble_size > o.bookies:
+                raise ScenarioError(f"scenario field 'options.ensemble_size': E={o.ensemble_size} needs that many "
+                                    f"bookies; there are {o.bookies}")
+            if not o.ack_quorum <= o.write_quorum <= o.ensemble_size:
+                raise ScenarioError(f"scenario field 'options.write_quorum': need Qa <= Qw <= E, got "
+                                    f"{o.ensemble_size}-{o.write_quorum}-{o.ack_quorum}")
+        if o.send_timeout_ms is not None and o.send_timeout_ms / 1000 >= w.ack_timeout:
+            raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
+                                f"workload.ack_timeout ({w.ack_timeout} s)")
+        if o.send_timeout_ms is None and w.ack_timeout <= 1.1:
+            raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
+                                "(the send timeout is derived from it)")

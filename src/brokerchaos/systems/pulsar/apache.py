@@ -1,0 +1,287 @@
+"""Apache Pulsar from Maven Central (`options.broker: apache`, the default): ZooKeeper (host
+`zk`), bookies (hosts `b1`…, `options.bookies`) and brokers (the nodes `n1`…), each in a
+namespace of its own, as the seed's cluster (without its proxy: the client looks topics up
+and connects to the owner itself).
+
+Start-up is staged: ZooKeeper, the cluster metadata (PulsarClusterMetadataSetup, which also
+initialises BookKeeper's), the bookies, then the brokers. Ledgers are written with the
+seed's E-Qw-Qa (`options.ensemble_size`, `write_quorum`, `ack_quorum`), cursors included.
+A bookie whose data was wiped (the `kill-wipe` fault) is formatted again before it starts,
+as an operator replacing a disk would, so it comes back empty.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from .. import jvm
+from ..base import WIPE, NodeExited, SystemError_, http_get, port_open, wait_until
+from ..cluster import LocalCluster
+from .client import PulsarRoles
+
+ZK = "zk"
+CLUSTER = "bc"
+ZK_HEAP_MB = 256
+BOOKIE_HEAP_MB = 512
+BROKER_HEAP_MB = 768
+SETUP_TIMEOUT_S = 120
+# a ledger's metadata as the broker prints it: ensembles={0=[ip:port, ip:port], 1234=[...]}
+ENSEMBLES = re.compile(r"(?<=[{ ])\d+=\[([^\]]*)\]")
+
+LOG4J2 = """\
+status = error
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.zkcnx.name = org.apache.zookeeper.ClientCnxn
+logger.zkcnx.level = warn
+logger.zkenv.name = org.apache.zookeeper.ZooKeeper
+logger.zkenv.level = warn
+logger.zkenv2.name = org.apache.zookeeper.Environment
+logger.zkenv2.level = warn
+"""
+
+
+def bookie_names(n: int) -> tuple[str, ...]:
+    return tuple(f"b{i}" for i in range(1, n + 1))
+
+
+class ApachePulsar(LocalCluster):
+    ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181}
+    extra_offers = frozenset({WIPE})
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.bookies = bookie_names(self.options.bookies)
+        self.service_hosts = (ZK, *self.bookies)
+        self.cp: Optional[str] = None
+        self.initialised = False
+        self.wiped: set[str] = set()
+        self._versions: dict[str, str] = {}
+
+    # -- configuration -------------------------------------------------------------------
+    def zk_url(self) -> str:
+        return "{}:{}".format(*self.address(ZK, "zk"))
+
+    def java(self, main: str, heap_mb: int, *args: str) -> list[str]:
+        return jvm.argv(self.cp, main, heap_mb, *args,
+                        props={"log4j2.configurationFile": str(self.datadir / "log4j2.properties"),
+                               "pulsar.allocator.exit_on_oom": "true"})
+
+    def bookie_conf(self, node: str):
+        ip, port = self.address(node, "bookie")
+        d = self.datadir / node
+        return jvm.properties(d / "bookkeeper.conf", {
+            "bookiePort": port, "advertisedAddress": ip, "allowLoopback": "true",
+            "useHostNameAsBookieID": "false", "journalDirectories": d / "journal", "ledgerDirectories": d / "ledgers",
+            "metadataServiceUri": f"zk://{self.zk_url()}/ledgers", "zkTimeout": self.options.zk_session_timeout_ms,
+            "httpServerEnabled": "false", "journalSyncData": "true", "autoRecoveryDaemonEnabled": "false",
+            "gcWaitTime": 60_000,
+        })
+
+    def broker_conf(self, node: str):
+        o = self.options
+        ip, port = self.address(node)
+        _, admin = self.address(node, "admin")
+        return jvm.properties(self.datadir / node / "broker.conf", {
+            "metadataStoreUrl": f"zk:{self.zk_url()}", "configurationMetadataStoreUrl": f"zk:{self.zk_url()}",
+            "clusterName": CLUSTER, "bindAddress": ip, "advertisedAddress": ip,
+            "brokerServicePort": port, "webServicePort": admin,
+            "metadataStoreSessionTimeoutMillis": o.zk_session_timeout_ms,
+            "managedLedgerDefaultEnsembleSize": o.ensemble_size,
+            "managedLedgerDefaultWriteQuorum": o.write_quorum,
+            "managedLedgerDefaultAckQuorum": o.ack_quorum,
+            "brokerDeduplicationEnabled": str(self.ctx.scenario.workload.dedup).lower(),
+            "functionsWorkerEnabled": "false", "webSocketServiceEnabled": "false",
+            # the reader comes after the writes, with no subscription before it: without
+            # retention a ledger with no subscription is trimmed when it rolls over, and an
+            # idle topic deleted; what the run wrote must stay until it is read
+            "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1,
+            "brokerDeleteInactiveTopicsEnabled": "false",
+            "autoSkipNonRecoverableData": str(o.skip_lost_data).lower(),
+            # one topic, one bundle owner: no bundle splits or load shedding mid-run
+            "loadBalancerAutoBundleSplitEnabled": "false", "loadBalancerSheddingEnabled": "false",
+            "numIOThreads": 2, "numHttpServerThreads": 4, "bookkeeperClientNumWorkerThreads": 2,
+            "managedLedgerNumSchedulerThreads": 2,
+        })
+
+    # -- processes -----------------------------------------------------------------------
+    def start(self) -> None:
+        self.cp = jvm.classpath("pulsar-4.0")  # a failed download stops here, before any process
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        (self.datadir / "log4j2.properties").write_text(LOG4J2)
+        self.launch(ZK)  # the rest is staged in ready(): each stage waits for the one before
+
+    def launch(self, node: str) -> None:
+        if node == ZK:
+            ip, port = self.address(ZK, "zk")
+            conf = jvm.properties(self.datadir / ZK / "zoo.cfg", {
+                "dataDir": self.datadir / ZK / "data", "clientPort": port, "clientPortAddress": ip,
+                "tickTime": 500, "maxSessionTimeout": 120_000, "admin.enableServer": "false",
+                "4lw.commands.whitelist": "ruok,srvr"})
+            self.spawn_node(ZK, self.java("org.apache.zookeeper.server.ZooKeeperServerMain", ZK_HEAP_MB, str(conf)))
+        elif node in self.bookies:
+            conf = self.bookie_conf(node)
+            if node in self.wiped:
+                # an empty disk: its cookie must go too, or the bookie refuses to start
+                rc = self.run_tool(node, f"{node}-format", self.java(
+                    "org.apache.bookkeeper.bookie.BookieShell", 256, "-conf", str(conf), "bookieformat",
+                    "-nonInteractive", "-force", "-deleteCookie"), SETUP_TIMEOUT_S)
+                if rc != 0:
+                    raise SystemError_(f"formatting wiped bookie {node} failed (exit {rc}); "
+                                       f"see {self.log(node + '-format')}")
+                self.wiped.discard(node)
+            self.spawn_node(node, self.java("org.apache.bookkeeper.server.Main", BOOKIE_HEAP_MB, "--conf", str(conf)))
+        else:
+            self.spawn_node(node, self.java("org.apache.pulsar.PulsarBrokerStarter", BROKER_HEAP_MB,
+                                            "--broker-conf", str(self.broker_conf(node))))
+
+    def wipe(self, node: str) -> None:
+        """Delete a stopped bookie's journal and ledgers (its disk lost); the next start
+        formats it empty."""
+        if node not in self.bookies:
+            raise LookupError(f"{node} is not a bookie: only a bookie's data can be wiped here")
+        if self.alive(node):
+            raise SystemError_(f"{node} is running: wipe a stopped bookie")
+        for sub in ("journal", "ledgers"):
+            shutil.rmtree(self.datadir / node / sub, ignore_errors=True)
+        self.wiped.add(node)
+
+    async def ready(self, timeout: float) -> None:
+        async def zk():
+            if not self.alive(ZK):
+                raise self.exited(ZK)
+            return await jvm.ruok(self.address(ZK, "zk")), "ruok"
+
+        await wait_until(zk, timeout, "ZooKeeper", every=0.25)
+        if not self.initialised:
+            ip, port = self.address(self.node_names[0])
+            _, admin = self.address(self.node_names[0], "admin")
+            argv = self.java("org.apache.pulsar.PulsarClusterMetadataSetup", 256, "--cluster", CLUSTER,
+                             "--metadata-store", f"zk:{self.zk_url()}",
+                             "--configuration-metadata-store", f"zk:{self.zk_url()}",
+                             "--web-service-url", f"http://{ip}:{admin}", "--broker-service-url", f"pulsar://{ip}:{port}")
+            rc = await asyncio.to_thread(self.run_tool, ZK, "metadata-setup", argv, SETUP_TIMEOUT_S)
+            if rc != 0:
+                raise SystemError_(f"Pulsar metadata setup failed (exit {rc}); see {self.log('metadata-setup')}")
+            self.initialised = True
+            for b in self.bookies:
+                self.launch(b)
+
+            async def bookies():
+                self._check_running()
+                closed = [b for b in self.bookies if not await port_open(self.address(b, "bookie"))]
+                return not closed, f"not listening yet: {', '.join(closed)}"
+
+            await wait_until(bookies, timeout, "bookies", every=0.25)
+            for n in self.node_names:
+                self.launch(n)
+        await wait_until(self.brokers_healthy, timeout, "Pulsar brokers", every=0.5)
+        await self.broker_version()
+
+    def _check_running(self) -> None:
+        down = [n for n in self.procs if not self.alive(n)]
+        if down:
+            raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
+
+    async def brokers_healthy(self) -> tuple[bool, str]:
+        self._check_running()
+        for n in self.node_names:
+            await http_get(*self.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
+        return True, "every broker healthy"
+
+    def versions(self) -> dict[str, str]:
+        if "zookeeper" not in self._versions:
+            v = jvm.log_version(self.log(ZK), r"zookeeper\.version=([0-9.]+)")
+            if v:
+                self._versions["zookeeper"] = v
+        if "bookkeeper" not in self._versions and self.cp:
+            # the bookie does not print its version; the jar it runs from names it
+            jars = sorted(Path(self.cp[:-1]).glob("bookkeeper-server-*.jar"))
+            if jars:
+                self._versions["bookkeeper"] = jars[0].stem.removeprefix("bookkeeper-server-")
+        return dict(self._versions)
+
+    async def broker_version(self) -> Optional[str]:
+        if "pulsar" not in self._versions:
+            for n in self.node_names:
+                try:
+                    body = await http_get(*self.address(n, "admin"), "/admin/v2/brokers/version", 5.0)
+                    self._versions["pulsar"] = body.decode().strip().strip('"')
+                    break
+                except OSError:
+                    continue
+        return self._versions.get("pulsar")
+
+
+class ApachePulsarRoles(PulsarRoles):
+    """The topic's owner by lookup; its ledgers and their bookies from the topic's internal
+    stats (the seed read the first ledger's ensemble from ZooKeeper; this asks for the
+    current one)."""
+
+    async def leader(self) -> str:
+        return await self.client.owner()
+
+    async def coordinator(self) -> str:
+        """ZooKeeper: what brokers and bookies must reach to keep their sessions."""
+        if ZK not in self.cluster.service_hosts:
+            raise LookupError("this cluster has no ZooKeeper host")
+        return ZK
+
+    async def ledgers(self) -> list[dict]:
+        ns = self.client.options.namespace
+        body = await self.client.admin_get(
+            f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/internalStats?metadata=true", 5.0)
+        return json.loads(body).get("ledgers", [])
+
+    async def ensemble(self) -> list[str]:
+        """The bookies of the current ledger's last ensemble (its last fragment)."""
+        ledgers = await self.ledgers()
+        if not ledgers:
+            raise LookupError(f"{self.ctx.stream_name} has no ledger yet")
+        return self.bookies_of(ledgers[-1])
+
+    def bookies_of(self, ledger: dict) -> list[str]:
+        found = ENSEMBLES.findall(ledger.get("metadata") or "")
+        if not found:
+            raise LookupError(f"ledger {ledger.get('ledgerId')}: no ensemble in its metadata")
+        out = []
+        for addr in found[-1].split(","):
+            host, _, port = addr.strip().rpartition(":")
+            node = self.cluster.node_at(host, int(port), "bookie") if port.isdigit() else None
+            out.append(node or addr.strip())
+        return out
+
+    async def describe(self) -> dict:
+        out: dict = {"leader": await self.leader()}
+        ledgers = await self.ledgers()
+        out["ledgers"] = [lg.get("ledgerId") for lg in ledgers]
+        if ledgers:
+            out["ensemble"] = self.bookies_of(ledgers[-1])
+        return out
+
+    async def whole(self) -> tuple[bool, str]:
+        c = self.cluster
+        if ZK in c.service_hosts and not await jvm.ruok(c.address(ZK, "zk")):
+            return False, "ZooKeeper does not answer ruok"
+        for b in getattr(c, "bookies", ()):
+            if not await port_open(c.address(b, "bookie")):
+                return False, f"bookie {b} not listening"
+        for n in c.node_names:
+            await http_get(*c.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
+        return True, "ZooKeeper, every bookie and every broker up"
+
+    async def stream_ready(self) -> bool:
+        """The topic has an owner and its current ledger is open for writes."""
+        await self.leader()
+        ns = self.client.options.namespace
+        stats = json.loads(await self.client.admin_get(
+            f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/internalStats", 5.0))
+        return stats.get("state") == "LedgerOpened"

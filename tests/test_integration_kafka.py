@@ -24,7 +24,8 @@ pytestmark = [
 
 
 def _cluster(tmp_path, options=None, workload=None):
-    s = sc.build({"name": "it-kafka-dr", "system": "kafka", "runs": 1, "options": options or {},
+    s = sc.build({"name": "it-kafka-dr", "system": "kafka", "runs": 1,
+                  "options": {"broker": "tansu", **(options or {})},
                   "workload": {"messages": 100, "ack_timeout": 4, **(workload or {})}})
     return s
 
@@ -138,6 +139,7 @@ def test_external_mode_drives_a_cluster_through_its_hooks(tmp_path, spark):
         for n in ext.nodes:
             ext.run(n, "start")
         s = sc.build({"name": "it-kafka-external", "system": "kafka", "runs": 2, "external": str(f),
+                      "options": {"broker": "tansu"},
                       "workload": {"messages": 20_000, "in_flight": 5000, "ack_timeout": 10},
                       "fault": {"action": "kill", "target": "client-node", "trigger": {"after_acks": 5000},
                                 "duration": 2}})
@@ -202,3 +204,76 @@ def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
     for r in rows:
         assert int(r["SendCount"]) == 30_000 and int(r["PosAckCount"]) > 20_000
         assert set(r) >= {"NotReceived", "ReceivedNoAck", "MsgsWithDups", "DJF", "DJB", "JF", "JB"}
+
+
+# -- Apache Kafka from Maven Central: the seed's controls ----------------------------------------
+
+def _history(result, run="run-001"):
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(result.dir / run / "history")).to_table().to_pylist()
+
+
+def test_acks1_leader_isolated_from_zookeeper_loses_what_the_old_leader_acked(tmp_path, spark):
+    """The positive control: cut off from ZooKeeper only, the leader loses its session and the
+    controller elects another; nobody tells the old one, which goes on acking acks=1 writes
+    the new leader never gets. The ZooKeeper session is 3 s here (the seed's 6 s) to keep the
+    test short; the write lasts 10 s at 10,000 msg/s, the cut comes at 2 s."""
+    s = sc.load("scenarios/kafka-acks1-isolate-leader-from-zk.yaml",
+                {"runs": 1, "messages": 100_000, "after_acks": 20_000, "name": "it-kafka-acks1-zk",
+                 "option": ["zk_session_timeout_ms=3000"]})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    (old,) = meta["fault"]["nodes"]
+    w = meta["fault"]["windows"][0]
+    assert meta["servers"] == {"kafka": "3.9.1", "zookeeper": "3.8.4"}, meta["servers"]
+    # the topic's details around the fault, as the cluster gave them: a new leader was
+    # elected while the old one was cut off, and the old one is back in the ISR after
+    assert w["roles_before"]["leader"] == old and sorted(w["roles_before"]["isr"]) == ["n1", "n2", "n3"]
+    assert w["roles_during"]["leader"] not in (None, old) and old not in w["roles_during"]["isr"], w
+    assert w["roles_during"]["leader_epoch"] > w["roles_before"]["leader_epoch"], w
+    assert sorted(w["roles_after"]["isr"]) == ["n1", "n2", "n3"], w["roles_after"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["acked_missing"] > 0 and v["result"] == "fail", v
+    # lost.csv: every lost message was acked by the old leader, after the cut
+    import csv
+
+    with open(result.dir / "lost.csv", newline="") as fh:
+        lost = list(csv.DictReader(fh))
+    assert len(lost) == v["acked_missing"]
+    assert {r["acked_by"] for r in lost} == {old}
+    t_fault = w["t_ms"]
+    assert min(float(r["first_ack_ms"]) for r in lost) > t_fault
+
+
+def test_acks_all_loses_nothing_when_the_leader_is_cut_off_from_zookeeper(tmp_path, spark):
+    """The negative control of the same fault: acks=all with min.insync.replicas=2."""
+    s = sc.load("scenarios/kafka-acksall-isolate-leader-from-zk.yaml",
+                {"runs": 1, "messages": 100_000, "after_acks": 20_000, "name": "it-kafka-acksall-zk",
+                 "option": ["zk_session_timeout_ms=3000"]})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    w = meta["fault"]["windows"][0]
+    assert w["roles_during"]["leader"] != meta["fault"]["nodes"][0], w  # the fail-over happened
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["pos_ack_count"] > 20_000 and v["acked_missing"] == 0, v
+
+
+def test_kraft_cluster_reused_across_runs_loses_nothing_on_leader_kills(tmp_path, spark):
+    """Kafka 4.1 on a KRaft controller (cluster.version 4.1), acks=all: two runs on one
+    cluster, the leader killed and restarted in each."""
+    s = sc.build({"name": "it-kafka-kraft", "system": "kafka", "runs": 2, "cluster": {"version": "4.1"},
+                  "options": {"acks": "all", "min_insync_replicas": 2},
+                  "workload": {"messages": 40_000, "rate": 10_000, "in_flight": 5000, "ack_timeout": 15},
+                  "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 10_000},
+                            "duration": 3}})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    metas = list(result.metas.values())
+    assert metas[1]["cluster"].startswith("reused"), metas[1]["cluster"]
+    for meta, v in zip(metas, result.verdicts):
+        assert meta["servers"]["kafka"].startswith("4.1"), meta["servers"]
+        assert meta["fault"]["windows"][0]["roles_before"]["controller"] == "controller"
+        assert v["read_complete"] is True, v["read_status"]
+        assert v["pos_ack_count"] > 10_000 and v["acked_missing"] == 0, v

@@ -1,8 +1,7 @@
-"""Pulsar protocol for real: a pulsar-lite broker in a namespace, pulsar-client.
-
-Send callbacks must land in the right history row, and copies the broker stored twice must be
-told apart from a reader's redeliveries.
-"""
+"""Pulsar for real: the client against a pulsar-lite broker (send callbacks, stored copies
+told from redeliveries), and Apache Pulsar with BookKeeper and ZooKeeper from Maven Central
+(the issue 14 controls: a killed bookie within Qw-1 loses nothing; a wiped write quorum
+loses acked messages)."""
 import asyncio
 import os
 
@@ -21,7 +20,8 @@ pytestmark = [
 
 def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
     s = sc.build({"name": "it-pulsar-dr", "system": "pulsar", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
-                  "options": {"send_timeout_ms": 1500, "batching": False}, "workload": {"ack_timeout": 3}})
+                  "options": {"broker": "lite", "send_timeout_ms": 1500, "batching": False},
+                  "workload": {"ack_timeout": 3}})
     outcomes: dict[int, tuple] = {}
     with started(ps.Pulsar, s, ["n1"], tmp_path / "logs") as (sb, dep):
         system = dep.client
@@ -96,7 +96,7 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
     from brokerchaos.workload.payload import decode, encode
 
     s = sc.build({"name": "it-pulsar-redeliver", "system": "pulsar", "runs": 1,
-                  "cluster": {"nodes": 1, "replicas": 1}})
+                  "cluster": {"nodes": 1, "replicas": 1}, "options": {"broker": "lite"}})
     with started(ps.Pulsar, s, ["n1"], tmp_path / "logs") as (sb, dep):
         system = dep.client
 
@@ -137,3 +137,44 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
     (v,) = spark_analyze(h.rows, tmp_path / "h").verdicts
     assert v["duplicate_deliveries"] == 5 and v["msgs_with_dups"] == 5
     assert v["stored_duplicates"] == 1 and v["redeliveries"] == 4
+
+
+# -- Apache Pulsar with BookKeeper and ZooKeeper from Maven Central -------------------------------
+
+def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
+    """The negative control: E-Qw-Qa 3-2-2, a bookie of the current ensemble killed and
+    started again on its data. Two runs on one cluster (the second reuses it)."""
+    s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 2, "messages": 20_000, "in_flight": 5000,
+                                                      "after_acks": 5_000, "name": "it-pulsar-kill-bookie"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    metas = list(result.metas.values())
+    assert metas[1]["cluster"].startswith("reused"), metas[1]["cluster"]
+    for meta, v in zip(metas, result.verdicts):
+        w = meta["fault"]["windows"][0]
+        (bookie,) = meta["fault"]["nodes"]
+        # the target came from the cluster: a bookie of the ledger's ensemble when it fired
+        assert bookie in w["roles_before"]["ensemble"] and len(w["roles_before"]["ensemble"]) == 3, w
+        assert meta["servers"] == {"pulsar": "4.0.7", "bookkeeper": "4.17.2", "zookeeper": "3.9.3"}
+        assert v["read_complete"] is True, v["read_status"]
+        assert v["pos_ack_count"] > 5_000 and v["acked_missing"] == 0, v
+
+
+def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
+    """The positive control: E-Qw-Qa 2-2-2, both bookies of the current ensemble killed and
+    their disks wiped: every copy of that ledger's entries is gone."""
+    s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 40_000, "in_flight": 5000,
+                                                            "after_acks": 10_000, "name": "it-pulsar-wipe"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    w = meta["fault"]["windows"][0]
+    assert sorted(meta["fault"]["nodes"]) == sorted(w["roles_before"]["ensemble"]), w
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["acked_missing"] > 0 and v["result"] == "fail", v
+    # what is lost was acked before the wipe was healed: entries of the fragment whose
+    # copies were all on the wiped bookies; what was written after went to a new ensemble
+    import csv
+
+    with open(result.dir / "lost.csv", newline="") as fh:
+        lost = [float(r["first_ack_ms"]) for r in csv.DictReader(fh)]
+    assert len(lost) == v["acked_missing"] and max(lost) < w["healed_ms"], (max(lost), w)

@@ -13,9 +13,9 @@ from ..base import COORDINATOR, System
 from ..registry import SYSTEMS
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient, KafkaRoles, outcome_of
-from .tansu import TansuRoles, TansuServers
+from .tansu import TansuRoles, TansuServers, tansu_binary
 
-__all__ = ["Kafka", "KafkaOptions", "outcome_of"]
+__all__ = ["Kafka", "KafkaOptions", "outcome_of", "tansu_binary"]
 
 # cluster.version -> the local cluster that runs it; the first is the default
 VERSIONS = {"3.9": ZooKeeperKafka, "4.1": KRaftKafka}

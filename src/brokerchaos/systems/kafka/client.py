@@ -158,7 +158,7 @@ class KafkaRoles(Roles):
             raise SystemError_(f"broker {broker_id} is not a known node")
         return node
 
-    async def partition(self) -> tuple[dict, object]:
+    async def partition(self) -> tuple[object, object]:
         md = await self.client.metadata()
         t = md.topics.get(self.ctx.stream_name)
         if t is None or t.error is not None or not t.partitions:
@@ -177,7 +177,8 @@ class KafkaRoles(Roles):
         return [lead] + [self.node_of(md, r) for r in p.replicas if r != p.leader]
 
     async def describe(self) -> dict:
-        """The topic's details, as the seed printed them around each fault."""
+        """The topic's details as a broker's metadata gives them, as the seed printed them
+        around each fault."""
         md, p = await self.partition()
         # a broker out of the metadata (dead, or cut off from the coordinator) by its id: n<id>
         names = {b: self.cluster.node_at(md.brokers[b].host, md.brokers[b].port) if b in md.brokers

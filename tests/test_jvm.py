@@ -1,0 +1,56 @@
+"""Java servers from pinned poms: resolved once into the cache, offline after; a failed
+resolution is one clear line and leaves no half-filled cache behind."""
+import shutil
+
+import pytest
+
+from brokerchaos.systems import SystemError_, jvm
+
+POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>t</groupId><artifactId>{name}</artifactId><version>1</version><packaging>pom</packaging>
+<dependencies><dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>
+<version>{version}</version></dependency></dependencies></project>"""
+
+
+@pytest.fixture
+def poms(tmp_path, monkeypatch):
+    d = tmp_path / "poms"
+    d.mkdir()
+    monkeypatch.setattr(jvm, "POMS", d)
+    monkeypatch.setenv("BROKERCHAOS_CACHE", str(tmp_path / "cache"))
+    return d
+
+
+@pytest.mark.skipif(shutil.which("mvn") is None, reason="needs Maven")
+def test_a_missing_artifact_is_one_line_and_no_cache(poms, tmp_path):
+    (poms / "nope.xml").write_text(POM.format(name="nope", group="io.brokerchaos.none", artifact="none",
+                                              version="0.0.1"))
+    with pytest.raises(SystemError_) as e:
+        jvm.classpath("nope")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("resolving nope from Maven Central failed"), msg
+    assert "io.brokerchaos.none" in msg or "none" in msg
+    assert not (tmp_path / "cache" / "maven" / "nope").exists()
+    assert (tmp_path / "cache" / "maven" / "nope.failed.log").exists()
+
+
+@pytest.mark.skipif(shutil.which("mvn") is None, reason="needs Maven")
+def test_resolved_once_then_offline_until_the_pom_changes(poms, tmp_path, monkeypatch):
+    (poms / "tiny.xml").write_text(POM.format(name="tiny", group="org.slf4j", artifact="slf4j-api",
+                                              version="1.7.36"))
+    cp = jvm.classpath("tiny")
+    lib = tmp_path / "cache" / "maven" / "tiny" / "lib"
+    assert cp == f"{lib}/*" and (lib / "slf4j-api-1.7.36.jar").exists()
+    # a second call runs no Maven at all
+    monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
+    assert jvm.classpath("tiny") == cp
+    # a changed pom is resolved again (and here Maven is "missing": the clear line says so)
+    (poms / "tiny.xml").write_text(POM.format(name="tiny", group="org.slf4j", artifact="slf4j-api",
+                                              version="1.7.35"))
+    with pytest.raises(SystemError_, match="^mvn not found"):
+        jvm.classpath("tiny")
+
+
+def test_unknown_set_names_the_known_ones():
+    with pytest.raises(SystemError_, match="no pinned pom for 'kafka-0.8' .known: kafka-3.9, kafka-4.1, pulsar-4.0"):
+        jvm.classpath("kafka-0.8")

@@ -1,8 +1,10 @@
-"""Kafka protocol for real: tansu brokers over moto's S3 in namespaces, confluent-kafka.
+"""Kafka for real, confluent-kafka against Apache Kafka from Maven Central and against tansu.
 
-The delivery reports librdkafka gives must land in the right history row, and a run with
-the producer's broker killed must show the producer moving to another broker. The same
-cluster driven through an external-mode cluster file (hooks only) is tested too.
+tansu (starts in a second): the delivery reports librdkafka gives land in the right history
+row, and a tansu cluster driven through an external-mode cluster file (hooks only). Apache
+Kafka: the seed's positive control (acks=1, the leader cut off from ZooKeeper, loses what
+the old leader acked) and its negative (acks=all), and Kafka 4.1 on KRaft with a leader kill
+the producer fails over from.
 """
 import os
 import subprocess
@@ -75,28 +77,6 @@ def test_delivery_reports_map_to_ack_nack_unknown(tmp_path):
     kind, off, _, detail = outcomes[11]
     assert kind == "unknown" and off is None and "TIMED_OUT" in detail, outcomes[11]
     assert len(errs) == 1 and kafka.outcome_of(errs[0])[0] == "nack", errs
-
-
-def test_kill_the_producers_broker_moves_it_to_another(tmp_path, spark):
-    s = sc.load("scenarios/kafka-kill-leader-dedup-on.yaml",
-                {"runs": 1, "messages": 40_000, "after_acks": 10_000, "name": "it-kafka-kill"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
-    (v,) = result.verdicts
-    meta = result.metas["run-001"]
-    (killed,) = meta["fault"]["nodes"]
-    assert v["read_complete"] is True, v["read_status"]
-    assert v["send_count"] == 40_000 and v["pos_ack_count"] > 10_000
-    # every message has an outcome: none is left without a row
-    assert v["pos_ack_count"] + v["neg_ack_count"] + v["unknown_count"] == 40_000
-    import pyarrow.dataset as ds
-
-    rows = ds.dataset(str(result.dir / "run-001" / "history")).to_table().to_pylist()
-    t_fault = next(r["t_ns"] for r in rows if r["type"] == "fault")
-    before = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] < t_fault}
-    assert before == {killed}, f"the producer wrote to {before}, the fault hit {killed}"
-    after = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] > t_fault + 500_000_000}
-    assert after and killed not in after, f"acks after the kill came from {after}"
-    assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]
 
 
 # -- external mode: the same brokers, started and killed by the cluster file's hooks only --
@@ -195,14 +175,14 @@ def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
 
     from brokerchaos import campaign as cp
 
-    spec, scenarios = cp.load("campaigns/kafka-dedup.yaml", {"runs": 1, "messages": 30_000})
+    spec, scenarios = cp.load("campaigns/kafka-dedup.yaml", {"runs": 1, "messages": 15_000, "after_acks": 5_000})
     out = cp.run(spec, scenarios, tmp_path, observer=Quiet())
     with open(out["dir"] / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["Scenario"], r["DedupEnabled"], r["TestRun"]) for r in rows] == [
         ("kafka-kill-leader-dedup-off", "false", "1"), ("kafka-kill-leader-dedup-on", "true", "1")]
     for r in rows:
-        assert int(r["SendCount"]) == 30_000 and int(r["PosAckCount"]) > 20_000
+        assert int(r["SendCount"]) == 15_000 and int(r["PosAckCount"]) > 5_000
         assert set(r) >= {"NotReceived", "ReceivedNoAck", "MsgsWithDups", "DJF", "DJB", "JF", "JB"}
 
 
@@ -261,19 +241,27 @@ def test_acks_all_loses_nothing_when_the_leader_is_cut_off_from_zookeeper(tmp_pa
     assert v["pos_ack_count"] > 20_000 and v["acked_missing"] == 0, v
 
 
-def test_kraft_cluster_reused_across_runs_loses_nothing_on_leader_kills(tmp_path, spark):
-    """Kafka 4.1 on a KRaft controller (cluster.version 4.1), acks=all: two runs on one
-    cluster, the leader killed and restarted in each."""
-    s = sc.build({"name": "it-kafka-kraft", "system": "kafka", "runs": 2, "cluster": {"version": "4.1"},
-                  "options": {"acks": "all", "min_insync_replicas": 2},
-                  "workload": {"messages": 40_000, "rate": 10_000, "in_flight": 5000, "ack_timeout": 15},
-                  "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 10_000},
-                            "duration": 3}})
+def test_kraft_leader_kill_moves_the_producer_and_loses_nothing(tmp_path, spark):
+    """Kafka 4.1 on a KRaft controller (cluster.version 4.1), acks=all, idempotence on (the
+    dedup seed's kill): the leader killed and restarted 3 s later. The producer's acks come
+    from the leader before the kill and from the new leader after it."""
+    s = sc.load("scenarios/kafka-kill-leader-dedup-on.yaml",
+                {"runs": 1, "messages": 40_000, "after_acks": 10_000, "name": "it-kafka-kraft"})
+    s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"version": "4.1"})})
     result = Session(s, tmp_path, observer=Quiet()).run()
-    metas = list(result.metas.values())
-    assert metas[1]["cluster"].startswith("reused"), metas[1]["cluster"]
-    for meta, v in zip(metas, result.verdicts):
-        assert meta["servers"]["kafka"].startswith("4.1"), meta["servers"]
-        assert meta["fault"]["windows"][0]["roles_before"]["controller"] == "controller"
-        assert v["read_complete"] is True, v["read_status"]
-        assert v["pos_ack_count"] > 10_000 and v["acked_missing"] == 0, v
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    (killed,) = meta["fault"]["nodes"]
+    assert meta["servers"]["kafka"].startswith("4.1"), meta["servers"]
+    assert meta["fault"]["windows"][0]["roles_before"]["controller"] == "controller"
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["send_count"] == 40_000 and v["pos_ack_count"] > 10_000 and v["acked_missing"] == 0, v
+    # every message has an outcome: none is left without a row
+    assert v["pos_ack_count"] + v["neg_ack_count"] + v["unknown_count"] == 40_000
+    rows = _history(result)
+    t_fault = next(r["t_ns"] for r in rows if r["type"] == "fault")
+    before = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] < t_fault}
+    assert before == {killed}, f"the producer wrote to {before}, the fault hit {killed}"
+    after = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] > t_fault + 500_000_000}
+    assert after and killed not in after, f"acks after the kill came from {after}"
+    assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]

@@ -143,13 +143,12 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
 
 def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
     """The negative control: E-Qw-Qa 3-2-2, a bookie of the current ensemble killed and
-    started again on its data. Two runs on one cluster (the second reuses it)."""
-    s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 2, "messages": 20_000, "in_flight": 5000,
+    started again on its data; the cluster is whole again after it (a next run may reuse it)."""
+    s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
                                                       "after_acks": 5_000, "name": "it-pulsar-kill-bookie"})
     result = Session(s, tmp_path, observer=Quiet()).run()
-    metas = list(result.metas.values())
-    assert metas[1]["cluster"].startswith("reused"), metas[1]["cluster"]
-    for meta, v in zip(metas, result.verdicts):
+    for meta, v in zip(result.metas.values(), result.verdicts):
+        assert meta["fault"]["windows"][0].get("ready_ms") is not None, "never whole again"
         w = meta["fault"]["windows"][0]
         (bookie,) = meta["fault"]["nodes"]
         # the target came from the cluster: a bookie of the ledger's ensemble when it fired
@@ -162,8 +161,8 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
 def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     """The positive control: E-Qw-Qa 2-2-2, both bookies of the current ensemble killed and
     their disks wiped: every copy of that ledger's entries is gone."""
-    s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 40_000, "in_flight": 5000,
-                                                            "after_acks": 10_000, "name": "it-pulsar-wipe"})
+    s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
+                                                            "after_acks": 5_000, "name": "it-pulsar-wipe"})
     result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]

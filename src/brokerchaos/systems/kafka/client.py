@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+import traceback
 from typing import Optional
 
 from ..base import Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_, quiet_logger, wait_until
@@ -233,6 +234,12 @@ class KafkaProducer:
             pass
 
     def _stats(self, raw: str) -> None:
+        try:
+            self._follow(raw)
+        except Exception:
+            traceback.print_exc()
+
+    def _follow(self, raw: str) -> None:
         """The broker the client writes to: the leader its metadata names for the lowest
         partition, among the brokers it is connected to."""
         try:
@@ -251,8 +258,17 @@ class KafkaProducer:
         self._node = None
 
     def _report(self, value: int, err, msg) -> None:
+        # an exception must not reach librdkafka: confluent-kafka loses it in poll() and
+        # the outcome would go unrecorded
+        try:
+            self._record(value, err, msg)
+        except Exception:
+            traceback.print_exc()
+
+    def _record(self, value: int, err, msg) -> None:
         kind, detail = outcome_of(err)
-        offset = f"{msg.partition()}:{msg.offset()}" if kind == "ack" and msg.offset() >= 0 else None
+        off = msg.offset()  # None with acks=0: the broker never said where
+        offset = f"{msg.partition()}:{off}" if kind == "ack" and off is not None and off >= 0 else None
         self.on_outcome(value, kind, offset, self._node, detail if detail else self.detail)
 
     async def send(self, value: int, payload: bytes) -> None:
@@ -285,9 +301,15 @@ class KafkaProducer:
             # nothing is outstanding unless the write phase timed out; what still is gets
             # its report now (a message never sent is a nack, one in flight unknown)
             self.p.purge()
-            self.p.poll(0)
+            self._poll_once()
             await asyncio.to_thread(self.p.flush, 5)
+            self._poll_once()
+
+    def _poll_once(self) -> None:
+        try:
             self.p.poll(0)
+        except Exception as e:
+            print(f"kafka poll: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 class KafkaReader:

@@ -131,6 +131,17 @@ def log_version(path: Path, pattern: str) -> Optional[str]:
     return None
 
 
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+def zookeeper_conf(d: Path, ip: str, port: int) -> Path:
+    """A standalone ZooKeeper's zoo.cfg in `d` (Kafka 3.9 and Pulsar each run one): a short
+    tick so sessions of a few seconds are allowed, `ruok` for health checks."""
+    return properties(d / "zoo.cfg", {
+        "dataDir": d / "data", "clientPort": port, "clientPortAddress": ip, "tickTime": 500,
+        "maxSessionTimeout": 120_000, "admin.enableServer": "false", "4lw.commands.whitelist": "ruok,srvr"})
+
+
 async def ruok(addr: tuple[str, int], timeout: float = 2.0) -> bool:
     """ZooKeeper's four-letter health word (both Kafka 3.9 and Pulsar run one)."""
     async def ask() -> bytes:

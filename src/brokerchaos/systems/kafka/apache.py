@@ -147,13 +147,8 @@ class ZooKeeperKafka(ApacheKafka):
 
     def launch(self, node: str) -> None:
         if node == ZK:
-            ip, port = self.address(ZK, "zk")
-            conf = jvm.properties(self.datadir / ZK / "zoo.cfg", {
-                "dataDir": self.datadir / ZK / "data", "clientPort": port, "clientPortAddress": ip,
-                "tickTime": 500, "maxSessionTimeout": 120_000, "admin.enableServer": "false",
-                "4lw.commands.whitelist": "ruok,srvr"})
-            self.spawn_node(ZK, self.java(ZK, "org.apache.zookeeper.server.ZooKeeperServerMain", META_HEAP_MB,
-                                          str(conf)))
+            conf = jvm.zookeeper_conf(self.datadir / ZK, *self.address(ZK, "zk"))
+            self.spawn_node(ZK, self.java(ZK, jvm.ZOOKEEPER_MAIN, META_HEAP_MB, str(conf)))
             return
         o = self.options
         zip_, zport = self.address(ZK, "zk")

@@ -121,12 +121,8 @@ class ApachePulsar(LocalCluster):
 
     def launch(self, node: str) -> None:
         if node == ZK:
-            ip, port = self.address(ZK, "zk")
-            conf = jvm.properties(self.datadir / ZK / "zoo.cfg", {
-                "dataDir": self.datadir / ZK / "data", "clientPort": port, "clientPortAddress": ip,
-                "tickTime": 500, "maxSessionTimeout": 120_000, "admin.enableServer": "false",
-                "4lw.commands.whitelist": "ruok,srvr"})
-            self.spawn_node(ZK, self.java("org.apache.zookeeper.server.ZooKeeperServerMain", ZK_HEAP_MB, str(conf)))
+            conf = jvm.zookeeper_conf(self.datadir / ZK, *self.address(ZK, "zk"))
+            self.spawn_node(ZK, self.java(jvm.ZOOKEEPER_MAIN, ZK_HEAP_MB, str(conf)))
         elif node in self.bookies:
             conf = self.bookie_conf(node)
             if node in self.wiped:

@@ -47,7 +47,7 @@ def spark_analyze(spark):
     last: list = []
 
     def run(rows, tmp_path, tuning: Tuning = metrics.DEFAULT):
-        rows = [{"window": None, **r} for r in rows]
+        rows = [{"window": None, "intended_ns": None, **r} for r in rows]
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         import pyarrow.parquet as pq
 

@@ -117,6 +117,8 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
         if ty == "send":
             m["sent"] = True
             m["t_send"] = t if m["t_send"] is None else min(m["t_send"], t)
+            t0 = t if r.get("intended_ns") is None else r["intended_ns"]
+            m["t_lat0"] = t0 if m.get("t_lat0") is None else min(m["t_lat0"], t0)
         elif ty == "ack":
             m["ack"] = True
             m["t_ack"] = t if m["t_ack"] is None else min(m["t_ack"], t)
@@ -219,7 +221,7 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
 
     t_end = max(r["t_ns"] for r in rows)
     windows = _windows([r for r in rows if r["type"] in ("fault", "heal")], t_end)
-    outages = []
+    outages, ack_gap_ms = [], []
     for tf, te in windows:
         best = None
         for a, b in ack_gaps:
@@ -235,19 +237,29 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
             open_len = write_end - max(last_ack if last_ack is not None else tf, tf)
         if best is None or (open_len is not None and open_len > best[0]):
             outages.append(None)
+            ack_gap_ms.append(None)
         else:
             outages.append((best[1] - tf) / 1e6)
+            ack_gap_ms.append(best[0] / 1e6)
     v["fault_outages_ms"] = outages
+    v["fault_ack_gaps_ms"] = ack_gap_ms
     live = {r["client"] for r in recv_rows if any(tf <= r["t_ns"] <= te for tf, te in windows)}
     rg = _gaps([r["t_ns"] for r in recv_rows if r["client"] in live])
     v["max_recv_gap_ms"] = max((b - a for a, b in rg), default=None)
     if v["max_recv_gap_ms"] is not None:
         v["max_recv_gap_ms"] /= 1e6
+    # per window, the live consumers' longest delivery gap overlapping it, from the fault on
+    v["fault_recv_gaps_ms"] = [
+        max((b - max(a, tf) for a, b in rg if b > tf and a <= te), default=None) for tf, te in windows]
+    v["fault_recv_gaps_ms"] = [None if g is None else g / 1e6 for g in v["fault_recv_gaps_ms"]]
 
-    v["ack_latency_ms"] = _lat([(m["t_ack"] - m["t_send"]) / 1e6 for m in sent if m["ack"]])
+    v["ack_latency_ms"] = _lat([(m["t_ack"] - m["t_lat0"]) / 1e6 for m in sent if m["ack"]])
+    lags = [r["t_ns"] - r["intended_ns"] for r in rows if r["type"] == "send" and r.get("intended_ns") is not None]
+    v["late_sends"] = sum(1 for x in lags if x > 100_000_000) if lags else None
+    v["max_send_lag_ms"] = max(lags) / 1e6 if lags else None
     sends = [r["t_ns"] for r in rows if r["type"] == "send"]
     live_reader = bool(recv_rows) and bool(sends) and min(r["t_ns"] for r in recv_rows) < max(sends)
-    v["e2e_latency_ms"] = _lat([(m["t_recv"] - m["t_send"]) / 1e6 for m in sent if m["recv"]]) if live_reader else None
+    v["e2e_latency_ms"] = _lat([(m["t_recv"] - m["t_lat0"]) / 1e6 for m in sent if m["recv"]]) if live_reader else None
 
     rx_gaps = []
     if windows:

@@ -19,10 +19,10 @@ KEYS = [
     "acked_missing", "acked_missing_overwritten", "missing", "received_no_ack", "received_after_nack",
     "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb",
     "djf", "djb", "out_of_order", "read_complete",
-    "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm",
+    "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm", "late_sends",
 ]
-FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "runtime_s", "txtime_s", "gaptime_s", "downtime_s",
-              "tx_downtime_s", "rx_downtime_s"]
+FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
+              "downtime_s", "tx_downtime_s", "rx_downtime_s"]
 
 
 @st.composite
@@ -38,7 +38,8 @@ def history(draw):
             for v in range(1, draw(st.integers(0, 25)) + 1):
                 sent.append((p, v))
                 for _ in range(draw(st.integers(1, 2))):  # a resend is another send row
-                    evs.append(("send", p, v, None))
+                    # at a steady rate a send row carries its intended time: this far before it
+                    evs.append(("send", p, v, rnd.choice([None, None, 0, 2_000_000, 150_000_000])))
                     outcome = draw(st.sampled_from(["ack", "ack", "ack", "nack", "unknown", None]))
                     # the position an ack names: the message's own (where a read finds it),
                     # another value's (the broker gave it away), or none
@@ -99,7 +100,8 @@ def history(draw):
                              offset=x if ty in ("ack", "recv") else None,
                              node="n1" if ty in ("fault", "heal", "ready") else
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
-                             detail=x if ty in ("fault", "heal", "read_end", "ready") else None))
+                             detail=x if ty in ("fault", "heal", "read_end", "ready") else None,
+                             intended_ns=t - x if ty == "send" and x is not None else None))
     return rows
 
 
@@ -140,9 +142,10 @@ def test_spark_matches_oracle(rows, spark_analyze, tmp_path_factory):
             assert got[k] == exp[k], (got["run"], k, got[k], exp[k])
         for k in FLOAT_KEYS:
             assert _close(got[k], exp[k]), (k, got[k], exp[k])
-        assert len(got["fault_outages_ms"]) == len(exp["fault_outages_ms"])
-        for x, y in zip(got["fault_outages_ms"], exp["fault_outages_ms"]):
-            assert _close(x, y), ("fault_outages_ms", got["fault_outages_ms"], exp["fault_outages_ms"])
+        for key in ("fault_outages_ms", "fault_ack_gaps_ms", "fault_recv_gaps_ms"):
+            assert len(got[key]) == len(exp[key])
+            for x, y in zip(got[key], exp[key]):
+                assert _close(x, y), (key, got[key], exp[key])
         assert _lat_close(got["ack_latency_ms"], exp["ack_latency_ms"]), (got["ack_latency_ms"], exp["ack_latency_ms"])
         assert _lat_close(got["e2e_latency_ms"], exp["e2e_latency_ms"]), (got["e2e_latency_ms"], exp["e2e_latency_ms"])
     got_jumps = sorted(

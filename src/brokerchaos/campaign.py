@@ -66,14 +66,20 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
     root = Path(out) / f"{spec.name}-{stamp}"
     root.mkdir(parents=True, exist_ok=True)
     sessions = []
+    verdicts: list[dict] = []
     for s in scenarios:
         result = Session(s, root, spark_master=spark_master, observer=observer).run()
         sessions.append({"scenario": s.name, "dir": result.dir.name, "summary": result.summary})
-    write(root, sessions)
-    return {"dir": root, "sessions": sessions}
+        verdicts.extend(result.verdicts)
+    from .analysis import outages, spark as spark_mod
+
+    # across every window of every session (each session's own block has its schedules)
+    dist = outages.summary(spark_mod.get_spark(spark_master), verdicts, {})
+    write(root, sessions, dist)
+    return {"dir": root, "sessions": sessions, "outages": dist}
 
 
-def write(root: Path, sessions: list[dict]) -> None:
+def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> None:
     """campaign.csv: every session's results.csv rows, one Scenario column added; summary.json."""
     rows, header = [], None
     for s in sessions:
@@ -91,7 +97,10 @@ def write(root: Path, sessions: list[dict]) -> None:
             w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
-    (root / "summary.json").write_text(json.dumps({"sessions": sessions}, indent=2, default=str))
+    doc: dict = {"sessions": sessions}
+    if outages is not None:
+        doc["outages"] = outages
+    (root / "summary.json").write_text(json.dumps(doc, indent=2, default=str))
 
 
 def table(sessions: list[dict]) -> str:

@@ -195,6 +195,10 @@ def cmd_campaign(args) -> int:
     if isinstance(out, int):
         return out
     print("\n" + cp.table(out["sessions"]))
+    from .report.console import outage_lines
+
+    for line in ["Across the campaign:"] + outage_lines(out.get("outages")) if out.get("outages") else []:
+        print(line)
     print(f"Results: {out['dir']}")
     results = {s["summary"].get("result") for s in out["sessions"]}
     return 3 if "fail" in results else 4 if "unknown" in results else 0

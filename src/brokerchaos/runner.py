@@ -240,6 +240,10 @@ class Session:
             finally:
                 progress.cancel()
                 for n, task in zip(nemeses, nem_tasks):
+                    if not task.done() and n.injecting is not None:
+                        # an operation under way (a rolling restart) finishes, bounded
+                        n.stopping = True
+                        await asyncio.wait([task], timeout=n.injecting)
                     if not task.done() and n.active is not None and n.spec.duration is not None:
                         # a window under way lasts its configured duration (no new window starts)
                         n.stopping = True
@@ -252,6 +256,8 @@ class Session:
                 out["write_s"] = round(time.monotonic() - t_write, 3)
                 stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
                 out["write_stopped_early"] = "; ".join(stopped) or None
+                if w.rate is not None:
+                    out["late_sends"] = sum(p.late for p in producers)
                 self.obs.line(self._progress_line(producers))
             await heal("before read", "before-read")
             if any(n.windows for n in nemeses):

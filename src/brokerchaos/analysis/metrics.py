@@ -16,7 +16,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..history.schema import MESSAGE_TYPES, SCHEMA
+from ..history.schema import LATE_NS, MESSAGE_TYPES, SCHEMA
 from .tuning import Tuning
 from .verdicts import (COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message,
                        result_of)
@@ -262,22 +262,26 @@ def _value_ranges(blocks: DataFrame, t: Tuning, which=None, no_identity: bool = 
 
 
 def latency_table(df: DataFrame, live_runs: list[str], t: Tuning = DEFAULT) -> DataFrame:
-    """Per message: first send, first ack and (for runs whose consumers read while
-    producers sent) first receive."""
+    """Per message: when it was meant to go (its first send's intended time at a steady
+    rate, else its first send), first ack and (for runs whose consumers read while
+    producers sent) first receive; and its late sends and their longest lag."""
     ty = F.col("type")
     ts = F.col("t_ns")
     rows = ty.isin("send", "ack")
     if live_runs:
         rows = rows | ((ty == "recv") & F.col("_live"))
+    lag = F.when(ty == "send", ts - F.col("intended_ns"))
     return (
         _with_per_run(df, dict.fromkeys(live_runs, 1), "_live", t=t)
         .withColumn("_live", F.col("_live").isNotNull())
         .where(rows)
         .groupBy("run", "producer", "value")
         .agg(
-            F.min(F.when(ty == "send", ts)).alias("t_send"),
+            F.min(F.when(ty == "send", F.coalesce(F.col("intended_ns"), ts))).alias("t_send"),
             F.min(F.when(ty == "ack", ts)).alias("t_ack"),
             (F.min(F.when(ty == "recv", ts)) if live_runs else F.lit(None).cast("long")).alias("t_recv"),
+            F.sum(F.when(lag > LATE_NS, 1).otherwise(0)).alias("_late"),
+            F.max(lag).alias("_lag"),
         )
     )
 
@@ -292,6 +296,8 @@ def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
         F.max(ack_lat).alias("_ack_max"),
         pct(e2e_lat).alias("_e2e_p"),
         F.max(e2e_lat).alias("_e2e_max"),
+        F.sum("_late").alias("_late"),
+        F.max("_lag").alias("_lag"),
     )
 
 
@@ -734,6 +740,8 @@ class _Job:
         self.max_ack_gap: dict = {}
         self.max_recv_gap: dict[str, int] = {}
         self.outages: dict[tuple, Optional[int]] = {}
+        self.ack_gaps: dict[tuple, Optional[int]] = {}
+        self.recv_gaps: dict[tuple, int] = {}
         self.session: dict[str, dict] = {}
 
     def nemesis(self) -> None:
@@ -822,6 +830,8 @@ class _Job:
         for run, i, tf, te, *_ in self.windows_:
             f = self.frames[run]
             self.outages[(run, i)] = _outage(tf, te, closed.get((run, i)), f["t_last_ack"], f["t_write_end"])
+            # the outage's own length: the longest ack-free interval, from the fault on
+            self.ack_gaps[(run, i)] = None if self.outages[(run, i)] is None else closed[(run, i)][0]
         recv = self.df.where(F.col("type") == "recv").select("run", "client", "t_ns")
         live = (
             recv.join(F.broadcast(self.w), "run")
@@ -829,9 +839,13 @@ class _Job:
             .select("run", "client")
             .distinct()
         )
-        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t)
-        self.max_recv_gap = {r["run"]: r["g"] for r in rg.groupBy("run").agg(
-            F.max(F.col("gap_end") - F.col("gap_start")).alias("g")).collect()}
+        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            self.max_recv_gap, rclosed = _gap_facts(rg, self.w)
+        finally:
+            rg.unpersist()
+        # the consumer side of each window: its longest delivery gap from the fault on
+        self.recv_gaps = {k: eff for k, (eff, _) in rclosed.items()}
         self.clock.lap("receive gaps")
 
     def session_facts(self) -> None:
@@ -863,8 +877,16 @@ class _Job:
                        for _, _, tf, te, node, detail, wid in run_windows]
         v["fault_outages_ms"] = [None if self.outages.get((run, i)) is None else self.outages[(run, i)] / MS
                                  for _, i, *_ in run_windows]
+        v["fault_ack_gaps_ms"] = [None if self.ack_gaps.get((run, i)) is None else self.ack_gaps[(run, i)] / MS
+                                  for _, i, *_ in run_windows]
+        v["fault_recv_gaps_ms"] = [None if self.recv_gaps.get((run, i)) is None else self.recv_gaps[(run, i)] / MS
+                                   for _, i, *_ in run_windows]
         v["ack_latency_ms"] = _pct(lat.get("_ack_p"), lat.get("_ack_max"))
         v["e2e_latency_ms"] = _pct(lat.get("_e2e_p"), lat.get("_e2e_max")) if run in self.live_runs else None
+        # a steady rate's sends that went out late (the producer was held back: in-flight
+        # bound, stalled client), and the longest lag; null without a rate
+        v["late_sends"] = int(lat["_late"]) if lat.get("_lag") is not None else None
+        v["max_send_lag_ms"] = lat["_lag"] / MS if lat.get("_lag") is not None else None
         v["latency_exact"] = self.exact
         v["timing"] = self.timing
         v["result"] = result_of(v)

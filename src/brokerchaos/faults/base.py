@@ -26,8 +26,16 @@ class FaultContext:
     params: BaseModel = field(default_factory=NoParams)
     # the nodes the workload's clients are connected to right now (the `client-node` target)
     client_nodes: Callable[[], list[str]] = lambda: []
-    # distinguishes concurrent faults' firewall chains and queues
+    # distinguishes concurrent faults' firewall chains and queues; the id of its window
     uid: int = 0
+    # a history row of the nemesis: (type, node, detail, window) -> its t_ns. For faults that
+    # record windows of their own (a rolling restart: one per node)
+    record: Callable[[str, Optional[str], Optional[str], Optional[int]], int] = lambda *a: 0
+
+    def sub_window(self, i: int) -> int:
+        """The id of this fault's i-th own window (i >= 1): unique in the run, apart from
+        every fault's own id (those stay below 10**6)."""
+        return 10**6 + self.uid * 1000 + i
 
     @property
     def cluster(self):
@@ -65,6 +73,10 @@ class Fault:
     recoverable: ClassVar[bool] = True
     # partitions take groups (`n1|n2,n3`); everything else a set of nodes
     takes_groups: ClassVar[bool] = False
+    # the window opens when inject starts, not when it returns (a slow graceful operation)
+    opens_window_first: ClassVar[bool] = False
+    # inject records the fault's windows itself (ctx.record, ctx.sub_window), one per step
+    own_windows: ClassVar[bool] = False
 
     def __init__(self, ctx: FaultContext) -> None:
         self.ctx = ctx
@@ -72,6 +84,8 @@ class Fault:
         self.nodes: list[str] = []
         # what the fault measured or did, for run.json (e.g. connections reset, method used)
         self.effect: dict[str, Any] = {}
+        # the fault wrote its window's `ready` row itself: the heal adds no second one
+        self.ready_recorded = False
 
     @classmethod
     def needs_for(cls, params: Any) -> frozenset[str]:
@@ -81,6 +95,11 @@ class Fault:
     @classmethod
     def check(cls, params: Any, node_names: list[str], offers: frozenset[str], scenario: "Scenario") -> None:
         """Static checks beyond the params model and the capabilities (raise targets.TargetError)."""
+
+    def inject_bound(self, n_nodes: int) -> float:
+        """Seconds an inject of `n_nodes` may take: the run waits that long for one under
+        way when the write phase ends, instead of cutting it short."""
+        return 30.0
 
     async def prepare(self) -> None:
         """Slow set-up that does not disturb anything, done before the trigger so that the

@@ -66,6 +66,7 @@ class Nemesis:
         self.active: Optional[tuple[Fault, dict]] = None
         self.pending: Optional[Fault] = None  # prepared, not injected yet
         self.stopping = False  # the write phase is over: finish the current window, start no other
+        self.injecting: Optional[float] = None  # an inject under way: how long it may still take
         self.windows: list[dict] = []
         self.state: dict = {
             "index": index, "action": spec.action, "target": spec.target, "params": spec.params,
@@ -82,7 +83,7 @@ class Nemesis:
     def _new_fault(self) -> Fault:
         self._uid += 1
         ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                           uid=self.index * 1000 + self._uid)
+                           uid=self.index * 1000 + self._uid, record=self._record)
         return self.cls(ctx)
 
     async def _prepared(self) -> Optional[Fault]:
@@ -146,12 +147,19 @@ class Nemesis:
         w: dict = {"window": k, "id": fault.ctx.uid, "nodes": []}
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
+        first = self.cls.opens_window_first or self.cls.own_windows
         try:
             target = await resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             await self.before_fault(self.deployment, target.nodes)
             await self._describe(w, "roles_before")
-            await fault.inject(target)
+            if first:
+                self._opened(k, w, fault, target, t_start)
+            self.injecting = fault.inject_bound(len(target.nodes))
+            try:
+                await fault.inject(target)
+            finally:
+                self.injecting = None
         except Exception as e:  # recorded; the run goes on and says so
             w["error"] = f"{type(e).__name__}: {e}"
             if k == 0:
@@ -159,8 +167,21 @@ class Nemesis:
             self.line(f"Fault: {self.label} FAILED: {w['error']}")
             await self.heal_active("inject failed")
             return False
-        t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"])
-        self.rec.flush()
+        if not first:
+            self._opened(k, w, fault, target, t_start)
+        w["effect"] = fault.effect
+        if not self.cls.recoverable:
+            self.active = None
+        return True
+
+    def _opened(self, k: int, w: dict, fault: Fault, target, t_start: int) -> None:
+        """The window is in effect: its fault row (unless the fault records its own windows),
+        and what run.json keeps of it."""
+        if self.cls.own_windows:
+            t = self.rec.now()
+        else:
+            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"])
+            self.rec.flush()
         w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
                  acks_at_effect=self.gate.acks, t_ms=round(t / 1e6, 3),
                  delay_ms=round((time.monotonic_ns() - t_start) / 1e6, 3), effect=fault.effect)
@@ -169,9 +190,11 @@ class Nemesis:
                 self.state[key] = w.get(key)
         self.line(f"Fault: {self.label} -> {target.label()} at ack {self.gate.acks} "
                   f"({w['delay_ms']:.0f} ms after the trigger)")
-        if not self.cls.recoverable:
-            self.active = None
-        return True
+
+    def _record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
+        t = self.rec.record(type_, node=node, detail=detail, window=window)
+        self.rec.flush()
+        return t
 
     async def heal_active(self, why: str) -> None:
         await self._release()
@@ -187,11 +210,11 @@ class Nemesis:
             w["heal_error"] = f"{type(e).__name__}: {e}"
             why += f"; heal FAILED: {w['heal_error']}"
             self.line(f"Heal: {self.label} FAILED: {w['heal_error']}")
-        if "t_ms" in w:  # only windows that were recorded as in effect get a heal row
+        if "t_ms" in w and not self.cls.own_windows:  # only windows recorded as in effect get a heal row
             t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})", window=w["id"])
             self.rec.flush()
             w["healed_ms"] = round(t / 1e6, 3)
-            if "heal_error" not in w:
+            if "heal_error" not in w and not fault.ready_recorded:
                 self._watchers.append(asyncio.ensure_future(self._ready_after(w)))
         w["effect"] = fault.effect
 

@@ -63,6 +63,7 @@ class Recorder:
         detail: str | None = None,
         t_ns: int | None = None,
         window: int | None = None,
+        intended: int | None = None,
     ) -> int:
         """Append one event; returns its t_ns. An unknown type is refused here, not found by
         the analysis later."""
@@ -85,6 +86,7 @@ class Recorder:
             c["node"].append(node)
             c["detail"].append(detail)
             c["window"].append(window)
+            c["intended_ns"].append(intended)
             if len(c["seq"]) >= self.max_rows:
                 self._flush_locked()
         return t

@@ -1,4 +1,4 @@
-"""History format 1.1: the only contract between the workload/nemesis and the analysis.
+"""History format 1.2: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 1)
+FORMAT_VERSION = (1, 2)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -24,11 +24,17 @@ SCHEMA = pa.schema(
         ("detail", pa.string()),
         # 1.1: the fault window a fault, heal or ready row belongs to (null before 1.1)
         ("window", pa.int64()),
+        # 1.2: a send row's intended time at a steady rate (`workload.rate`): when the
+        # schedule meant it to go, on the t_ns clock; null without a rate, and on resends
+        ("intended_ns", pa.int64()),
     ],
     metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )
 
 COLUMNS = SCHEMA.names
+
+# a send row this long after its intended_ns is late (the late_sends verdict)
+LATE_NS = 100_000_000
 
 # send/ack/nack/unknown/recv/fault/heal are the core of v1. read_end is an optional
 # marker a reader writes when it stops (detail "complete" or "incomplete: why"), so a

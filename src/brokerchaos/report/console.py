@@ -70,6 +70,8 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
             ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
             ("Outage per fault",
              ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
+            ("Ack gap per fault",
+             ", ".join("-" if o is None else _ms(o) for o in v.get("fault_ack_gaps_ms") or []) or "-"),
             ("Ack latency", _lat(v["ack_latency_ms"])),
         ]
     else:
@@ -117,4 +119,24 @@ def summary_lines(summary: dict) -> str:
         lo, hi = s["wilson95"]
         ci = "-" if lo is None else f"{100 * lo:.1f}%..{100 * hi:.1f}%"
         lines.append(f"  runs with {name:<18} {s['runs']:>5} of {s['of']:<5} (95% CI {ci})")
+    lines += outage_lines(summary.get("outages"))
     return "\n".join(lines)
+
+
+def outage_lines(o: dict | None) -> list[str]:
+    """The outage distributions of a session or campaign (summary.json's `outages`)."""
+    if not o:
+        return []
+    out = []
+    for side in ("producer", "consumer"):
+        d = o.get(side) or {}
+        if not d.get("count"):
+            continue
+        unended = f", {d['unended']} never ended" if d.get("unended") else ""
+        out.append(f"  {side} outages ({d['count']} windows{unended}): p50 {_ms(d['p50'])} / p90 {_ms(d['p90'])} / "
+                   f"p99 {_ms(d['p99'])} / max {_ms(d['max'])}")
+    for name, steps in (o.get("schedules") or {}).items():
+        near = [f"{s['step_ms']:g}:{s['outages']}" for s in steps if s["outages"]]
+        if near:
+            out.append(f"  producer outages within ±50 ms of the {name} back-off steps (ms:windows): {' '.join(near)}")
+    return out

@@ -41,6 +41,7 @@ HOOKS = "hooks"  # named commands of a cluster file (the `command` fault)
 COORDINATOR = "coordinator"  # the roles can name the node coordinating the cluster
 ENSEMBLE = "ensemble"  # the roles can name the storage nodes holding the stream's current data (bookies)
 WIPE = "wipe"  # the cluster can delete a stopped node's data (its disk lost)
+STEPDOWN = "stepdown"  # the roles can move leadership off a node gracefully (an operator's verb)
 
 
 class SystemError_(RuntimeError):
@@ -215,6 +216,10 @@ class Client:
     def stream_name(self) -> str:
         return self.ctx.stream_name
 
+    # when the client library tries to reconnect after a lost connection, in ms after the
+    # loss (its configured back-off, summed); summary.json counts the outages near each step
+    reconnect_steps_ms: ClassVar[tuple[float, ...]] = ()
+
     async def connect(self, timeout: float) -> None:
         """Open the control-plane connection and wait until the cluster serves requests."""
 
@@ -262,6 +267,16 @@ class Roles:
         """The storage nodes holding the stream's current segment (Pulsar: the bookies of the
         current ledger's last ensemble); needs `ensemble`."""
         raise LookupError("this system has no storage ensemble")
+
+    async def stepdown(self, node: str, role: str) -> str:
+        """Move `role` ("leader" of the stream, or "coordinator") off `node` the way an
+        operator does before maintenance, without a crash; returns the verb used (run.json).
+        Raises LookupError if `node` does not hold the role now. Needs `stepdown`."""
+        raise LookupError("this system has no graceful leadership move")
+
+    async def step_back(self, node: str) -> None:
+        """Undo what `stepdown` left in place (RabbitMQ: the node leaves maintenance mode);
+        nothing where leadership simply moved."""
 
     async def describe(self) -> dict:
         """What the cluster says of the stream now (leader, replicas in sync, controller), kept

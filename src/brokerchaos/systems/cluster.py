@@ -90,10 +90,10 @@ class LocalCluster(Cluster):
         self.helpers.append(p)
         return p
 
-    def run_tool(self, host: str, name: str, argv: list[str], timeout: float) -> int:
-        """A one-shot command in `host`'s namespace (a metadata setup, a disk format),
-        waited for; its output goes to the log `name`. Killed after `timeout`."""
-        p = self.sandbox.spawn(self.host(host), name, argv, self.log(name))
+    def run_tool(self, host: str, name: str, argv: list[str], timeout: float, env: Optional[dict] = None) -> int:
+        """A one-shot command in `host`'s namespace (a metadata setup, a disk format, an
+        operator's CLI), waited for; its output goes to the log `name`. Killed after `timeout`."""
+        p = self.sandbox.spawn(self.host(host), name, argv, self.log(name), env=env)
         try:
             if not process.wait_exit(p, timeout):
                 process.terminate(p, grace=2.0)

@@ -18,7 +18,7 @@ from nats.errors import NoServersError, TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
 
-from .base import COORDINATOR, Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, http_get
+from .base import COORDINATOR, STEPDOWN, Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, http_get
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -160,6 +160,9 @@ async def meta_leader(cluster) -> str:
 
 
 class NatsClient(Client):
+    # reconnect_time_wait 0.2 s between attempts at one server
+    reconnect_steps_ms = tuple(200.0 * k for k in range(1, 11))
+
     def __init__(self, ctx, cluster) -> None:
         super().__init__(ctx, cluster)
         self.nc = None
@@ -255,6 +258,20 @@ class NatsRoles(Roles):
     async def whole(self) -> tuple[bool, str]:
         return await meta_whole(self.cluster)
 
+    async def stepdown(self, node: str, role: str) -> str:
+        """The JetStream API's step-down: the stream leader's, or the meta leader's."""
+        if role == "coordinator":
+            holder, subject = await meta_leader(self.cluster), "$JS.API.META.LEADER.STEPDOWN"
+        else:
+            holder, subject = await self.leader(), f"$JS.API.STREAM.LEADER.STEPDOWN.{self.ctx.stream_name}"
+        if holder != node:
+            raise LookupError(f"{node} is not the {role} ({holder} is)")
+        msg = await self.client.nc.request(subject, b"", timeout=5)
+        reply = json.loads(msg.data or b"{}")
+        if reply.get("error"):
+            raise SystemError_(f"{subject}: {reply['error'].get('description') or reply['error']}")
+        return subject
+
     async def stream_ready(self) -> bool:
         c = (await self.client.info()).cluster
         return c is None or bool(c.leader and all(r.current for r in (c.replicas or [])))
@@ -266,7 +283,8 @@ class Nats(System):
     LocalCluster = NatsServers
     Client = NatsClient
     Roles = NatsRoles
-    offers = frozenset({COORDINATOR})  # the JetStream meta leader, from the monitoring endpoint
+    # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
+    offers = frozenset({COORDINATOR, STEPDOWN})
 
 
 class NatsProducer:

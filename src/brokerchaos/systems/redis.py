@@ -24,7 +24,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_, wait_until
+from .base import (STEPDOWN, Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_,
+                   wait_until)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -199,6 +200,26 @@ class RedisRoles(Roles):
             raise SystemError_(f"sentinels name an unknown primary {ip}:{port}")
         return node
 
+    async def whole(self) -> tuple[bool, str]:
+        return await self.client.settled()
+
+    async def stepdown(self, node: str, role: str) -> str:
+        """SENTINEL FAILOVER: a sentinel promotes a replica without a vote, as for a dead
+        primary, but the old primary is told to follow the new one (no writes lost to it)."""
+        if role != "leader":
+            raise LookupError("Redis has no coordinator role to step down from")
+        holder = await self.leader()
+        if holder != node:
+            raise LookupError(f"{node} is not the primary ({holder} is)")
+        errors = []
+        for n in [x for x in self.cluster.node_names if x != node] + [node]:
+            try:
+                await self.client.ask(self.cluster.address(n, "sentinel"), "SENTINEL", "FAILOVER", MASTER)
+                return f"SENTINEL FAILOVER {MASTER} (sentinel of {n})"
+            except Exception as e:  # that sentinel is down or busy: another one
+                errors.append(f"{n}: {type(e).__name__}: {e}")
+        raise SystemError_(f"no sentinel took SENTINEL FAILOVER ({'; '.join(errors)})")
+
     async def stream_ready(self) -> bool:
         """The named primary is a primary with every replica online."""
         lead = await self.leader()
@@ -214,6 +235,7 @@ class Redis(System):
     LocalCluster = RedisServers
     Client = RedisClient
     Roles = RedisRoles
+    offers = frozenset({STEPDOWN})  # SENTINEL FAILOVER
 
     @classmethod
     def check(cls, scenario) -> None:

@@ -12,6 +12,7 @@ import time
 from typing import Callable, Optional
 
 from ..history import Recorder
+from ..history.schema import LATE_NS
 from ..scenario import WorkloadSpec
 from .accounting import Accounting
 from .payload import encode
@@ -39,6 +40,7 @@ class ProducerLoop:
         self._pending_retries = 0
         self._wake = asyncio.Event()
         self.stopped_early: Optional[str] = None
+        self.late = 0  # sends more than LATE_NS after their intended time (steady rate only)
 
     # -- outcomes (called by the client, on the loop) --------------------------
     def on_outcome(self, value: int, kind: str, offset, node, detail) -> None:
@@ -91,11 +93,13 @@ class ProducerLoop:
             self.rec.maybe_flush()
 
     # -- sending ---------------------------------------------------------------
-    async def _send(self, value: int, attempt: int) -> None:
+    async def _send(self, value: int, attempt: int, intended: Optional[int] = None) -> None:
         self.acct.on_send(value)
         self.attempts[value] = attempt
-        self.rec.record("send", self.name, value, None, self.client.node(),
-                        None if attempt == 1 else f"retry {attempt - 1}")
+        t = self.rec.record("send", self.name, value, None, self.client.node(),
+                            None if attempt == 1 else f"retry {attempt - 1}", intended=intended)
+        if intended is not None and t - intended > LATE_NS:
+            self.late += 1
         self._expiry.append((time.monotonic() + self.spec.ack_timeout, value, attempt))
         try:
             await self.client.send(value, encode(self.name, value, self.spec.message_size))
@@ -112,19 +116,25 @@ class ProducerLoop:
         """Send every message, then wait for every outcome; both bounded by `deadline`."""
         await self.client.open(self.on_outcome)
         sweeper = asyncio.create_task(self._sweeper())
-        rate, t_first = self.spec.rate, time.monotonic()
+        rate, t_first = self.spec.rate, time.monotonic_ns()
+        intended = None
         try:
             for value in range(1, self.spec.messages + 1):
                 if rate is not None:
-                    # the pace is kept against the start, so a stall is caught up, not carried
-                    ahead = t_first + (value - 1) / rate - time.monotonic()
+                    # open loop: each message has its time on a schedule kept against the start,
+                    # so a stalled client does not lower the offered rate (a backlog goes out
+                    # at once when it can) and latency counts from the schedule, not from
+                    # when the client got round to it (no coordinated omission)
+                    due = t_first + int((value - 1) * 1e9 / rate)
+                    intended = due - self.rec.origin
+                    ahead = (due - time.monotonic_ns()) / 1e9
                     if ahead > 0.001:
                         await asyncio.sleep(ahead)
                 await self._drain_resends()
                 if not await self._acquire(deadline):
                     self.stopped_early = f"write_timeout reached after {value - 1} messages"
                     break
-                await self._send(value, 1)
+                await self._send(value, 1, intended)
                 if value % 32 == 0:
                     # publish rarely blocks, so without this the nemesis and the reply
                     # handler starve and the fault lands late

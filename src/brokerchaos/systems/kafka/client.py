@@ -44,6 +44,9 @@ def admin_for(bootstrap: str, timeout_ms: int = 3000):
 
 
 class KafkaClient(Client):
+    # librdkafka's reconnect.backoff.ms 50 doubling to reconnect.backoff.max.ms 1000 (below),
+    # each with -25 %..+50 % jitter
+    reconnect_steps_ms = (50.0, 150.0, 350.0, 750.0, 1750.0, 2750.0, 3750.0)
     def __init__(self, ctx, cluster) -> None:
         super().__init__(ctx, cluster)
         self.admin = None

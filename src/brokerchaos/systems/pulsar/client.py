@@ -32,6 +32,10 @@ def outcome_of(result) -> tuple[str, Optional[str]]:
 
 
 class PulsarClient(Client):
+    # the C++ client's reconnect back-off: 100 ms doubling (the availability seed's 100, 300,
+    # 700, 1500 ms…)
+    reconnect_steps_ms = (100.0, 300.0, 700.0, 1500.0, 3100.0, 6300.0)
+
     def __init__(self, ctx, cluster) -> None:
         super().__init__(ctx, cluster)
         self.owner_now: Optional[str] = None

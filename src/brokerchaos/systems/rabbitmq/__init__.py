@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import System
+from ..base import STEPDOWN, System
 from ..registry import SYSTEMS
 from .client import RabbitClient, RabbitRoles
 from .cluster import SERVER, RabbitServers
@@ -38,6 +38,7 @@ class RabbitMQ(System):
     LocalCluster = RabbitServers
     Client = RabbitClient
     Roles = RabbitRoles
+    offers = frozenset({STEPDOWN})  # draining the leader's node (maintenance mode)
 
     @classmethod
     def check(cls, scenario) -> None:

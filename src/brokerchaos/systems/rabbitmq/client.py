@@ -124,6 +124,24 @@ class RabbitRoles(Roles):
     async def whole(self) -> tuple[bool, str]:
         return await self.api.whole()
 
+    async def stepdown(self, node: str, role: str) -> str:
+        """3.10 has no leader transfer for one queue: the operator's verb is draining the
+        node (maintenance mode), which moves every quorum-queue leader off it and closes
+        its client listeners; heal revives it."""
+        if role != "leader":
+            raise LookupError("RabbitMQ has no coordinator role to step down from")
+        if not hasattr(self.cluster, "maintenance"):
+            raise LookupError("draining needs a cluster the harness started (external: a `command` fault hook)")
+        holder = await self.leader()
+        if holder != node:
+            raise LookupError(f"{node} is not the queue leader ({holder} is)")
+        await asyncio.to_thread(self.cluster.maintenance, node, "drain")
+        return "rabbitmq-upgrade drain"
+
+    async def step_back(self, node: str) -> None:
+        if self.cluster.alive(node):
+            await asyncio.to_thread(self.cluster.maintenance, node, "revive")
+
     async def stream_ready(self) -> bool:
         """The queue has a leader on a running node and every member is online."""
         info = await self.api.queue(self.ctx.stream_name)

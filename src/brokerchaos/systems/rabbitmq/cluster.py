@@ -23,6 +23,7 @@ from ..base import SystemError_, http_get, port_open
 from ..cluster import Cluster, LocalCluster
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+UPGRADE = "/usr/lib/rabbitmq/bin/rabbitmq-upgrade"
 EPMD = "/usr/bin/epmd"
 AUTH = ("guest", "guest")
 
@@ -121,6 +122,14 @@ class RabbitServers(LocalCluster):
         d.mkdir(parents=True, exist_ok=True)
         (d / "rabbitmq.conf").write_text(self._conf(node))
         self.spawn_node(node, [SERVER], env=self._env(node))
+
+    def maintenance(self, node: str, verb: str, timeout: float = 60.0) -> None:
+        """`rabbitmq-upgrade drain|revive` against `node`, from its own namespace: drain moves
+        its quorum-queue leaders away and closes its client listeners (maintenance mode)."""
+        argv = [UPGRADE, "-n", self.erl_name(node), "-l", "-t", str(int(timeout)), verb]
+        rc = self.run_tool(node, f"{node}-{verb}", argv, timeout + 10, env=self._env(node))
+        if rc != 0:
+            raise SystemError_(f"rabbitmq-upgrade {verb} on {node} exited {rc}; see {self.log(f'{node}-{verb}')}")
 
     async def ready(self, timeout: float) -> None:
         """Boot the joiners once the nodes before them serve, and wait until the cluster is

@@ -1,0 +1,73 @@
+"""Outage distributions across the fault windows of a session or a campaign.
+
+One window gives one producer outage (its longest ack-free interval, from the fault on:
+`fault_ack_gaps_ms`) and, where a consumer read during it, one consumer outage
+(`fault_recv_gaps_ms`). Across hundreds of windows their distribution shows what one
+longest gap hides: steps at the client's reconnect and resend back-off (the Pulsar
+availability seed's 100, 300, 700, 1500 ms). The per-window figures come from the
+histories (metrics.py); the distribution is one small Spark aggregation over them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+BUCKET_MS = 100  # histogram buckets: fine enough to show the back-off's steps
+STEP_TOLERANCE_MS = 50.0
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def distribution(spark: SparkSession, values: Iterable[Optional[float]]) -> dict:
+    """count, the windows whose outage never ended (`unended`, null values), exact
+    p50/p90/p99 (linear interpolation between ranks, as numpy), max, and a histogram of
+    `BUCKET_MS` buckets ([lower bound ms, windows], empty buckets left out)."""
+    vals = list(values)
+    out: dict = {"windows": len(vals), "unended": sum(1 for v in vals if v is None), "count": 0,
+                 "p50": None, "p90": None, "p99": None, "max": None, "bucket_ms": BUCKET_MS, "histogram": []}
+    ended = [(float(v),) for v in vals if v is not None]
+    if not ended:
+        return out
+    df = spark.createDataFrame(ended, "ms double")
+    # percentile (not percentile_approx): exact, and these are a few thousand rows at most
+    stats = df.agg(F.count("ms").alias("n"), F.percentile("ms", list(QUANTILES)).alias("q"),
+                   F.max("ms").alias("mx")).collect()[0]
+    out.update(count=stats["n"], max=stats["mx"], **{f"p{round(q * 100)}": x for q, x in zip(QUANTILES, stats["q"])})
+    hist = (df.groupBy((F.floor(F.col("ms") / BUCKET_MS) * BUCKET_MS).cast("long").alias("lo"))
+            .count().orderBy("lo").collect())
+    out["histogram"] = [[r["lo"], r["count"]] for r in hist]
+    return out
+
+
+def resend_steps(retry_backoff: float, retry_backoff_max: float, retries: int,
+                 upto_ms: float = 10_000.0) -> list[float]:
+    """When the harness's resends of a failed message go out, in ms after the failure: the
+    back-off doubles from `retry_backoff` to `retry_backoff_max` (producer.py), summed."""
+    steps, t, attempt = [], 0.0, 2
+    while attempt <= retries + 1 and retry_backoff > 0:
+        t += min(retry_backoff * 2 ** (attempt - 2), retry_backoff_max) * 1000
+        if t > upto_ms:
+            break
+        steps.append(round(t, 3))
+        attempt += 1
+    return steps
+
+
+def near_steps(steps: list[float], values: Iterable[Optional[float]], tol: float = STEP_TOLERANCE_MS) -> list[dict]:
+    """For each step, how many outages lie within ±tol ms of it."""
+    vals = [v for v in values if v is not None]
+    return [{"step_ms": s, "within_ms": tol, "outages": sum(1 for v in vals if abs(v - s) <= tol)} for s in steps]
+
+
+def summary(spark: SparkSession, verdicts: list[dict], schedules: dict[str, list[float]]) -> dict:
+    """The `outages` block of summary.json: producer and consumer distributions, and each
+    back-off schedule (name -> steps in ms) with the producer outages near its steps."""
+    prod = [g for v in verdicts for g in (v.get("fault_ack_gaps_ms") or [])]
+    # a window no consumer read through has no consumer outage: left out, not counted as 0
+    cons = [g for v in verdicts for g in (v.get("fault_recv_gaps_ms") or []) if g is not None]
+    return {
+        "producer": distribution(spark, prod),
+        "consumer": distribution(spark, cons),
+        "schedules": {name: near_steps(steps, prod) for name, steps in schedules.items()},
+    }

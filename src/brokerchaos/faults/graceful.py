@@ -1,0 +1,163 @@
+"""Graceful operations: what operators do to a healthy cluster on purpose — move a leader,
+restart every node in turn. The Pulsar availability seed's point is that these cause
+outages too, short ones whose lengths follow the client's reconnect back-off."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..systems.base import COORDINATOR, STEPDOWN
+from .base import Fault, Target
+from .registry import FAULTS
+
+
+class StepdownParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["leader", "coordinator"] = Field(
+        "leader", description="what the target gives up: the stream's leadership, or the cluster's coordinator role")
+    wait: float = Field(30.0, gt=0, le=300, description="seconds to wait for another node to hold the role")
+
+
+@FAULTS.register("stepdown")
+class Stepdown(Fault):
+    description = ("move leadership off the target without a crash (NATS: leader step-down; RabbitMQ: drain "
+                   "the node into maintenance mode; Redis: SENTINEL FAILOVER); heal undoes what stays "
+                   "(RabbitMQ: revive)")
+    Params = StepdownParams
+    needs = frozenset({STEPDOWN})
+    # the outage starts with the operation, not when it has finished (a drain takes seconds)
+    opens_window_first = True
+
+    @classmethod
+    def needs_for(cls, params) -> frozenset[str]:
+        return cls.needs | ({COORDINATOR} if getattr(params, "role", "leader") == "coordinator" else set())
+
+    async def _holder(self) -> str:
+        roles = self.ctx.roles
+        return await (roles.coordinator() if self.p.role == "coordinator" else roles.leader())
+
+    async def inject(self, target: Target) -> None:
+        self.effect["verbs"] = []
+        for n in target.nodes:
+            self.nodes.append(n)
+            self.effect["verbs"].append(await self.ctx.roles.stepdown(n, self.p.role))
+        # where the role went, and how long that took: bounded, and a role that stayed put
+        # is a finding, not a failure of the harness
+        t0 = time.monotonic()
+        holder = None
+        while time.monotonic() - t0 < self.p.wait:
+            try:
+                holder = await asyncio.wait_for(self._holder(), 5.0)
+                if holder not in target.nodes:
+                    break
+            except Exception:  # no holder while electing
+                holder = None
+            await asyncio.sleep(0.1)
+        self.effect["moved_to"] = holder if holder not in target.nodes else None
+        self.effect["moved_s"] = round(time.monotonic() - t0, 3)
+        # the end of the seeds' downtime: here, not after the heal (which only undoes a drain)
+        # (briefly: a drained RabbitMQ node leaves its queues short of a member until revived,
+        # and then the heal's own watcher records it)
+        if self.effect["moved_to"] and await self.ctx.roles.wait_stream_ready(timeout=5.0):
+            self.ctx.record("ready", ",".join(target.nodes),
+                            f"stepdown {self.p.role}: now {holder}, stream ready", self.ctx.uid)
+            self.ready_recorded = True
+
+    async def heal(self) -> None:
+        while self.nodes:
+            await self.ctx.roles.step_back(self.nodes[0])
+            self.nodes.pop(0)
+
+
+class RollingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout: float = Field(30.0, gt=0, le=600, description="seconds to wait for a clean exit before SIGKILL")
+    whole_timeout: float = Field(120.0, gt=0, le=1800,
+                                 description="seconds to wait, after each start, for the cluster and stream to "
+                                             "be whole before the next node")
+    pause: float = Field(0.0, ge=0, le=600, description="seconds to wait between one node whole and the next stop")
+
+
+@FAULTS.register("rolling-restart")
+class RollingRestart(Fault):
+    description = ("every target node in turn (target order; `all` by default in scenarios): graceful stop, "
+                   "start, wait until the cluster and the stream are whole (bounded), next. One window per "
+                   "node in the history; a node that does not come back whole ends the round")
+    Params = RollingParams
+    needs = frozenset({"stop", "start"})
+    # the fault records a window per node itself, not one for the whole round
+    own_windows = True
+
+    _open: tuple | None = None  # the step whose node is down: (node, label, window)
+
+    def inject_bound(self, n_nodes: int) -> float:
+        return n_nodes * (self.p.timeout + self.p.whole_timeout + self.p.pause + 60)
+
+    async def inject(self, target: Target) -> None:
+        cluster = self.ctx.cluster
+        steps: list[dict] = []
+        self.effect["steps"] = steps
+        total = len(target.nodes)
+        for i, n in enumerate(target.nodes, 1):
+            if i > 1 and self.p.pause:
+                await asyncio.sleep(self.p.pause)
+            wid = self.ctx.sub_window(i)
+            label = f"rolling-restart {n} ({i} of {total})"
+            step: dict = {"node": n, "window": wid}
+            steps.append(step)
+            t_stop = self.ctx.record("fault", n, label, wid)
+            self.nodes.append(n)
+            self._open = (n, label, wid)
+            step["clean_exit"] = await asyncio.to_thread(cluster.stop_node, n, self.p.timeout)
+            await asyncio.to_thread(cluster.start_node, n)
+            self.nodes.remove(n)
+            self._open = None
+            t_start = self.ctx.record("heal", n, f"{label}: started", wid)
+            step["down_ms"] = round((t_start - t_stop) / 1e6, 3)
+            whole = await self._whole()
+            if whole is None:
+                t_ready = self.ctx.record("ready", n, f"{label}: cluster whole again", wid)
+                step["ready_ms"] = round((t_ready - t_stop) / 1e6, 3)
+                continue
+            # taking the next node down now could cost the quorum: stop the round here
+            step["not_whole"] = whole
+            self.effect["stopped"] = f"{n} not whole within {self.p.whole_timeout:.0f}s: {whole}"
+            break
+
+    async def _whole(self) -> str | None:
+        """None once every node runs, the cluster says it is whole and the stream is ready;
+        else what was last seen when the bound ran out."""
+        cluster, roles = self.ctx.cluster, self.ctx.roles
+        deadline = time.monotonic() + self.p.whole_timeout
+        last = "not asked"
+        while time.monotonic() < deadline:
+            try:
+                down = cluster.not_running()
+                if down:
+                    last = f"not running: {', '.join(down)}"
+                else:
+                    ok, last = await asyncio.wait_for(roles.whole(), 10.0)
+                    if ok and await asyncio.wait_for(roles.stream_ready(), 10.0):
+                        return None
+                    if ok:
+                        last = "stream not ready"
+            except Exception as e:  # electing, or still starting
+                last = f"{type(e).__name__}: {e}"[:200]
+            await asyncio.sleep(0.2)
+        return last
+
+    async def heal(self) -> None:
+        # a round cut short (the run ended, the harness was interrupted) leaves no node down
+        cluster = self.ctx.cluster
+        while self.nodes:
+            n = self.nodes[0]
+            if not cluster.alive(n):
+                await asyncio.to_thread(cluster.start_node, n)
+            self.nodes.pop(0)
+        if self._open:  # the step's window closes with this start
+            n, label, wid = self._open
+            self._open = None
+            self.ctx.record("heal", n, f"{label}: started (round cut short)", wid)

@@ -1,0 +1,104 @@
+"""Graceful operations on real clusters: a leader step-down and a rolling restart on NATS,
+a SENTINEL FAILOVER on Redis, each under a steady-rate producer; and the outage
+distribution they leave in summary.json."""
+import json
+import os
+import shutil
+
+import pyarrow.dataset as ds
+import pytest
+
+from brokerchaos import validation as sc
+from brokerchaos.runner import Session
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+needs_nats = pytest.mark.skipif(shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"),
+                                reason="nats-server not installed (make setup)")
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make setup)")
+
+
+def _rows(run_dir):
+    files = sorted(str(p) for p in run_dir.rglob("*.parquet"))
+    return ds.dataset(files, format="parquet").to_table().to_pylist()
+
+
+def _steady(rows, rate):
+    """Every first send carries its intended time, on the schedule the rate sets."""
+    first = [r for r in rows if r["type"] == "send" and r["detail"] is None]
+    assert first and all(r["intended_ns"] is not None for r in first)
+    by_value = sorted((r["value"], r["intended_ns"]) for r in first)
+    (v0, t0), (v1, t1) = by_value[0], by_value[-1]
+    assert abs((t1 - t0) - (v1 - v0) * 1e9 / rate) < 2e6  # the schedule, not when they went out
+    assert not [r for r in rows if r["type"] == "send" and r["detail"] and r["intended_ns"] is not None]
+
+
+@needs_nats
+def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
+    s = sc.load("scenarios/nats-stepdown-leader.yaml",
+                {"runs": 1, "messages": 8_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-stepdown"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    assert len(result.verdicts) == 1
+    for v in result.verdicts:
+        meta = result.metas[v["run"]]
+        (w,) = meta["faults"][0]["windows"]
+        # the leader moved to another node, and nothing was restarted to do it
+        assert w["effect"]["moved_to"] not in (None, *w["nodes"]), w
+        assert w["effect"]["verbs"] == [f"$JS.API.STREAM.LEADER.STEPDOWN.bc-{v['run']}"]
+        rows = _rows(result.dir / v["run"])
+        kinds = [r["type"] for r in rows if r["window"] == w["id"]]
+        assert sorted(kinds) == ["fault", "heal", "ready"]
+        assert v["read_complete"] is True and v["acked_missing"] == 0 and v["result"] == "pass", v
+        _steady(rows, 2000)
+        assert isinstance(v["late_sends"], int) and v["max_send_lag_ms"] is not None
+        assert len(v["fault_ack_gaps_ms"]) == 1 and v["fault_ack_gaps_ms"][0] is not None
+    out = json.loads((result.dir / "summary.json").read_text())["summary"]["outages"]
+    assert out["producer"]["windows"] == 1
+    assert out["producer"]["count"] + out["producer"]["unended"] == 1
+    assert sum(n for _, n in out["producer"]["histogram"]) == out["producer"]["count"]
+    assert [st["step_ms"] for st in out["schedules"]["resend"]][:4] == [100.0, 300.0, 700.0, 1500.0]
+    assert [s["step_ms"] for s in out["schedules"]["reconnect"]][:2] == [200.0, 400.0]
+
+
+@needs_nats
+def test_nats_rolling_restart_is_one_window_per_node_leader_last(tmp_path, spark):
+    s = sc.load("scenarios/nats-rolling-restart.yaml",
+                {"runs": 1, "messages": 16_000, "at_seconds": 1.0, "name": "it-rolling"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    (w,) = meta["faults"][0]["windows"]
+    steps = w["effect"]["steps"]
+    assert [st["node"] for st in steps] == w["nodes"] and sorted(w["nodes"]) == ["n1", "n2", "n3"]
+    assert w["nodes"][-1] == meta["leader_at_start"]  # followers first, the leader last
+    assert all(st["clean_exit"] and "ready_ms" in st for st in steps), steps
+    assert "stopped" not in w["effect"]
+    rows = _rows(result.dir / "run-001")
+    for st in steps:
+        mine = sorted((r["t_ns"], r["type"]) for r in rows if r["window"] == st["window"])
+        assert [k for _, k in mine] == ["fault", "heal", "ready"], mine
+        assert all(r["node"] == st["node"] for r in rows if r["window"] == st["window"])
+    # the whole round is the three windows, not a fourth around them
+    assert len(v["faults"]) == 3 and len(v["fault_ack_gaps_ms"]) == 3
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    _steady(rows, 2000)
+
+
+@needs_redis
+def test_redis_sentinel_failover_moves_the_primary(tmp_path, spark):
+    s = sc.load("scenarios/redis-stepdown-primary.yaml",
+                {"runs": 1, "messages": 8_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-failover"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    assert w["effect"]["verbs"][0].startswith("SENTINEL FAILOVER")
+    assert w["effect"]["moved_to"] not in (None, *w["nodes"]), w
+    assert v["read_complete"] is True, v["read_status"]
+    # whatever the failover cost, it is accounted for: every acked message read or listed
+    lost = (result.dir / "lost.csv").read_text().splitlines()[1:]
+    assert len(lost) == v["acked_missing"]
+    assert all(line.split(",")[4] == w["nodes"][0] for line in lost)  # acked by the old primary

@@ -102,3 +102,26 @@ def test_redis_sentinel_failover_moves_the_primary(tmp_path, spark):
     lost = (result.dir / "lost.csv").read_text().splitlines()[1:]
     assert len(lost) == v["acked_missing"]
     assert all(line.split(",")[4] == w["nodes"][0] for line in lost)  # acked by the old primary
+
+
+@needs_nats
+def test_nats_outage_matches_the_clients_own_disconnect_and_reconnect(tmp_path, spark):
+    """The outage the analysis measures from acks alone agrees, within 50 ms, with what
+    nats-py itself saw: its disconnected_cb and reconnected_cb, recorded in the history. A
+    stall of the harness's own (once: the Spark JVM starting during the first write, a
+    503 ms ack gap) would break it."""
+    s = sc.load("scenarios/nats-tcp-kill-once.yaml",
+                {"runs": 2, "messages": 8_000, "at_seconds": 1.5, "duration": 0.5, "name": "it-callbacks"})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    assert len(result.verdicts) == 2
+    for v in result.verdicts:
+        rows = _rows(result.dir / v["run"])
+        (fault,) = [r for r in rows if r["type"] == "fault"]
+        events = sorted((r["t_ns"], r["type"], r["node"]) for r in rows
+                        if r["type"] in ("disconnect", "reconnect") and r["t_ns"] >= fault["t_ns"])
+        assert events and events[0][1] == "disconnect" and events[0][2] == fault["node"], events
+        assert events[1][1] == "reconnect", events
+        callback_gap_ms = (events[1][0] - events[0][0]) / 1e6
+        (gap,) = v["fault_ack_gaps_ms"]
+        assert gap is not None and abs(gap - callback_gap_ms) <= 50, (gap, callback_gap_ms, events)
+        assert v["read_complete"] is True and v["acked_missing"] == 0, v

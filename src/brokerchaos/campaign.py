@@ -60,7 +60,7 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
 
 def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
         observer=None) -> dict:
-    from .runner import Session
+    from .runner import Session, campaign_outages
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = Path(out) / f"{spec.name}-{stamp}"
@@ -71,10 +71,8 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
         result = Session(s, root, spark_master=spark_master, observer=observer).run()
         sessions.append({"scenario": s.name, "dir": result.dir.name, "summary": result.summary})
         verdicts.extend(result.verdicts)
-    from .analysis import outages, spark as spark_mod
-
     # across every window of every session (each session's own block has its schedules)
-    dist = outages.summary(spark_mod.get_spark(spark_master), verdicts, {})
+    dist = campaign_outages(verdicts, spark_master)
     write(root, sessions, dist)
     return {"dir": root, "sessions": sessions, "outages": dist}
 

@@ -233,7 +233,10 @@ def cmd_analyze(args) -> int:
         metas = files.load_metas(root)
         summary = files.summarize(analysis.verdicts)
         if not args.no_write:
-            summary = files.write_session(analysis, Path(args.out) if args.out else root, metas)
+            from .runner import backoff_schedules
+
+            summary = files.write_session(analysis, Path(args.out) if args.out else root, metas,
+                                          backoff_schedules(metas))
         analysis.release()
     finally:
         checked.cleanup()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import signal
 import time
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .analysis import metrics, spark as spark_mod
+from .analysis import metrics, outages, spark as spark_mod
 from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
 from .report import console, files, session_table
@@ -78,7 +79,7 @@ class Session:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
         result = SessionResult(self.dir)
-        spark_mod.warm_up_async(self.spark_master)
+        self._warm = spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
             system = SYSTEMS.get(s.system)
@@ -104,7 +105,7 @@ class Session:
         analysis = metrics.analyze(spark, metrics.read_history(spark, str(self.dir)))
         try:
             result.verdicts = session_table.complete(analysis.verdicts)
-            result.summary = files.write_session(analysis, self.dir, result.metas)
+            result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas))
         finally:
             analysis.release()
         self.obs.line("\n" + console.summary_table(result.verdicts, result.metas))
@@ -221,6 +222,7 @@ class Session:
             if live:
                 await start_live(reader_client, reader, arrived)
             out["leader_at_start"] = await dep.roles.leader()
+            await self._quiet_before_write()
             # where one run can receive another's messages, names carry the run id (the
             # seed's sequence id), so those are stowaways and not this run's messages
             names = [f"p{i}" + (f"-{run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
@@ -254,6 +256,7 @@ class Session:
                         task.cancel()
                 await asyncio.gather(*nem_tasks, progress, return_exceptions=True)
                 out["write_s"] = round(time.monotonic() - t_write, 3)
+                gc.unfreeze()  # what the run left behind is the collector's again (soaks)
                 stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
                 out["write_stopped_early"] = "; ".join(stopped) or None
                 if w.rate is not None:
@@ -296,6 +299,20 @@ class Session:
                 await dep.client.close()
         return out
 
+    async def _quiet_before_write(self) -> None:
+        """Nothing of the harness's own may stall the producers: a stall is an ack gap the
+        analysis would count as the broker's outage. The Spark JVM's start-up (begun with the
+        session, so that it overlaps the first cluster's) held the interpreter for 0.5 s a
+        second into a first run's write (a 503 ms ack gap with no fault at all): it is done
+        first. And gc.freeze() moves what exists now out of the collector's way: full
+        collections scanning it paused a 2,000 msg/s producer for 28–115 ms (unfrozen when
+        the write phase ends, so that nothing is kept for good over a long session)."""
+        warm = getattr(self, "_warm", None)
+        if warm is not None and warm.is_alive():
+            await asyncio.to_thread(warm.join, 300)
+        gc.collect()
+        gc.freeze()
+
     async def _progress(self, producers: list[ProducerLoop]) -> None:
         while True:
             await asyncio.sleep(1.0)
@@ -308,6 +325,30 @@ class Session:
         neg = sum(p.acct.neg for p in producers)
         unk = sum(p.acct.unknown for p in producers)
         return f"Send count: {sent} Ack count: {pos + neg} Pos: {pos} Neg: {neg} Unknown: {unk}"
+
+
+def backoff_schedules(metas: dict) -> dict[str, list[float]]:
+    """The back-off steps a session's clients followed, in ms after a failure, from its
+    scenario (run.json): the harness's resends, and the client library's reconnects where
+    the system declares them. summary.json counts the outages near each step."""
+    for m in metas.values():
+        sc = m.get("scenario") or {}
+        w = sc.get("workload") or {}
+        out = {}
+        if w.get("retries"):
+            out["resend"] = outages.resend_steps(w.get("retry_backoff", 0.1), w.get("retry_backoff_max", 1.0),
+                                                 w["retries"])
+        system = sc.get("system")
+        steps = SYSTEMS.get(system).Client.reconnect_steps_ms if system in SYSTEMS.names() else ()
+        if steps:
+            out["reconnect"] = list(steps)
+        return out
+    return {}
+
+
+def campaign_outages(verdicts: list[dict], spark_master: Optional[str] = None) -> dict:
+    """The outage distributions across every window of a campaign's sessions."""
+    return outages.summary(spark_mod.get_spark(spark_master), verdicts, {})
 
 
 def _main_thread() -> bool:

@@ -40,8 +40,11 @@ LATE_NS = 100_000_000
 # marker a reader writes when it stops (detail "complete" or "incomplete: why"), so a
 # read that could not finish is never mistaken for data loss. ready (optional, nemesis)
 # marks the cluster whole again after a heal: the end of the seeds' "downtime".
+# disconnect/reconnect (1.2, optional) are a client library's own connection events, as its
+# callbacks report them.
 MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
-EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready")
+CLIENT_EVENT_TYPES = ("disconnect", "reconnect")
+EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready") + CLIENT_EVENT_TYPES
 
 NEMESIS_CLIENT = "nemesis"

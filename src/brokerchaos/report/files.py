@@ -10,7 +10,6 @@ from typing import Optional
 
 from ..analysis import outages
 from ..analysis.metrics import Analysis
-from ..analysis.outages import resend_steps
 from . import session_table
 from .stats import merge, wilson
 
@@ -78,28 +77,10 @@ def summarize(verdicts: list[dict]) -> dict:
             "totals": totals, "verdicts": out}
 
 
-def schedules(metas: dict) -> dict[str, list[float]]:
-    """The back-off schedules the session's clients followed, from its scenario (run.json):
-    the harness's resends, and the client library's reconnects where the system says."""
-    from ..systems import SYSTEMS
-
-    for m in metas.values():
-        sc = m.get("scenario") or {}
-        w = sc.get("workload") or {}
-        out = {}
-        if w.get("retries"):
-            out["resend"] = resend_steps(w.get("retry_backoff", 0.1), w.get("retry_backoff_max", 1.0), w["retries"])
-        try:
-            steps = SYSTEMS.get(sc.get("system", "")).Client.reconnect_steps_ms
-        except Exception:  # an unknown system in an old run.json: no library schedule
-            steps = ()
-        if steps:
-            out["reconnect"] = list(steps)
-        return out
-    return {}
-
-
-def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -> dict:
+def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
+                  schedules: Optional[dict[str, list[float]]] = None) -> dict:
+    """Every session output; `schedules` are the back-off steps the clients followed
+    (runner.backoff_schedules), for the outage block of summary.json."""
     out.mkdir(parents=True, exist_ok=True)
     metas = metas if metas is not None else load_metas(out)
     verdicts = analysis.verdicts
@@ -135,6 +116,6 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None) -
                 w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],
                             r["first_ack_ns"] / 1e6, r["read_there"]])
     summary = summarize(verdicts)
-    summary["outages"] = outages.summary(analysis.jumps.sparkSession, verdicts, schedules(metas))
+    summary["outages"] = outages.summary(analysis.jumps.sparkSession, verdicts, schedules or {})
     (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
     return summary

@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
 # (payload, offset, node)
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
+# ("disconnect" | "reconnect", node, detail): the client library's own connection events
+EventCallback = Callable[[str, Optional[str], Optional[str]], None]
+
+
+class ClientEvents:
+    """A producer whose client library reports its connection's life (disconnects,
+    reconnects) from its own callbacks: the producer loop sets `on_event` before `open`,
+    and each becomes a history row with its time and node."""
+
+    def on_event(self, kind: str, node: Optional[str], detail: Optional[str]) -> None:
+        pass
 
 
 # capabilities: what a deployment offers and a fault needs. Node control first: a local

@@ -18,7 +18,8 @@ from nats.errors import NoServersError, TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
 
-from .base import COORDINATOR, STEPDOWN, Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, http_get
+from .base import (COORDINATOR, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System,
+                   SystemError_, http_get)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -41,7 +42,7 @@ async def _close(nc) -> None:
         pass
 
 
-async def _connect(servers: list[str], name: str, timeout: float):
+async def _connect(servers: list[str], name: str, timeout: float, disconnected=None, reconnected=None):
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -54,8 +55,8 @@ async def _connect(servers: list[str], name: str, timeout: float):
                 max_reconnect_attempts=-1,
                 pending_size=256 * 1024 * 1024,
                 error_cb=_quiet(),
-                disconnected_cb=_quiet(),
-                reconnected_cb=_quiet(),
+                disconnected_cb=disconnected or _quiet(),
+                reconnected_cb=reconnected or _quiet(),
                 allow_reconnect=True,
             )
         except (NoServersError, OSError, NatsTimeout, asyncio.TimeoutError) as e:
@@ -287,7 +288,7 @@ class Nats(System):
     offers = frozenset({COORDINATOR, STEPDOWN})
 
 
-class NatsProducer:
+class NatsProducer(ClientEvents):
     def __init__(self, client: NatsClient, name: str) -> None:
         self.system = client
         self.name = name
@@ -295,9 +296,20 @@ class NatsProducer:
         self.dedup = client.ctx.scenario.workload.dedup
         self.nc = None
         self.inbox = ""
+        self._at: Optional[str] = None
+        self._closing = False
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
-        self.nc = await _connect(self.system.servers(), f"brokerchaos-{self.name}", 30)
+        async def disconnected() -> None:
+            if not self._closing:  # nats-py calls it on our own close too
+                self.on_event("disconnect", self._at, "nats-py disconnected_cb")
+
+        async def reconnected() -> None:
+            self._at = self.node()
+            self.on_event("reconnect", self._at, "nats-py reconnected_cb")
+
+        self.nc = await _connect(self.system.servers(), f"brokerchaos-{self.name}", 30, disconnected, reconnected)
+        self._at = self.node()  # the node a disconnect leaves (nats-py no longer says)
         self.inbox = self.nc.new_inbox()
         prefix_len = len(self.inbox) + 1
         handled = [0]
@@ -338,6 +350,7 @@ class NatsProducer:
         return self.system.node_of_url(nc.connected_url.netloc)
 
     async def close(self) -> None:
+        self._closing = True
         await _close(self.nc)
 
 

@@ -41,6 +41,12 @@ class ProducerLoop:
         self._wake = asyncio.Event()
         self.stopped_early: Optional[str] = None
         self.late = 0  # sends more than LATE_NS after their intended time (steady rate only)
+        # a driver whose library reports its connection's life calls this (systems/base.py:
+        # ClientEvents); on the others it stays unused
+        client.on_event = self._client_event
+
+    def _client_event(self, kind: str, node: Optional[str], detail: Optional[str]) -> None:
+        self.rec.record(kind, self.name, None, None, node, detail)
 
     # -- outcomes (called by the client, on the loop) --------------------------
     def on_outcome(self, value: int, kind: str, offset, node, detail) -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import sys
 import time
 import traceback
 from typing import Optional
 
-from ..base import Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_, quiet_logger, wait_until
+from ..base import (Client, ClientEvents, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_,
+                    quiet_logger, wait_until)
 
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
 
@@ -203,7 +206,38 @@ class KafkaRoles(Roles):
             p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas) for p in t.partitions.values())
 
 
-class KafkaProducer:
+class _BrokerStates(logging.Handler):
+    """librdkafka's broker state changes (its `debug: broker` log, facility STATE, served by
+    poll() on the loop's thread) as client events: UP -> anything is a disconnect, and the
+    next -> UP of that broker its reconnect."""
+
+    # a learned broker (host:port/id); the bootstrap entries (…/bootstrap) are dropped
+    # once the metadata names the brokers, which is not a disconnect
+    CHANGE = re.compile(r"(\S+):(\d+)/\d+: Broker changed state (\w+) -> (\w+)")
+
+    def __init__(self, producer: "KafkaProducer") -> None:
+        super().__init__(logging.DEBUG)
+        self.producer = producer
+        self.down: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            m = self.CHANGE.search(record.getMessage())
+            if not m:
+                return
+            host, port, old, new = m.groups()
+            node = self.producer.system.cluster.node_at(host, int(port)) or f"{host}:{port}"
+            if old == "UP" and new != "UP" and not self.producer.closing:
+                self.down.add(node)
+                self.producer.on_event("disconnect", node, f"librdkafka: broker {old} -> {new}")
+            elif new == "UP" and node in self.down:
+                self.down.discard(node)
+                self.producer.on_event("reconnect", node, f"librdkafka: broker {old} -> {new}")
+        except Exception:  # a log line must never break the client
+            pass
+
+
+class KafkaProducer(ClientEvents):
     """confluent-kafka's Producer driven from the event loop: produce() never blocks and a
     poll task serves the delivery reports on the loop's thread."""
 
@@ -216,6 +250,7 @@ class KafkaProducer:
         self.poller: Optional[asyncio.Task] = None
         self._node: Optional[str] = None
         self.detail = "acks=0: the client's word only" if system.options.acks == "0" else None
+        self.closing = False
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         from confluent_kafka import Producer
@@ -223,6 +258,11 @@ class KafkaProducer:
         self.on_outcome = on_outcome
         conf = self.system.producer_config(self.name)
         conf["stats_cb"] = self._stats
+        if "debug" not in conf:  # the connection's life as the client sees it (history rows)
+            # not logging.getLogger: that one registers it for good, one per run of a soak
+            log = logging.Logger(f"brokerchaos.librdkafka.{self.name}", logging.DEBUG)
+            log.addHandler(_BrokerStates(self))
+            conf.update({"debug": "broker", "log_level": 7, "logger": log})
         self.p = Producer(conf)
         self.poller = asyncio.create_task(self._poll())
         # where it will write, known before the first statistics arrive (a fast run can
@@ -297,6 +337,7 @@ class KafkaProducer:
             await asyncio.sleep(0.002)
 
     async def close(self) -> None:
+        self.closing = True
         if self.poller is not None:
             self.poller.cancel()
             await asyncio.gather(self.poller, return_exceptions=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -69,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--messages", type=int, help="messages per producer per run")
     c.add_argument("--out", default="results", help="results directory (default results/)")
     c.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+
+    k = sub.add_parser("soak", help="runs after runs on one long-lived cluster, resumable",
+                       description="Successive runs of one scenario on a cluster kept between runs while it is "
+                                   "healthy (rebuilt when it is not), one fault per run drawn from the scenario's "
+                                   "fault_mix with its seed; each finished run's verdict is appended to "
+                                   "verdicts.jsonl at once and a progress line printed. Killed, it loses nothing: "
+                                   "`--resume DIR` goes on in the same directory, and the run it was killed in is "
+                                   "reported incomplete.")
+    k.add_argument("scenario", nargs="?", help="scenario YAML (not with --resume: the session's own is used)")
+    k.add_argument("--runs", type=int, help="the most runs in the session, resumed ones included")
+    k.add_argument("--duration", help="start no run after this long: 90s, 30m, 6h (or seconds)")
+    k.add_argument("--resume", metavar="DIR", help="a soak session's directory to go on in")
+    k.add_argument("--out", default="results", help="results directory (default results/)")
+    k.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
 
@@ -158,6 +173,65 @@ def _guarded(scenarios, spark_master, what: str, work):
     except (KeyboardInterrupt, Terminated):
         print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
         return 130
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(text)
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def cmd_soak(args) -> int:
+    from . import validation as sc
+
+    duration = None
+    if args.duration is not None:
+        try:
+            duration = _seconds(args.duration)
+        except ValueError:
+            print(f"brokerchaos: error: --duration: cannot read {args.duration!r} (e.g. 90s, 30m, 6h)",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if args.runs is None and duration is None:
+        print("brokerchaos: error: give --runs N or --duration, or both", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.runs is not None and args.runs < 1:
+        print("brokerchaos: error: --runs: must be at least 1", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    resume = None
+    try:
+        if args.resume:
+            resume = Path(args.resume)
+            if args.scenario:
+                raise sc.ScenarioError("give a scenario or --resume DIR, not both (a session keeps its scenario)")
+            if not (resume / "scenario.json").is_file():
+                raise sc.ScenarioError(f"--resume: '{resume}' is not a session directory (no scenario.json)")
+            doc = json.loads((resume / "scenario.json").read_text())
+            # the file holds every field; only the fault shape the session was given counts
+            if doc.get("fault_mix"):
+                doc.pop("fault", None)
+                doc.pop("faults", None)
+            elif doc.get("faults"):
+                doc.pop("fault", None)
+            if args.runs is not None:
+                doc["runs"] = args.runs
+            scenario = sc.build(doc)
+        else:
+            if not args.scenario:
+                raise sc.ScenarioError("give a scenario file (or --resume DIR)")
+            scenario = sc.load(args.scenario, {"runs": args.runs or 100_000})
+    except (sc.ScenarioError, ValueError) as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from .runner import Session
+
+    result = _guarded([scenario], args.spark_master, "soak",
+                      lambda: Session(scenario, Path(args.out), spark_master=args.spark_master, resume=resume,
+                                      duration=duration, soak=True).run())
+    if isinstance(result, int):
+        return result
+    return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
 
 
 def cmd_run(args) -> int:
@@ -307,7 +381,7 @@ def cmd_clean(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "faults": cmd_faults,
+    return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "faults": cmd_faults,
             "clean": cmd_clean, "fetch": cmd_fetch}[args.command](args)
 
 

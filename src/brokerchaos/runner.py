@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -63,13 +64,24 @@ class Session:
         out: Path,
         spark_master: Optional[str] = None,
         observer: Optional[Observer] = None,
+        resume: Optional[Path] = None,
+        duration: Optional[float] = None,
+        soak: bool = False,
     ) -> None:
         self.s = scenario
         self.out = Path(out)
         self.spark_master = spark_master
         self.obs = observer or Observer()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.dir = self.out / f"{scenario.name}-{stamp}"
+        # a soak goes on in the directory of the session it resumes (its runs stay, in order)
+        self.dir = Path(resume) if resume is not None else self.out / f"{scenario.name}-{stamp}"
+        self.resuming = resume is not None
+        # a soak: no new run starts after this many seconds (runs: the most in the session)
+        self.duration = duration
+        self._kept: dict[str, dict] = {}  # finished runs' verdicts, as verdicts.jsonl holds them
+        # a soak's per-run look is the verdicts only (no gaps or latency: several times
+        # faster); the session's analysis at the end has everything
+        self.soak = soak or resume is not None or duration is not None
         self._deployment: Optional[Deployment] = None  # the cluster, kept between runs while healthy
         self._deployment_from = ""
         self._rebuild_why = ""
@@ -77,8 +89,13 @@ class Session:
     def run(self) -> SessionResult:
         s = self.s
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
         result = SessionResult(self.dir)
+        first = 1
+        if self.resuming:
+            first = self._take_over(result)
+        else:
+            (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
+        t_begin = time.monotonic()
         self._warm = spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
@@ -89,7 +106,10 @@ class Session:
             # an external cluster is reached from the root namespace, like any other client
             with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb, self._cluster():
                 self._announce(sb)
-                for i in range(1, s.runs + 1):
+                for i in range(first, s.runs + 1):
+                    if self.duration is not None and time.monotonic() - t_begin >= self.duration:
+                        self.obs.line(f"Soak: {self.duration:.0f} s reached; no new run")
+                        break
                     run_id = f"run-{i:03d}"
                     self.obs.line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, sandbox {sb.mode} ===")
                     meta = self._run_one(sb, run_id, i)
@@ -98,6 +118,9 @@ class Session:
                     if v is not None:
                         result.verdicts.append(v)
                         self.obs.line(console.run_block(v, meta))
+                        self._keep_verdict(v)
+                    if self.soak:
+                        self.obs.line(console.soak_line(self._kept))
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
@@ -113,6 +136,55 @@ class Session:
         self.obs.line(f"Results: {self.dir}")
         return result
 
+    # -- a soak: what survives the harness ------------------------------------------------
+    VERDICTS = "verdicts.jsonl"
+
+    def _take_over(self, result: SessionResult) -> int:
+        """Resume a session: its finished runs stay as they are, a run the harness was killed
+        in is marked incomplete (its history is kept, so the analysis reports it; it is never
+        run again under its id), and the next run gets the next index."""
+        indices = []
+        for d in sorted(self.dir.glob("run-*")):
+            if not d.is_dir() or not d.name[4:].isdigit():
+                continue
+            indices.append(int(d.name[4:]))
+            f = d / "run.json"
+            try:
+                meta = json.loads(f.read_text())
+            except (OSError, ValueError):
+                meta = {"run": d.name, "index": int(d.name[4:])}
+            if meta.get("status") != "finished":
+                meta["status"] = "incomplete"
+                meta["incomplete"] = "cut short: the harness stopped during this run"
+                f.write_text(json.dumps(meta, indent=2, default=str))
+            result.metas[d.name] = meta
+        self._kept = self._read_kept()
+        self.obs.line(f"Resuming {self.dir}: {len(indices)} runs there "
+                      f"({sum(1 for m in result.metas.values() if m.get('status') == 'incomplete')} incomplete)")
+        return max(indices, default=0) + 1
+
+    def _read_kept(self) -> dict[str, dict]:
+        kept: dict[str, dict] = {}
+        try:
+            lines = (self.dir / self.VERDICTS).read_text().splitlines()
+        except OSError:
+            return kept
+        for line in lines:
+            try:
+                v = json.loads(line)
+            except ValueError:  # a line cut by a kill mid-write
+                continue
+            kept[v["run"]] = v  # once per run, whatever was appended twice
+        return kept
+
+    def _keep_verdict(self, v: dict) -> None:
+        """Each finished run's verdict, appended at once: the soak's progress survives a kill."""
+        self._kept[v["run"]] = v
+        with open(self.dir / self.VERDICTS, "a") as fh:
+            fh.write(json.dumps(v, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def _announce(self, sb: Sandbox) -> None:
         if sb.mode != "netns":
             self.obs.line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
@@ -121,7 +193,7 @@ class Session:
     def analyze_run(self, run_id: str) -> Optional[dict]:
         spark = spark_mod.get_spark(self.spark_master)
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
-        analysis = metrics.analyze(spark, df)
+        analysis = metrics.analyze(spark, df, timing=not self.soak)
         analysis.release()  # the run's own block shows verdicts only; the logs are the session's
         return session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
 
@@ -132,7 +204,10 @@ class Session:
         s = self.s
         run_dir = self.dir / run_id
         meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
-                      "scenario": s.model_dump(), "started": time.time()}
+                      "scenario": s.model_dump(), "started": time.time(), "status": "running"}
+        # written now, so that a harness killed during the run leaves it marked as such
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
         dep = self._deployment
         fresh = dep is None
         if fresh:
@@ -160,6 +235,7 @@ class Session:
                     self._rebuild_why = f"rebuilt: {meta.get('health_after', 'the run did not finish')}"
             finally:
                 meta["finished"] = time.time()
+                meta["status"] = "finished"
                 run_dir.mkdir(parents=True, exist_ok=True)  # a cluster that failed to start made none
                 (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
         return meta
@@ -197,7 +273,7 @@ class Session:
 
         nemeses = [
             Nemesis(i, spec, dep, sb, s.seed, run_id, nem, gate, client_nodes, self.obs.line, self.obs.before_fault)
-            for i, spec in enumerate(s.fault_list)
+            for i, spec in enumerate(s.faults_for_run(run_id))
         ]
         out["faults"] = [n.state for n in nemeses]
         out["fault"] = nemeses[0].state

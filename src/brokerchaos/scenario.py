@@ -135,19 +135,35 @@ class Scenario(_Strict):
     faults: list[FaultSpec] = Field(
         default_factory=list, description="several faults, each with its own trigger (instead of `fault`)"
     )
+    fault_mix: list[FaultSpec] = Field(
+        default_factory=list,
+        description="one of these faults per run, drawn with the seed (instead of `fault`): a soak's mix of "
+                    "graceful and crash faults")
 
     @model_validator(mode="after")
     def _fault_or_faults(self) -> "Scenario":
-        if self.faults and "fault" in self.model_fields_set:
-            raise ValueError("give either fault or faults, not both")
+        given = [k for k in ("fault", "faults", "fault_mix") if k in self.model_fields_set and getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give one of fault, faults and fault_mix, not {' and '.join(given)}")
         return self
 
     @property
     def fault_list(self) -> list[FaultSpec]:
         return list(self.faults) if self.faults else [self.fault]
 
+    def faults_for_run(self, run_id: str) -> list[FaultSpec]:
+        """The faults of one run: `fault_mix` draws one per run from (seed, run id), so a
+        resumed soak or a replay draws the same; otherwise `fault_list`."""
+        if not self.fault_mix:
+            return self.fault_list
+        import random
+
+        return [random.Random(f"{self.seed}/{run_id}/fault_mix").choice(self.fault_mix)]
+
     def fault_fields(self) -> list[tuple[str, FaultSpec]]:
         """(field path for error messages, spec) of every fault."""
+        if self.fault_mix:
+            return [(f"fault_mix.{i}", f) for i, f in enumerate(self.fault_mix)]
         if self.faults:
             return [(f"faults.{i}", f) for i, f in enumerate(self.faults)]
         return [("fault", self.fault)]

@@ -119,8 +119,27 @@ def summary_lines(summary: dict) -> str:
         lo, hi = s["wilson95"]
         ci = "-" if lo is None else f"{100 * lo:.1f}%..{100 * hi:.1f}%"
         lines.append(f"  runs with {name:<18} {s['runs']:>5} of {s['of']:<5} (95% CI {ci})")
+    if summary.get("incomplete_runs"):
+        lines.append(f"  cut short (harness stopped during the run): {', '.join(summary['incomplete_runs'])}")
     lines += outage_lines(summary.get("outages"))
     return "\n".join(lines)
+
+
+def soak_line(kept: dict[str, dict]) -> str:
+    """A soak's progress: runs finished so far, and how often each verdict failed, with its
+    95% Wilson interval."""
+    from .files import summarize
+
+    if not kept:
+        return "Soak: no run finished yet"
+    su = summarize(list(kept.values()))
+    parts = []
+    for name in ("acked loss", "nack then received", "duplicates", "incomplete read"):
+        s = su["verdicts"][name]
+        lo, hi = s["wilson95"]
+        ci = "-" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f}%"
+        parts.append(f"{name} {s['runs']}/{s['of']} ({ci})")
+    return f"Soak: {su['runs']} runs finished; " + "; ".join(parts)
 
 
 def outage_lines(o: dict | None) -> list[str]:

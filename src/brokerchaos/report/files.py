@@ -116,6 +116,8 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
                 w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],
                             r["first_ack_ns"] / 1e6, r["read_there"]])
     summary = summarize(verdicts)
+    # runs the harness was killed in (a resumed soak): reported, whatever their history holds
+    summary["incomplete_runs"] = sorted(r for r, m in metas.items() if m.get("status") == "incomplete")
     summary["outages"] = outages.summary(analysis.jumps.sparkSession, verdicts, schedules or {})
     (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
     return summary

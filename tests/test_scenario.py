@@ -208,3 +208,31 @@ def test_campaign_file_is_checked_before_anything_runs(tmp_path):
     f.write_text("name: x\nscenarios: [a.yaml]\noverrides: {runz: 3}\n")
     with pytest.raises(sc.ScenarioError, match=r"^campaign field 'overrides.runz'"):
         cp.load(f)
+
+
+def test_fault_mix_draws_one_fault_per_run_with_the_seed_and_is_checked():
+    doc = {"system": "nats", "fault_mix": [{"action": "kill"}, {"action": "stepdown"}, {"action": "none"}]}
+    s = sc.build(doc)
+    draws = [s.faults_for_run(f"run-{i:03d}")[0].action for i in range(1, 61)]
+    assert draws == [s.faults_for_run(f"run-{i:03d}")[0].action for i in range(1, 61)]  # replayable
+    assert set(draws) == {"kill", "stepdown", "none"}
+    assert [f.action for f in sc.build({**doc, "seed": 1}).faults_for_run("run-001")] != [] and \
+        [sc.build({**doc, "seed": k}).faults_for_run("run-001")[0].action for k in range(20)] != [draws[0]] * 20
+    with pytest.raises(sc.ScenarioError, match="fault_mix.1"):
+        sc.build({"system": "nats", "fault_mix": [{"action": "kill"}, {"action": "stepdown", "target": "n7"}]})
+    with pytest.raises(sc.ScenarioError, match="fault and fault_mix"):
+        sc.build({**doc, "fault": {"action": "kill"}})
+    with pytest.raises(sc.ScenarioError, match="stepdown"):  # tansu-backed kafka has no such verb
+        sc.build({"system": "kafka", "options": {"broker": "tansu"}, "fault_mix": [{"action": "stepdown"}]})
+
+
+@pytest.mark.parametrize("args, says", [
+    (["soak", "scenarios/nats-soak.yaml", "--duration", "soon"], "--duration"),
+    (["soak", "scenarios/nats-soak.yaml"], "--runs N or --duration"),
+    (["soak", "--resume", "/nonexistent", "--runs", "2"], "not a session directory"),
+])
+def test_soak_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    r = subprocess.run([sys.executable, "-m", "brokerchaos.cli", *args, "--out", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and says in r.stderr, r.stderr
+    assert not (tmp_path / "res").exists()

@@ -50,6 +50,16 @@ def _proc_start_time(pid: int) -> Optional[str]:
         return None
 
 
+def _running(pid: int, start: str) -> bool:
+    """That process (pid and start time) exists and is not a zombie (dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == start and fields[0] != "Z"
+
+
 class Sandbox:
     def __init__(self, node_names: list[str], mode: str = "auto") -> None:
         self.sid = secrets.token_hex(3)
@@ -278,13 +288,19 @@ def clean(all_sessions: bool = False) -> list[str]:
             if alive and not all_sessions:
                 live.add(d.name)
                 continue
+            killed = []
             for p in info.get("procs", []) if isinstance(info, dict) else []:
                 if p.get("start") and _proc_start_time(p["pid"]) == p["start"]:
                     try:
                         os.kill(p["pid"], 9)
+                        killed.append(p)
                         removed.append(f"process {p['pid']} ({p.get('exe')})")
                     except ProcessLookupError:
                         pass
+            # gone before the namespaces go (a broker still dying holds its sockets open)
+            deadline = time.monotonic() + 10
+            while any(_running(p["pid"], p["start"]) for p in killed) and time.monotonic() < deadline:
+                time.sleep(0.05)
             shutil.rmtree(d, ignore_errors=True)
             removed.append(f"state {d}")
     for ns in netns.list_all():

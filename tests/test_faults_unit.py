@@ -79,7 +79,7 @@ def test_several_faults_and_their_field_paths():
     assert [f.action for f in s.fault_list] == ["delay", "kill"]
     with pytest.raises(sc.ScenarioError, match=r"^scenario field 'faults'"):
         sc.build(doc, {"fault": "kill-leader"})
-    with pytest.raises(sc.ScenarioError, match="either fault or faults"):
+    with pytest.raises(sc.ScenarioError, match="one of fault, faults and fault_mix, not fault and faults"):
         sc.build({"fault": {"action": "kill"}, "faults": doc["faults"]})
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..systems.base import COORDINATOR, STEPDOWN
 from .base import Fault, Target
+from .process import _Restarting
 from .registry import FAULTS
 
 
@@ -82,7 +83,7 @@ class RollingParams(BaseModel):
 
 
 @FAULTS.register("rolling-restart")
-class RollingRestart(Fault):
+class RollingRestart(_Restarting):
     description = ("every target node in turn (target order; `all` by default in scenarios): graceful stop, "
                    "start, wait until the cluster and the stream are whole (bounded), next. One window per "
                    "node in the history; a node that does not come back whole ends the round")
@@ -151,12 +152,7 @@ class RollingRestart(Fault):
 
     async def heal(self) -> None:
         # a round cut short (the run ended, the harness was interrupted) leaves no node down
-        cluster = self.ctx.cluster
-        while self.nodes:
-            n = self.nodes[0]
-            if not cluster.alive(n):
-                await asyncio.to_thread(cluster.start_node, n)
-            self.nodes.pop(0)
+        await super().heal()
         if self._open:  # the step's window closes with this start
             n, label, wid = self._open
             self._open = None

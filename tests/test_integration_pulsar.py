@@ -168,7 +168,16 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     meta = result.metas["run-001"]
     w = meta["fault"]["windows"][0]
     assert sorted(meta["fault"]["nodes"]) == sorted(w["roles_before"]["ensemble"]), w
-    assert v["read_complete"] is True, v["read_status"]
+    if v["read_complete"] is not True:
+        # When every stored entry sat on the wiped bookies (no write landed after the wipe),
+        # the broker skips them (autoSkipNonRecoverableData) but the reader still has "a
+        # message available" up to the topic's last id and never gets one (a CI run): the
+        # harness must then say it cannot decide, not pass and not fail.
+        assert v["received"] == 0 and "end not reached" in v["read_status"], v
+        assert v["result"] == "unknown" and v["pos_ack_count"] > 0, v
+        ledgers = set(w["roles_before"]["ledgers"])
+        assert all(int(r.split(",")[0].strip("(")) in ledgers for r in _ack_offsets(result.dir)), w
+        return
     assert v["acked_missing"] > 0 and v["result"] == "fail", v
     # what is lost was acked before the wipe was healed: entries of the fragment whose
     # copies were all on the wiped bookies; what was written after went to a new ensemble
@@ -177,3 +186,12 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     with open(result.dir / "lost.csv", newline="") as fh:
         lost = [float(r["first_ack_ms"]) for r in csv.DictReader(fh)]
     assert len(lost) == v["acked_missing"] and max(lost) < w["healed_ms"], (max(lost), w)
+
+
+def _ack_offsets(session_dir):
+    """Every ack row's offset (a Pulsar message id, "(ledger,entry,partition,batch)")."""
+    import pyarrow.dataset as ds
+
+    files = sorted(str(p) for p in session_dir.rglob("*.parquet"))
+    t = ds.dataset(files, format="parquet").to_table(columns=["type", "offset"]).to_pylist()
+    return [r["offset"] for r in t if r["type"] == "ack" and r["offset"]]

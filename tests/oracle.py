@@ -105,6 +105,26 @@ def _session(run: str, position: int, rows: list[dict], windows: list, live_gaps
 
 
 def _run(run: str, rows: list[dict], position: int = 1) -> dict:
+    # observers (a subscribe row "observer") measure the consumer side; the verdicts are the others'
+    observers = {r["client"] for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
+    observed = [r for r in rows if r["client"] in observers]
+    rows = [r for r in rows if r["client"] not in observers]
+    v = _checked(run, rows, position, [r for r in observed if r["type"] == "recv"])
+    v["live_consumers"] = len(observers)
+    v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
+    v["live_duplicates"] = v["live_redeliveries"] = 0
+    for c in observers:
+        got = [(r["producer"], r["value"], r["offset"]) for r in observed if r["type"] == "recv"
+               and r["client"] == c and r["producer"] is not None and r["value"] is not None]
+        v["live_duplicates"] += len(got) - len({g[:2] for g in got})
+        at = [g for g in got if g[2] is not None]
+        v["live_redeliveries"] += len(at) - len(set(at))
+    ends = sorted({r["detail"] for r in observed if r["type"] == "read_end"})
+    v["live_read_status"] = "; ".join(ends) if ends else None
+    return v
+
+
+def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) -> dict:
     msgs: dict = defaultdict(lambda: {"sent": False, "ack": False, "nack": False, "unk": False,
                                       "recv": 0, "t_send": None, "t_ack": None, "t_recv": None,
                                       "offsets": []})
@@ -243,8 +263,13 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
             ack_gap_ms.append(best[0] / 1e6)
     v["fault_outages_ms"] = outages
     v["fault_ack_gaps_ms"] = ack_gap_ms
-    live = {r["client"] for r in recv_rows if any(tf <= r["t_ns"] <= te for tf, te in windows)}
-    rg = _gaps([r["t_ns"] for r in recv_rows if r["client"] in live])
+    all_recv = recv_rows + observed
+    span: dict = {}
+    for r in all_recv:
+        lo, hi = span.get(r["client"], (r["t_ns"], r["t_ns"]))
+        span[r["client"]] = (min(lo, r["t_ns"]), max(hi, r["t_ns"]))
+    live = {c for c, (lo, hi) in span.items() if any(lo <= te and hi >= tf for tf, te in windows)}
+    rg = _gaps([r["t_ns"] for r in all_recv if r["client"] in live])
     v["max_recv_gap_ms"] = max((b - a for a, b in rg), default=None)
     if v["max_recv_gap_ms"] is not None:
         v["max_recv_gap_ms"] /= 1e6
@@ -258,8 +283,13 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     v["late_sends"] = sum(1 for x in lags if x > 100_000_000) if lags else None
     v["max_send_lag_ms"] = max(lags) / 1e6 if lags else None
     sends = [r["t_ns"] for r in rows if r["type"] == "send"]
-    live_reader = bool(recv_rows) and bool(sends) and min(r["t_ns"] for r in recv_rows) < max(sends)
-    v["e2e_latency_ms"] = _lat([(m["t_recv"] - m["t_lat0"]) / 1e6 for m in sent if m["recv"]]) if live_reader else None
+    live_reader = bool(all_recv) and bool(sends) and min(r["t_ns"] for r in all_recv) < max(sends)
+    first_recv = {}
+    for r in all_recv:
+        k = (r["producer"], r["value"])
+        first_recv[k] = min(first_recv.get(k, r["t_ns"]), r["t_ns"])
+    v["e2e_latency_ms"] = _lat([(first_recv[k] - m["t_lat0"]) / 1e6 for k, m in msgs.items()
+                                if m["sent"] and k in first_recv]) if live_reader else None
 
     rx_gaps = []
     if windows:

@@ -227,3 +227,48 @@ def test_two_overlapping_kills_are_two_windows_with_their_own_ends_and_outages(s
         r["window"] = None
     (old,) = spark_analyze(h.rows, tmp_path / "old").verdicts
     assert [f["until_ms"] for f in old["faults"]] == [3000.0, 3000.0]
+
+
+def test_an_observer_measures_the_consumer_side_and_the_end_read_checks(spark_analyze, tmp_path):
+    # a live consumer ("subscribe" observer) saw 1..4 during the write phase, 2 twice, and
+    # missed 5 and 6 (it gave up); the end read found 1..5: 6 is lost, and nothing the
+    # observer did counts as a duplicate, an incomplete read or a jump
+    h = H()
+    h.ev("l1", "subscribe", detail="observer")
+    h.sent_acked([1, 2])
+    h.ev("l1", "recv", "p1", 1, offset="1", dt=3_000_000).ev("l1", "recv", "p1", 2, offset="2", dt=1_000_000)
+    h.ev("nemesis", "fault", node="n1", detail="kill leader")
+    h.sent_acked([3, 4])
+    h.ev("l1", "recv", "p1", 2, offset="2", dt=2_000_000_000)  # redelivered after a 2 s gap
+    h.ev("l1", "recv", "p1", 4, offset="4").ev("l1", "recv", "p1", 3, offset="3")
+    h.ev("nemesis", "heal", node="n1", detail="kill leader")
+    h.sent_acked([5, 6])
+    h.ev("l1", "read_end", detail="incomplete: no delivery for 10s")
+    h.read([1, 2, 3, 4, 5])
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["acked_missing"] == 1 and v["result"] == "fail" and v["read_complete"] is True
+    assert v["duplicate_deliveries"] == 0 and v["jb"] == 0 and v["recv_rows"] == 5
+    assert (v["live_consumers"], v["live_recv_rows"], v["live_duplicates"], v["live_redeliveries"]) == (1, 5, 1, 1)
+    assert v["live_read_status"] == "incomplete: no delivery for 10s"
+    assert v["e2e_latency_ms"] is not None and v["e2e_latency_ms"]["max"] >= 2000
+    assert v["fault_recv_gaps_ms"][0] is not None and v["fault_recv_gaps_ms"][0] >= 2000
+    for k in ("acked_missing", "duplicate_deliveries", "jb", "recv_rows", "live_consumers", "live_recv_rows",
+              "live_duplicates", "live_redeliveries", "live_read_status", "fault_recv_gaps_ms", "e2e_latency_ms"):
+        assert v[k] == o[k], k
+
+
+def test_a_consumer_silent_through_a_whole_window_is_its_outage(spark_analyze, tmp_path):
+    # the consumer's last delivery came just before the kill and the next one 6 s after it,
+    # after the heal: no delivery inside the window, and that gap is the consumer's outage
+    h = H()
+    h.ev("l1", "subscribe", detail="observer")
+    h.sent_acked([1, 2])
+    h.ev("l1", "recv", "p1", 1, offset="1").ev("l1", "recv", "p1", 2, offset="2")
+    h.ev("nemesis", "fault", node="n1", detail="kill leader", dt=5_000_000)
+    h.ev("nemesis", "heal", node="n1", detail="kill leader", dt=5_000_000_000)
+    h.sent_acked([3])
+    h.ev("l1", "recv", "p1", 3, offset="3", dt=1_000_000_000)
+    h.read([1, 2, 3])
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["fault_recv_gaps_ms"] == o["fault_recv_gaps_ms"]
+    assert abs(v["fault_recv_gaps_ms"][0] - 6000.002) < 0.01, v["fault_recv_gaps_ms"]

@@ -20,6 +20,7 @@ KEYS = [
     "received_after_unknown", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates", "redeliveries", "jf", "jb",
     "djf", "djb", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm", "late_sends",
+    "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries", "live_read_status",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -50,6 +51,8 @@ def history(draw):
                         evs.append(("ack", p, v, at))  # late ack
         for c in [f"c{i}" for i in range(1, draw(st.integers(0, 2)) + 1)]:
             evs = clients.setdefault(c, [])
+            if draw(st.integers(0, 3)) == 0:
+                evs.append(("subscribe", None, None, "observer"))  # a live consumer that only observes
             pool = sent + [("p1", 999), ("px", 1), (None, None)]
             picks = []
             for _ in range(draw(st.integers(0, 40))):
@@ -100,7 +103,7 @@ def history(draw):
                              offset=x if ty in ("ack", "recv") else None,
                              node="n1" if ty in ("fault", "heal", "ready") else
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
-                             detail=x if ty in ("fault", "heal", "read_end", "ready") else None,
+                             detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe") else None,
                              intended_ns=t - x if ty == "send" and x is not None else None))
     return rows
 

@@ -55,7 +55,8 @@ def test_session_test_on_a_clustered_mqtt_broker(scenario, tmp_path, spark):
 def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark):
     # a clean stop writes mosquitto's persistence file: the session's queue survives it
     s = sc.load("scenarios/mosquitto-kill.yaml",
-                {"runs": 1, "fault": "stop", "name": "it-mosquitto", "messages": 800, "after_acks": 250})
+                {"runs": 1, "fault": "stop", "name": "it-mosquitto", "messages": 800, "after_acks": 250,
+                 "consumers": 1})
     result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -64,3 +65,6 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
     assert v["send_count"] == 800 and v["pos_ack_count"] > 250
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
     assert v["killed_node"] == "n1" and v["rx_downtime_s"] is not None and v["rx_downtime_s"] > 0.5
+    # a second subscriber with a session of its own observed: every acked message, through the restart
+    assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
+    assert v["live_recv_rows"] >= v["pos_ack_count"] and v["fault_recv_gaps_ms"][0] > 500, v

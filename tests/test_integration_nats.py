@@ -69,7 +69,7 @@ def _no_loss_of_ours(v):
 
 def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(tmp_path, spark, capsys):
     s = sc.load("scenarios/nats-kill-leader.yaml",
-                {"runs": 1, "messages": 20_000, "after_acks": 5_000, "name": "it-kill-leader"})
+                {"runs": 1, "messages": 20_000, "after_acks": 5_000, "name": "it-kill-leader", "consumers": 1})
     obs = LeaderWitness()
     result = Session(s, tmp_path, observer=obs).run()
     (v,) = result.verdicts
@@ -78,6 +78,10 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     assert v["send_count"] == 20_000
     _no_loss_of_ours(v)
     assert v["pos_ack_count"] > 5_000 and v["received"] >= v["pos_ack_count"]
+    # the live consumer (an observer) read through the fault and got every acked message
+    assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
+    assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
+    assert v["fault_recv_gaps_ms"][0] is not None, v
     # the node killed was the stream leader at injection time, by an independent query
     leader_seen, killed = obs.seen
     assert killed == [leader_seen]

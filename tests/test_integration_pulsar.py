@@ -145,7 +145,8 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
     """The negative control: E-Qw-Qa 3-2-2, a bookie of the current ensemble killed and
     started again on its data; the cluster is whole again after it (a next run may reuse it)."""
     s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
-                                                      "after_acks": 5_000, "name": "it-pulsar-kill-bookie"})
+                                                      "after_acks": 5_000, "name": "it-pulsar-kill-bookie",
+                                                      "consumers": 1})
     result = Session(s, tmp_path, observer=Quiet()).run()
     for meta, v in zip(result.metas.values(), result.verdicts):
         assert meta["fault"]["windows"][0].get("ready_ms") is not None, "never whole again"
@@ -156,6 +157,10 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
         assert meta["servers"] == {"pulsar": "4.0.7", "bookkeeper": "4.17.2", "zookeeper": "3.9.3"}
         assert v["read_complete"] is True, v["read_status"]
         assert v["pos_ack_count"] > 5_000 and v["acked_missing"] == 0, v
+        # the live consumer (an observer) read through the fault and got every acked message
+        assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
+        assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
+        assert v["fault_recv_gaps_ms"][0] is not None, v
 
 
 def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):

@@ -2,6 +2,7 @@
 leader kill on a reused cluster; a classic queue on a killed node loses acked messages."""
 import os
 
+import pyarrow.parquet as pq
 import pytest
 
 from brokerchaos import validation as sc
@@ -18,7 +19,7 @@ pytestmark = [
 
 def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-kill-leader.yaml",
-                {"runs": 2, "messages": 12_000, "after_acks": 4_000, "name": "it-rabbit-kill"})
+                {"runs": 2, "messages": 12_000, "after_acks": 4_000, "name": "it-rabbit-kill", "consumers": 1})
     result = Session(s, tmp_path, observer=Quiet()).run()
     assert [v["run"] for v in result.verdicts] == ["run-001", "run-002"]
     for v in result.verdicts:
@@ -30,6 +31,11 @@ def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_pa
         assert v["send_count"] == 12_000 and v["pos_ack_count"] > 4_000
         assert v["acked_missing"] == 0 and v["result"] == "pass", v
         assert v["stowaways"] == 0
+        # the live consumer takes messages off the queue: its deliveries are checked, and the
+        # end read found what it had left (nothing, or what was redelivered)
+        assert v["live_consumers"] == 0 and v["e2e_latency_ms"] is not None, v
+        rows = pq.read_table(result.dir / v["run"] / "history").to_pylist()
+        assert sum(1 for r in rows if r["type"] == "recv" and r["client"] == "l1") > 4_000
     first, second = result.metas["run-001"], result.metas["run-002"]
     assert first["cluster"] == "started" and first["healthy_after"] is True
     assert second["cluster"].startswith("reused"), second["cluster"]

@@ -17,7 +17,7 @@ pytestmark = [
 
 def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     s = sc.load("scenarios/redis-kill-primary.yaml",
-                {"runs": 1, "messages": 30_000, "after_acks": 10_000, "name": "it-redis-kill"})
+                {"runs": 1, "messages": 30_000, "after_acks": 10_000, "name": "it-redis-kill", "consumers": 1})
     result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -26,6 +26,10 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     assert v["read_complete"] is True, v["read_status"]
     assert v["send_count"] == 30_000 and v["pos_ack_count"] > 10_000
     assert v["acked_missing"] == 0 and v["result"] == "pass"
+    # the live consumer (an observer) read through the fault and got every acked message
+    assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
+    assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
+    assert v["fault_recv_gaps_ms"][0] is not None, v
 
 
 def test_split_brain_shows_acked_writes_lost(tmp_path, spark):

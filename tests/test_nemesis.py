@@ -67,9 +67,11 @@ class FakeDeployment:
         self.roles = FakeRoles()
 
 
-def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False):
+def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None):
     """Run one nemesis per spec for a write phase; `acks` first acks arrive at once."""
     dep = FakeDeployment()
+    if roles is not None:
+        dep.roles = roles
     if fail_inject:
         def boom(node, timeout=10.0):
             raise RuntimeError("no such process")
@@ -166,3 +168,36 @@ def test_a_failed_injection_is_reported_and_healed_without_a_fault_row(tmp_path)
     assert [r for r in rows if r["type"] in ("fault", "heal")] == []
     assert "no such process" in nems[0].state["error"]
     assert any("FAILED" in line for line in lines)
+
+
+class _UnloadingRoles(FakeRoles):
+    """A stepdown that leaves the role where it was (Pulsar's topic unload), or moves it."""
+
+    def __init__(self, moves):
+        super().__init__("n2")
+        self.stepdown_moves = moves
+        self.verbs = []
+
+    async def stepdown(self, node, role):
+        self.verbs.append((node, role))
+        if self.stepdown_moves:
+            self.lead = "n3"
+        return f"unload on {node}" if not self.stepdown_moves else f"step down {node}"
+
+    async def stream_ready(self):
+        return True
+
+    async def step_back(self, node):
+        pass
+
+
+def test_a_stepdown_that_keeps_its_holder_is_ready_at_once_and_one_that_moves_names_where(tmp_path):
+    specs = [{"action": "stepdown", "target": "leader", "trigger": {"at_seconds": 0}, "params": {"wait": 2}}]
+    for moves, moved_to in ((False, None), (True, "n3")):
+        dep, nems, rows, _ = _run(tmp_path / str(moves), specs, roles=_UnloadingRoles(moves))
+        assert dep.roles.verbs == [("n2", "leader")]
+        w = nems[0].windows[0]
+        # a holder that took its clients back is not waited on for the whole `wait`
+        assert w["effect"]["moved_to"] == moved_to and w["effect"]["moved_s"] < 1.0, w
+        readies = [r for r in rows if r["type"] == "ready"]
+        assert len(readies) == 1 and readies[0]["window"] == w["id"], rows

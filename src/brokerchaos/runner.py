@@ -23,6 +23,7 @@ from typing import Optional
 from .analysis import metrics, outages, spark as spark_mod
 from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
+from .history.schema import OBSERVER
 from .report import console, files, session_table
 from .sandbox import Sandbox
 from .scenario import Scenario
@@ -286,6 +287,7 @@ class Session:
         reader: Optional[Recorder] = None
         reader_client = None
         live = False
+        consumers: list = []  # (live consumer, its recorder, its progress)
         try:
             await dep.up(timeout=90)
             await dep.client.create_stream(timeout=30)
@@ -297,6 +299,15 @@ class Session:
             arrived = LiveProgress()
             if live:
                 await start_live(reader_client, reader, arrived)
+            checked = LiveProgress()  # what the consumers whose deliveries are checked have seen, together
+            for i in range(1, w.consumers + 1):
+                c = dep.client.consumer(f"l{i}")
+                rec = Recorder(hist, run_id, f"l{i}", origin)
+                prog = checked if getattr(c, "checks", False) else LiveProgress()
+                if prog is not checked:
+                    rec.record("subscribe", detail=OBSERVER)
+                consumers.append((c, rec, prog))
+                await start_live(c, rec, prog)
             out["leader_at_start"] = await dep.roles.leader()
             await self._quiet_before_write()
             # where one run can receive another's messages, names carry the run id (the
@@ -309,6 +320,10 @@ class Session:
             )
             for p in producers:
                 arrived.add(p)
+                checked.add(p)
+                for _, _, prog in consumers:
+                    if prog is not checked:
+                        prog.add(p)
             nem_tasks = [asyncio.create_task(n.run()) for n in nemeses]
             progress = asyncio.create_task(self._progress(producers))
             t_write = time.monotonic()
@@ -349,6 +364,10 @@ class Session:
                 except Exception as e:
                     out["leader_before_read"] = f"unavailable: {type(e).__name__}"
             t_read = time.monotonic()
+            if consumers:
+                ends = await asyncio.gather(*(finish_live(c, rec, prog, w.read_idle, w.read_timeout)
+                                              for c, rec, prog in consumers))
+                out["live_read_status"] = "; ".join(sorted(set(ends)))
             if live:
                 out["read_status"] = await finish_live(reader_client, reader, arrived, w.read_idle, w.read_timeout)
             else:
@@ -369,6 +388,9 @@ class Session:
             finally:
                 if live and reader_client is not None:
                     await reader_client.close()  # no-op after finish; else stops it receiving
+                for c, rec, _ in consumers:
+                    await c.close()
+                    rec.close()
                 if reader is not None:
                     reader.close()
                 nem.close()

@@ -42,6 +42,8 @@ class WorkloadSpec(_Strict):
     in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer "
                                                     "(default 10000)", json_schema_extra=CLI)
     producers: int = Field(1, ge=1, le=64, description="concurrent producers (default 1)", json_schema_extra=CLI)
+    consumers: int = Field(0, ge=0, le=16, description="live consumers reading during the write phase, besides the "
+                                                      "end read (default 0)", json_schema_extra=CLI)
     rate: Optional[float] = Field(
         None, gt=0, le=10_000_000, description="messages per second per producer, a steady pace (default: as fast "
                                                "as in_flight allows)", json_schema_extra=CLI)

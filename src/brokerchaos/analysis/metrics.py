@@ -16,7 +16,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..history.schema import LATE_NS, MESSAGE_TYPES, SCHEMA
+from ..history.schema import LATE_NS, MESSAGE_TYPES, OBSERVER, SCHEMA
 from .tuning import Tuning
 from .verdicts import (COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message,
                        result_of)
@@ -704,9 +704,10 @@ def _pct(arr: Optional[list], mx: Optional[float]) -> Optional[dict]:
     return {"p50": arr[0], "p99": arr[1], "p999": arr[2], "max": mx}
 
 
-def _live_reader(f: dict) -> bool:
+def _live_reader(f: dict, t_first_observed: Optional[int] = None) -> bool:
     """A consumer read while producers were still sending (end-to-end latency means something)."""
-    return f["t_first_recv"] is not None and f["t_last_send"] is not None and f["t_first_recv"] < f["t_last_send"]
+    first = min((t for t in (f["t_first_recv"], t_first_observed) if t is not None), default=None)
+    return first is not None and f["t_last_send"] is not None and first < f["t_last_send"]
 
 
 class _Clock:
@@ -743,17 +744,30 @@ class _Job:
         self.ack_gaps: dict[tuple, Optional[int]] = {}
         self.recv_gaps: dict[tuple, int] = {}
         self.session: dict[str, dict] = {}
+        self.live: dict[str, dict] = {}
 
     def nemesis(self) -> None:
-        """The few rows that are not messages: faults, heals, read ends."""
+        """The few rows that are not messages: faults, heals, read ends, observers' subscribes."""
         self.exact = self.df.count() <= self.t.exact_percentile_rows
-        small = [r.asDict() for r in self.df.where(F.col("type").isin("fault", "heal", "read_end"))
-                 .select("run", "t_ns", "type", "node", "detail", "window").collect()]
-        self.nemesis_rows = [r for r in small if r["type"] != "read_end"]
+        small = [r.asDict() for r in self.df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe"))
+                 .select("run", "client", "t_ns", "type", "node", "detail", "window").collect()]
+        observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER}
+        self.nemesis_rows = [r for r in small if r["type"] in ("fault", "heal")]
         self.read_ends: dict[str, list] = {}
+        self.live_ends: dict[str, list] = {}
         for r in small:
             if r["type"] == "read_end":
-                self.read_ends.setdefault(r["run"], []).append(r["detail"])
+                ends = self.live_ends if (r["run"], r["client"]) in observers else self.read_ends
+                ends.setdefault(r["run"], []).append(r["detail"])
+        self.observers: dict[str, int] = {}
+        for run, _ in observers:
+            self.observers[run] = self.observers.get(run, 0) + 1
+        self.obs_recv = None
+        if observers:
+            # an observer's deliveries measure the consumer side; the end check is the others'
+            who = F.broadcast(self.spark.createDataFrame(sorted(observers), "run string, client string"))
+            self.obs_recv = self.df.join(who, ["run", "client"]).where(F.col("type") == "recv")
+            self.df = self.df.join(who, ["run", "client"], "left_anti")
         self.first_fault: dict[str, int] = {}
         for r in self.nemesis_rows:
             if r["type"] == "fault":
@@ -813,10 +827,37 @@ class _Job:
         if self.windows_:
             self.w = self.spark.createDataFrame(
                 [(r, i, tf, te) for r, i, tf, te, *_ in self.windows_], "run string, w int, t_fault long, t_wend long")
-        self.live_runs = sorted(run for run, f in self.frames.items() if _live_reader(f))
+        self.live_runs = sorted(run for run, f in self.frames.items()
+                                if _live_reader(f, self.live.get(run, {}).get("t_first")))
+
+    def live_consumers(self) -> None:
+        """What the observers received: rows, duplicates (a message again to the same
+        observer) and of those the redeliveries (at the same offset), per run; and when the
+        first arrived."""
+        self.live = {}
+        if self.obs_recv is None:
+            return
+        per = (self.obs_recv.groupBy("run", "client")
+               .agg(F.count(F.lit(1)).alias("n"),
+                    F.count(F.when(F.col("producer").isNotNull() & F.col("value").isNotNull(), 1)).alias("nv"),
+                    F.count_distinct("producer", "value").alias("nd"),
+                    F.count(F.when(F.col("producer").isNotNull() & F.col("value").isNotNull()
+                                   & F.col("offset").isNotNull(), 1)).alias("nvo"),
+                    F.count_distinct("producer", "value", "offset").alias("ndo"), F.min("t_ns").alias("t0"))
+               .groupBy("run")
+               .agg(F.sum("n").alias("rows"), F.sum(F.col("nv") - F.col("nd")).alias("duplicates"),
+                    F.sum(F.col("nvo") - F.col("ndo")).alias("redeliveries"), F.min("t0").alias("t_first")))
+        self.live = {r["run"]: r.asDict() for r in per.collect()}
+        self.clock.lap("live consumers")
+
+    def _recv(self) -> DataFrame:
+        """Every recv row: the checking readers' and the observers'."""
+        recv = self.df.where(F.col("type") == "recv")
+        return recv if self.obs_recv is None else recv.unionByName(self.obs_recv)
 
     def latency(self) -> None:
-        lat = latency_verdicts(latency_table(self.df, self.live_runs, self.t), self.exact)
+        rows = self.df if self.obs_recv is None else self.df.where(F.col("type") != "recv").unionByName(self._recv())
+        lat = latency_verdicts(latency_table(rows, self.live_runs, self.t), self.exact)
         self.lats = {r["run"]: r.asDict() for r in lat.collect()}
         self.clock.lap("latency")
 
@@ -832,10 +873,13 @@ class _Job:
             self.outages[(run, i)] = _outage(tf, te, closed.get((run, i)), f["t_last_ack"], f["t_write_end"])
             # the outage's own length: the longest ack-free interval, from the fault on
             self.ack_gaps[(run, i)] = None if self.outages[(run, i)] is None else closed[(run, i)][0]
-        recv = self.df.where(F.col("type") == "recv").select("run", "client", "t_ns")
+        recv = self._recv().select("run", "client", "t_ns")
+        # a consumer reading across a window: it received before its end and after its start
+        # (one that received nothing inside it is the outage this is about)
         live = (
-            recv.join(F.broadcast(self.w), "run")
-            .where((F.col("t_ns") >= F.col("t_fault")) & (F.col("t_ns") <= F.col("t_wend")))
+            recv.groupBy("run", "client").agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
+            .join(F.broadcast(self.w), "run")
+            .where((F.col("_lo") <= F.col("t_wend")) & (F.col("_hi") >= F.col("t_fault")))
             .select("run", "client")
             .distinct()
         )
@@ -887,6 +931,13 @@ class _Job:
         # bound, stalled client), and the longest lag; null without a rate
         v["late_sends"] = int(lat["_late"]) if lat.get("_lag") is not None else None
         v["max_send_lag_ms"] = lat["_lag"] / MS if lat.get("_lag") is not None else None
+        live = self.live.get(run, {})
+        v["live_consumers"] = self.observers.get(run, 0)
+        v["live_recv_rows"] = int(live.get("rows") or 0)
+        v["live_duplicates"] = int(live.get("duplicates") or 0)
+        v["live_redeliveries"] = int(live.get("redeliveries") or 0)
+        ends = self.live_ends.get(run)
+        v["live_read_status"] = None if not ends else "; ".join(sorted(set(ends)))
         v["latency_exact"] = self.exact
         v["timing"] = self.timing
         v["result"] = result_of(v)
@@ -923,6 +974,7 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
         job.nemesis()
         job.counts()
         job.ordering()
+        job.live_consumers()
         job.windows()
         if timing:
             job.latency()

@@ -166,6 +166,12 @@ class Verdict(TypedDict, total=False):
     fault_outages_ms: list[Optional[float]]
     ack_latency_ms: Optional[Latency]
     e2e_latency_ms: Optional[Latency]
+    # live consumers that only observed (`workload.consumers`; subscribe rows "observer")
+    live_consumers: int
+    live_recv_rows: int
+    live_duplicates: int
+    live_redeliveries: int
+    live_read_status: Optional[str]
     latency_exact: bool
     timing: bool
     # what the VerneMQ seed's table is made of (report/session_table.py)

@@ -25,8 +25,8 @@ class StepdownParams(BaseModel):
 @FAULTS.register("stepdown")
 class Stepdown(Fault):
     description = ("move leadership off the target without a crash (NATS: leader step-down; RabbitMQ: drain "
-                   "the node into maintenance mode; Redis: SENTINEL FAILOVER); heal undoes what stays "
-                   "(RabbitMQ: revive)")
+                   "the node into maintenance mode; Redis: SENTINEL FAILOVER; Pulsar: topic unload, the owner "
+                   "stays); heal undoes what stays (RabbitMQ: revive)")
     Params = StepdownParams
     needs = frozenset({STEPDOWN})
     # the outage starts with the operation, not when it has finished (a drain takes seconds)
@@ -49,20 +49,22 @@ class Stepdown(Fault):
         # is a finding, not a failure of the harness
         t0 = time.monotonic()
         holder = None
+        moves = getattr(self.ctx.roles, "stepdown_moves", True)
         while time.monotonic() - t0 < self.p.wait:
             try:
                 holder = await asyncio.wait_for(self._holder(), 5.0)
-                if holder not in target.nodes:
+                if holder not in target.nodes or (not moves and await self.ctx.roles.stream_ready()):
                     break
             except Exception:  # no holder while electing
                 holder = None
             await asyncio.sleep(0.1)
         self.effect["moved_to"] = holder if holder not in target.nodes else None
         self.effect["moved_s"] = round(time.monotonic() - t0, 3)
+        back = not moves and holder is not None  # the holder took its clients back
         # the end of the seeds' downtime: here, not after the heal (which only undoes a drain)
         # (briefly: a drained RabbitMQ node leaves its queues short of a member until revived,
         # and then the heal's own watcher records it)
-        if self.effect["moved_to"] and await self.ctx.roles.wait_stream_ready(timeout=5.0):
+        if (self.effect["moved_to"] or back) and await self.ctx.roles.wait_stream_ready(timeout=5.0):
             self.ctx.record("ready", ",".join(target.nodes),
                             f"stepdown {self.p.role}: now {holder}, stream ready", self.ctx.uid)
             self.ready_recorded = True

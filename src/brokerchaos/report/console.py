@@ -74,8 +74,17 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
              ", ".join("-" if o is None else _ms(o) for o in v.get("fault_ack_gaps_ms") or []) or "-"),
             ("Ack latency", _lat(v["ack_latency_ms"])),
         ]
+        if v.get("e2e_latency_ms") is not None:
+            rows.append(("End-to-end latency", _lat(v["e2e_latency_ms"])))
+        if any(g is not None for g in v.get("fault_recv_gaps_ms") or []):
+            rows.append(("Consumer gap per fault",
+                         ", ".join("-" if g is None else _ms(g) for g in v["fault_recv_gaps_ms"])))
     else:
         rows.append(("Gaps, outages, latency", "not computed (--no-timing)"))
+    if v.get("live_consumers"):
+        rows.append(("Live consumers (observing)", f"{v['live_consumers']}: {v['live_recv_rows']:,} deliveries, "
+                     f"{v['live_duplicates']:,} duplicates ({v['live_redeliveries']:,} redelivered), "
+                     f"{v.get('live_read_status')}"))
     if v.get("downtime_s") is not None:
         rows.append(("Downtime (fault to cluster whole)", f"{v['downtime_s']:.1f} s"))
     if v.get("rx_downtime_s") is not None:

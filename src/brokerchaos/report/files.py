@@ -23,7 +23,8 @@ EXTRA_COLUMNS = [
     "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_after_nack",
     "received_after_unknown", "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order",
     "read_complete", "max_ack_gap_ms", "max_recv_gap_ms", "fault_outages_ms", "fault_nodes", "ack_p50_ms",
-    "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact",
+    "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
+    "fault_recv_gaps_ms", "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries",
 ]
 
 
@@ -50,6 +51,10 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     row["fault_nodes"] = " ".join(f["node"] or "" for f in v["faults"])
     for p in ("p50", "p99", "p999", "max"):
         row[f"ack_{p}_ms"] = lat.get(p)
+    e2e = v.get("e2e_latency_ms") or {}
+    for p in ("p50", "p99", "max"):
+        row[f"e2e_{p}_ms"] = e2e.get(p)
+    row["fault_recv_gaps_ms"] = " ".join("none" if g is None else f"{g:.1f}" for g in v.get("fault_recv_gaps_ms") or [])
     return row
 
 

@@ -151,6 +151,10 @@ class MqttClient(Client):
         self.receiver = MqttReceiver(self, name)
         return self.receiver
 
+    def consumer(self, name: str) -> "MqttReceiver":
+        # the reader is live already; more subscribers with sessions of their own observe
+        return MqttReceiver(self, name)
+
     async def close(self) -> None:
         self.receiver = None
 

@@ -24,8 +24,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (STEPDOWN, Client, DeliverCallback, NodeExited, OutcomeCallback, Roles, System, SystemError_,
-                   wait_until)
+from .base import (STEPDOWN, Client, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles, System,
+                   SystemError_, wait_until)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -186,6 +186,9 @@ class RedisClient(Client):
 
     def reader(self, name: str) -> "RedisReader":
         return RedisReader(self, name)
+
+    def consumer(self, name: str) -> "RedisConsumer":
+        return RedisConsumer(self, name)
 
 
 class RedisRoles(Roles):
@@ -438,3 +441,30 @@ class RedisReader:
                 start = "(" + _id(entries[-1][0])
         finally:
             await _aclose(r)
+
+
+class RedisConsumer(LiveConsumer):
+    """XREAD BLOCK on the primary the sentinels name, after the last entry id it delivered;
+    a failed or silent primary makes it ask the sentinels again (as a sentinel-aware client
+    does). Streams read with XREAD have no acks."""
+
+    def __init__(self, client: RedisClient, name: str) -> None:
+        super().__init__(client, name)
+        self.last_id = "0-0"
+        self.abandoned: set[asyncio.Task] = set()
+
+    async def consume(self, deliver: DeliverCallback) -> None:
+        s = self.system
+        addr = await s.primary_addr()
+        node = s.cluster.node_at(*addr)
+        r = client_for(addr, timeout=3.0)
+        try:
+            while True:
+                got = await _abandon_after(r.xread({s.stream_name: self.last_id}, count=1000, block=1000), 4,
+                                           self.abandoned)
+                for _key, entries in got or []:
+                    for eid, fields in entries:
+                        self.last_id = _id(eid)
+                        deliver(fields.get(FIELD, b""), self.last_id, node)
+        finally:
+            await _aclose(r, self.abandoned)

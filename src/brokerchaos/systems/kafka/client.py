@@ -17,8 +17,8 @@ import time
 import traceback
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_,
-                    quiet_logger, wait_until)
+from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+                    SystemError_, quiet_logger, wait_until)
 
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
 
@@ -146,6 +146,9 @@ class KafkaClient(Client):
 
     def reader(self, name: str) -> "KafkaReader":
         return KafkaReader(self, name)
+
+    def consumer(self, name: str) -> "KafkaConsumer":
+        return KafkaConsumer(self, name)
 
     async def close(self) -> None:
         self.clients.clear()
@@ -440,3 +443,40 @@ class KafkaReader:
             return "complete"
         finally:
             await asyncio.to_thread(c.close)
+
+
+class KafkaConsumer(LiveConsumer):
+    """A consumer of every partition from the beginning (assigned, so no group rebalance
+    delays it), committing its offsets as librdkafka does by default; librdkafka follows
+    partition leaders itself. Started again, it seeks to the next offset not delivered."""
+
+    def __init__(self, client: KafkaClient, name: str) -> None:
+        super().__init__(client, name)
+        self.pos: dict[int, int] = {}
+        self.c = None
+
+    async def consume(self, deliver: DeliverCallback) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        s = self.system
+        if self.c is None:
+            self.c = Consumer({"bootstrap.servers": s.bootstrap(), "group.id": f"bc-{s.ctx.run_id}-{self.name}",
+                               "enable.auto.commit": True, "auto.offset.reset": "earliest",
+                               "socket.timeout.ms": 3000, "log_level": 0, "logger": quiet_logger("librdkafka")})
+        md = await self.blocking(self.c.list_topics, s.stream_name, 3)
+        t = md.topics.get(s.stream_name)
+        if t is None or t.error is not None or not t.partitions:
+            raise SystemError_(f"topic {s.stream_name}: {t.error if t is not None else 'not found'}")
+        self.c.assign([TopicPartition(s.stream_name, p, self.pos.get(p, OFFSET_BEGINNING))
+                       for p in sorted(t.partitions)])
+        while True:
+            for m in await self.blocking(self.c.consume, 1000, 0.5):
+                if m.error() is not None:
+                    continue
+                self.pos[m.partition()] = m.offset() + 1
+                deliver(m.value(), f"{m.partition()}:{m.offset()}", None)
+
+    async def shutdown(self) -> None:
+        if self.c is not None:
+            await asyncio.to_thread(self.c.close)
+            self.c = None

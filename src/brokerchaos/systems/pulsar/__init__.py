@@ -9,7 +9,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ENSEMBLE, System
+from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, System
 from ..registry import SYSTEMS
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
 from .client import PulsarClient, PulsarRoles, outcome_of
@@ -49,7 +49,7 @@ class Pulsar(System):
     LocalCluster = ApachePulsar
     Client = PulsarClient
     Roles = ApachePulsarRoles
-    offers = frozenset({ENSEMBLE, COORDINATOR})
+    offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN})  # STEPDOWN: a topic unload
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:

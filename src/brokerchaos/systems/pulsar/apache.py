@@ -222,6 +222,9 @@ class ApachePulsarRoles(PulsarRoles):
     stats (the seed read the first ledger's ensemble from ZooKeeper; this asks for the
     current one)."""
 
+    # a topic unload closes and reopens the topic; its bundle (and so the owner) stays
+    stepdown_moves = False
+
     async def leader(self) -> str:
         return await self.client.owner()
 
@@ -273,6 +276,20 @@ class ApachePulsarRoles(PulsarRoles):
         for n in c.node_names:
             await http_get(*c.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
         return True, "ZooKeeper, every bookie and every broker up"
+
+    async def stepdown(self, node: str, role: str) -> str:
+        """A topic unload (the availability seed's graceful operation): the owner closes the
+        topic, its producers and consumers reconnect, and the load manager assigns it again,
+        possibly to the same broker. ZooKeeper leads nothing here to step down from."""
+        if role != "leader":
+            raise LookupError("Pulsar's coordinator (ZooKeeper) has no leadership to hand over")
+        holder = await self.leader()
+        if holder != node:
+            raise LookupError(f"{node} does not own the topic ({holder} does)")
+        ns = self.client.options.namespace
+        path = f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/unload"
+        await http_get(*self.cluster.address(node, "admin"), path, 30.0, method="PUT")
+        return f"PUT {path} on {node}"
 
     async def stream_ready(self) -> bool:
         """The topic has an owner and its current ledger is open for writes."""

@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Optional
 
-from ..base import Client, DeliverCallback, OutcomeCallback, Roles, SystemError_, port_open, wait_until
+from ..base import Client, DeliverCallback, LiveConsumer, OutcomeCallback, Roles, SystemError_, port_open, wait_until
 from .cluster import AUTH, Management, node_of
 
 
@@ -103,6 +103,9 @@ class RabbitClient(Client):
 
     def reader(self, name: str) -> "RabbitReader":
         return RabbitReader(self, name)
+
+    def consumer(self, name: str) -> "RabbitConsumer":
+        return RabbitConsumer(self, name)
 
 
 class RabbitRoles(Roles):
@@ -326,3 +329,58 @@ class RabbitReader:
                     pass
         finally:
             await _close(conn)
+
+
+class RabbitConsumer(LiveConsumer):
+    """Consumes the run's queue while producers publish, with manual acks (multiple, every
+    100 messages or when nothing more is waiting), as an application does. Consuming takes
+    a message out of a classic or quorum queue, so these deliveries are part of the end
+    check; a stream is read from its first offset and only observed. A lost connection
+    (aio-pika's plain connection does not come back) makes it connect again, to the queue
+    leader's node first; unacked messages are redelivered by the broker."""
+
+    def __init__(self, client: RabbitClient, name: str) -> None:
+        super().__init__(client, name)
+        self.api = Management(client.cluster)
+        self.stream = client.options.queue_type == "stream"
+        self.checks = not self.stream
+        self.next_offset: Optional[int] = None
+        self.conn = None
+
+    async def consume(self, deliver: DeliverCallback) -> None:
+        s = self.system
+        names = s.cluster.node_names
+        try:
+            node = await self.api.queue_leader(s.stream_name)
+        except Exception:  # any running node will do
+            node = next((n for n in names if s.cluster.alive(n)), names[0])
+        await self.shutdown()
+        self.conn = await s.connection(node, timeout=2.0)
+        ch = await self.conn.channel()
+        await ch.set_qos(prefetch_count=s.options.prefetch)
+        q = await ch.declare_queue(s.stream_name, passive=True)
+        inbox: asyncio.Queue = asyncio.Queue()
+        args = None
+        if self.stream:
+            args = {"x-stream-offset": "first" if self.next_offset is None else self.next_offset}
+        await q.consume(inbox.put, no_ack=False, arguments=args)
+        n = 0
+        while True:
+            try:
+                message = await asyncio.wait_for(inbox.get(), 1.0)
+            except asyncio.TimeoutError:
+                if self.conn.is_closed:
+                    raise ConnectionError(f"connection to {node} lost") from None
+                continue
+            n += 1
+            off = message.headers.get("x-stream-offset") if self.stream and message.headers else None
+            if off is not None:
+                self.next_offset = int(off) + 1
+            deliver(message.body, None if off is None else str(off), node)
+            if n % 100 == 0 or inbox.empty():
+                await message.ack(multiple=True)
+
+    async def shutdown(self) -> None:
+        if self.conn is not None:
+            await _close(self.conn)
+            self.conn = None

@@ -300,12 +300,14 @@ class Session:
             if live:
                 await start_live(reader_client, reader, arrived)
             checked = LiveProgress()  # what the consumers whose deliveries are checked have seen, together
+            trackers = [arrived, checked]  # every progress the producers report to
             for i in range(1, w.consumers + 1):
                 c = dep.client.consumer(f"l{i}")
                 rec = Recorder(hist, run_id, f"l{i}", origin)
                 prog = checked if getattr(c, "checks", False) else LiveProgress()
                 if prog is not checked:
                     rec.record("subscribe", detail=OBSERVER)
+                    trackers.append(prog)
                 consumers.append((c, rec, prog))
                 await start_live(c, rec, prog)
             out["leader_at_start"] = await dep.roles.leader()
@@ -319,11 +321,8 @@ class Session:
                 for name in names
             )
             for p in producers:
-                arrived.add(p)
-                checked.add(p)
-                for _, _, prog in consumers:
-                    if prog is not checked:
-                        prog.add(p)
+                for t in trackers:
+                    t.add(p)
             nem_tasks = [asyncio.create_task(n.run()) for n in nemeses]
             progress = asyncio.create_task(self._progress(producers))
             t_write = time.monotonic()

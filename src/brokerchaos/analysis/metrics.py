@@ -8,6 +8,7 @@ Python to check this one.
 """
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -759,9 +760,7 @@ class _Job:
             if r["type"] == "read_end":
                 ends = self.live_ends if (r["run"], r["client"]) in observers else self.read_ends
                 ends.setdefault(r["run"], []).append(r["detail"])
-        self.observers: dict[str, int] = {}
-        for run, _ in observers:
-            self.observers[run] = self.observers.get(run, 0) + 1
+        self.observers = collections.Counter(run for run, _ in observers)
         self.obs_recv = None
         if observers:
             # an observer's deliveries measure the consumer side; the end check is the others'
@@ -856,7 +855,7 @@ class _Job:
         return recv if self.obs_recv is None else recv.unionByName(self.obs_recv)
 
     def latency(self) -> None:
-        rows = self.df if self.obs_recv is None else self.df.where(F.col("type") != "recv").unionByName(self._recv())
+        rows = self.df if self.obs_recv is None else self.df.unionByName(self.obs_recv)
         lat = latency_verdicts(latency_table(rows, self.live_runs, self.t), self.exact)
         self.lats = {r["run"]: r.asDict() for r in lat.collect()}
         self.clock.lap("latency")

@@ -359,6 +359,15 @@ class KafkaProducer(ClientEvents):
             print(f"kafka poll: {type(e).__name__}: {e}", file=sys.stderr)
 
 
+def new_consumer(system: KafkaClient, name: str, bootstrap: str, **conf):
+    """A librdkafka consumer of the run's group `name`, from the earliest offset, quiet."""
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{system.ctx.run_id}-{name}",
+                     "auto.offset.reset": "earliest", "socket.timeout.ms": 3000, "log_level": 0,
+                     "logger": quiet_logger("librdkafka"), **conf})
+
+
 class KafkaReader:
     """Every partition from the beginning, at least up to the high watermark read when it
     starts (the Kafka seed counts loss against it), then on until nothing more comes."""
@@ -368,12 +377,8 @@ class KafkaReader:
         self.name = name
 
     def _consumer(self, bootstrap: str):
-        from confluent_kafka import Consumer
-
-        s = self.system
-        return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{s.ctx.run_id}-{self.name}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "socket.timeout.ms": 3000,
-                         "fetch.max.bytes": 16 * 1024 * 1024, "log_level": 0, "logger": quiet_logger("librdkafka")})
+        return new_consumer(self.system, self.name, bootstrap, **{"enable.auto.commit": False,
+                                                                  "fetch.max.bytes": 16 * 1024 * 1024})
 
     async def _high(self, node: str) -> tuple[Optional[dict], str]:
         """{partition: high watermark} as `node` answers (a consumer bootstrapped on it alone)."""
@@ -456,13 +461,11 @@ class KafkaConsumer(LiveConsumer):
         self.c = None
 
     async def consume(self, deliver: DeliverCallback) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         s = self.system
         if self.c is None:
-            self.c = Consumer({"bootstrap.servers": s.bootstrap(), "group.id": f"bc-{s.ctx.run_id}-{self.name}",
-                               "enable.auto.commit": True, "auto.offset.reset": "earliest",
-                               "socket.timeout.ms": 3000, "log_level": 0, "logger": quiet_logger("librdkafka")})
+            self.c = new_consumer(s, self.name, s.bootstrap(), **{"enable.auto.commit": True})
         md = await self.blocking(self.c.list_topics, s.stream_name, 3)
         t = md.topics.get(s.stream_name)
         if t is None or t.error is not None or not t.partitions:

@@ -88,6 +88,14 @@ class RabbitClient(Client):
             if conn is not None:
                 await _close(conn)
 
+    async def reading_node(self, api: Management) -> str:
+        """Where a consumer connects: the queue leader's node, else any running node."""
+        names = self.cluster.node_names
+        try:
+            return await api.queue_leader(self.stream_name)
+        except Exception:  # any running node will do
+            return next((n for n in names if self.cluster.alive(n)), names[0])
+
     def producer_nodes(self) -> list[str]:
         names = self.cluster.node_names
         on = self.options.producers_on
@@ -272,12 +280,8 @@ class RabbitReader:
         deadline = time.monotonic() + idle
         conn, node, last = None, None, ""
         while conn is None:
-            # the leader's node first; a node just restarted may still be booting
-            names = s.cluster.node_names
-            try:
-                node = await self.api.queue_leader(s.stream_name)
-            except Exception:  # any running node will do
-                node = next((n for n in names if s.cluster.alive(n)), names[0])
+            # a node just restarted may still be booting
+            node = await s.reading_node(self.api)
             try:
                 conn = await s.connection(node, timeout=2.0)
             except Exception as e:
@@ -349,11 +353,7 @@ class RabbitConsumer(LiveConsumer):
 
     async def consume(self, deliver: DeliverCallback) -> None:
         s = self.system
-        names = s.cluster.node_names
-        try:
-            node = await self.api.queue_leader(s.stream_name)
-        except Exception:  # any running node will do
-            node = next((n for n in names if s.cluster.alive(n)), names[0])
+        node = await s.reading_node(self.api)
         await self.shutdown()
         self.conn = await s.connection(node, timeout=2.0)
         ch = await self.conn.channel()

@@ -300,6 +300,43 @@ def test_tcp_kill_resets_live_client_connections(cluster):
     assert c.from_client(nats_info, c.ip("n1"), CLIENT_PORT), "new connections still work"
 
 
+def test_tcp_reject_resets_the_clients_and_refuses_them_until_healed(cluster):
+    """Refused, not silenced: a client's connect fails at once with an RST (isolate would
+    leave it waiting for a timeout), and an open connection is reset; the peers still
+    reach the node."""
+    c = cluster
+
+    def connect():
+        s = socket.socket()
+        s.settimeout(3)
+        try:
+            s.connect((c.ip("n1"), CLIENT_PORT))
+            return "connected"
+        except ConnectionRefusedError:
+            return "refused"
+        except OSError as e:
+            return type(e).__name__
+        finally:
+            s.close()
+
+    s = c.from_client(socket.create_connection, (c.ip("n1"), CLIENT_PORT), 5)
+    f = c.fault("tcp-reject")
+    c.inject(f, "n1")
+    try:
+        assert f.effect["connections_reset"] >= 1
+        with pytest.raises(ConnectionResetError):
+            s.settimeout(5)
+            while s.recv(65536):  # the rest of INFO may still be buffered; then the reset
+                pass
+        assert c.from_client(connect) == "refused"
+        assert c.from_node("n2", can_connect, c.ip("n1"), CLUSTER_PORT)
+    finally:
+        s.close()
+        c.heal(f)
+    assert c.from_client(nats_info, c.ip("n1"), CLIENT_PORT)
+    c.no_rules_left()
+
+
 def test_pause_silences_the_node_until_healed(cluster):
     c = cluster
     assert c.from_client(nats_info, c.ip("n3"), CLIENT_PORT)

@@ -7,6 +7,7 @@ Which links each fault covers (the client host is one namespace for every client
 - loss / delay / bandwidth: traffic leaving (delay, bandwidth) or entering and leaving (loss)
   the target node, to everyone or to the `from` set.
 - tcp-kill: the TCP connections between the target and the client host.
+- tcp-reject: the same connections, and every new one the clients try, until healed.
 """
 from __future__ import annotations
 
@@ -413,3 +414,21 @@ class TcpKill(NetFault):
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
+
+
+@FAULTS.register("tcp-reject")
+class TcpReject(NetFault):
+    """Unlike `isolate` (silence: the client waits for a timeout), the node answers every
+    client packet with an RST, so the client knows at once and retries on its own back-off
+    schedule: its disconnect and reconnect callbacks bound the outage, which is what a
+    test of the client's way back needs."""
+
+    description = "the target resets every client TCP connection and refuses new ones until healed " \
+                  "(REJECT with tcp-reset); its peers still reach it"
+
+    async def inject(self, target: Target) -> None:
+        self.nodes = list(target.nodes)
+        # refuse first, then reset: a reconnect between the two would otherwise get through
+        rule = f"-s {self.sb.client.ip} -p tcp -j REJECT --reject-with tcp-reset"
+        self.load({n: ([rule], []) for n in self.nodes})
+        self.effect["connections_reset"] = netfilter.kill_tcp([self.ns(n) for n in self.nodes], self.sb.client.ip)

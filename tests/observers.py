@@ -53,3 +53,15 @@ def kill_ours(pid: int, exe_prefix: str) -> None:
         return
     if exe.startswith(exe_prefix):
         os.kill(pid, signal.SIGKILL)
+
+
+def client_events(run_dir) -> list[tuple[str, str, float]]:
+    """A run's disconnect/reconnect rows: (type, node, ms after the first fault row), in time
+    order. A graceful stop's disconnect comes before that row, which is written once the
+    node is down."""
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(str(run_dir / "history")).to_table(columns=["type", "node", "t_ns"]).to_pylist()
+    t0 = min(r["t_ns"] for r in rows if r["type"] == "fault")
+    return [(r["type"], r["node"], (r["t_ns"] - t0) / 1e6) for r in sorted(rows, key=lambda r: r["t_ns"])
+            if r["type"] in ("disconnect", "reconnect")]

@@ -7,7 +7,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
-from observers import Quiet
+from observers import Quiet, client_events
 from brokerchaos.systems.mqtt import MOSQUITTO
 from brokerchaos.systems.rabbitmq import SERVER
 
@@ -68,3 +68,7 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
     # a second subscriber with a session of its own observed: every acked message, through the restart
     assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
     assert v["live_recv_rows"] >= v["pos_ack_count"] and v["fault_recv_gaps_ms"][0] > 500, v
+    # paho's own callbacks: on_disconnect when the broker stopped, on_connect once it was back
+    events = client_events(result.dir / "run-001")
+    assert [e[:2] for e in events] == [("disconnect", "n1"), ("reconnect", "n1")], events
+    assert events[1][2] > meta["fault"]["windows"][0]["healed_ms"] - meta["fault"]["windows"][0]["t_ms"], events

@@ -6,7 +6,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
-from observers import Quiet
+from observers import Quiet, client_events
 
 pytestmark = [
     pytest.mark.integration,
@@ -30,6 +30,11 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
     assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
     assert v["fault_recv_gaps_ms"][0] is not None, v
+    # redis-py's own word (the error it raised, the first reply after): off the killed
+    # primary at once, back on another node
+    events = client_events(result.dir / "run-001")
+    assert [e[:2] for e in events[:1]] == [("disconnect", "n1")] and events[0][2] < 1000, events
+    assert events[1][0] == "reconnect" and events[1][1] not in (None, "n1"), events
 
 
 def test_split_brain_shows_acked_writes_lost(tmp_path, spark):

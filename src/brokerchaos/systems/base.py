@@ -465,8 +465,8 @@ class System:
 
 
 def quiet_logger(name: str):
-    """A Python logger for a client library's own log (librdkafka, the Pulsar C++ client):
-    the errors it logs are outcomes the harness records, not news for the console."""
+    """A Python logger for librdkafka's own log: the errors it logs are outcomes the
+    harness records, not news for the console."""
     import logging
 
     log = logging.getLogger(f"brokerchaos.{name}")

@@ -27,8 +27,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (Client, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, node_names, port_open,
-                   wait_until)
+from .base import (Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, node_names,
+                   port_open, wait_until)
 from .cluster import LocalCluster
 from .nats import NatsServers, meta_whole
 from .rabbitmq.cluster import Management, RabbitMqttServers
@@ -353,9 +353,11 @@ class _Connection:
             pass
 
 
-class _Failover:
+class _Failover(ClientEvents):
     """A client that stays on one node until it loses it, then tries the nodes in order
-    from the next one, a fresh paho client per attempt, until one takes it."""
+    from the next one, a fresh paho client per attempt, until one takes it. Its client
+    events are paho's own: on_disconnect of the connection in use, on_connect (CONNACK
+    accepted) of the one that replaces it."""
 
     def __init__(self, system: MqttClient, name: str) -> None:
         self.system = system
@@ -400,6 +402,7 @@ class _Failover:
         if conn is not self.conn or self.closing:
             return  # an old connection, or our own DISCONNECT
         self.errors.append(f"{conn.node}: {why}")
+        self.on_event("disconnect", conn.node, f"paho on_disconnect: {why}"[:200])
         self._on_lost(conn, why)
         self.conn = None
         self.idx += 1
@@ -410,6 +413,7 @@ class _Failover:
         await old.close()
         while not await self._connect(attempts=len(self.order)):
             await asyncio.sleep(0.5)
+        self.on_event("reconnect", self.conn.node, "paho on_connect")
 
     async def close(self) -> None:
         self.closing = True

@@ -24,8 +24,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (STEPDOWN, Client, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles, System,
-                   SystemError_, wait_until)
+from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+                   System, SystemError_, wait_until)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -279,8 +279,10 @@ def _parse_info(raw) -> dict:
     return out
 
 
-class RedisProducer:
-    """XADDs pipelined in batches over a few connections to the primary."""
+class RedisProducer(ClientEvents):
+    """XADDs pipelined in batches over a few connections to the primary. redis-py has no
+    connection callbacks: its client events are the first error it raises while connected
+    (disconnect) and the first reply after one (reconnect), over all the connections."""
 
     def __init__(self, client: RedisClient, name: str) -> None:
         self.system = client
@@ -293,6 +295,7 @@ class RedisProducer:
         self.on_outcome: Optional[OutcomeCallback] = None
         self.connected = False
         self.abandoned: set[asyncio.Task] = set()  # stuck client calls, cancelled, never awaited
+        self.down = False  # a disconnect was recorded: the next reply is its reconnect
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome
@@ -327,10 +330,17 @@ class RedisProducer:
                 # write phase then ran into write_timeout. It is abandoned instead.
                 res = await _abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
                 self.connected = True
+                if self.down:
+                    self.down = False
+                    self.on_event("reconnect", self.system.cluster.node_at(*self.addr), "redis-py: a reply")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # connection lost: the outcome is unknowable
+            except Exception as e:  # connection lost: the outcome is unknowable
                 # nothing is reported: the producer loop's ack_timeout makes them unknown
+                if self.connected:
+                    self.down = True
+                    self.on_event("disconnect", self.system.cluster.node_at(*self.addr),
+                                  f"redis-py: {type(e).__name__}: {e}"[:200])
                 self.connected = False
                 if r is not None:
                     await _aclose(r, self.abandoned)
@@ -393,9 +403,17 @@ async def _abandon_after(coro, timeout: float, abandoned: set):
     if not done:
         task.cancel()
         abandoned.add(task)
-        task.add_done_callback(abandoned.discard)
+        task.add_done_callback(lambda t: _settle(t, abandoned))
         raise TimeoutError(f"no answer within {timeout:.0f}s")
     return task.result()
+
+
+def _settle(task: asyncio.Task, abandoned: set) -> None:
+    abandoned.discard(task)
+    # its error (a connection closed, long after we gave up) is retrieved here: otherwise
+    # asyncio prints "Task exception was never retrieved" with a traceback on the console
+    if not task.cancelled():
+        task.exception()
 
 
 async def _aclose(r, abandoned: Optional[set] = None) -> None:

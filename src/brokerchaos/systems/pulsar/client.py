@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from typing import Optional
 
-from ..base import (Client, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles, SystemError_, http_get,
-                    quiet_logger, wait_until)
+from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+                    SystemError_, http_get, wait_until)
 
 # results meaning the message was never written
 DEFINITE = frozenset({
@@ -51,7 +53,7 @@ class PulsarClient(Client):
         import pulsar
 
         return pulsar.Client(self.service_url(), operation_timeout_seconds=max(1, int(timeout)),
-                             connection_timeout_ms=3000, logger=quiet_logger("pulsar"))
+                             connection_timeout_ms=3000, logger=client_logger())
 
     async def connect(self, timeout: float) -> None:
         async def look():
@@ -152,7 +154,67 @@ class PulsarRoles(Roles):
         return True, "serving"
 
 
-class PulsarProducer:
+class _ClientLog(logging.Handler):
+    """The C++ client takes a logger once per process (the first Client's; later ones are
+    ignored), so every client the harness makes passes this one, at INFO (a few lines per
+    connection, none per message), and each producer listens for its own lines. Called on
+    the clients' I/O threads."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.listeners: frozenset = frozenset()  # replaced, never changed: emit may be iterating
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.listeners:
+            msg = record.getMessage()
+            for listener in self.listeners:
+                listener.line(msg)
+
+
+CLIENT_LOG = _ClientLog()
+
+
+def client_logger() -> logging.Logger:
+    log = logging.getLogger("brokerchaos.pulsar")
+    if CLIENT_LOG not in log.handlers:
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        log.addHandler(CLIENT_LOG)
+    return log
+
+
+class _ProducerStates:
+    """One producer's lines of the client log as its client events: its handler scheduling
+    a reconnection is the disconnect, the next "Created producer on broker" the reconnect,
+    on the broker named there. The recorder takes rows from any thread."""
+
+    CREATED = re.compile(r"Created producer on broker \[\S+ -> ([\d.]+):(\d+)\]")
+    LOST = "Schedule reconnection in "
+
+    def __init__(self, producer: "PulsarProducer", topic: str, producer_name: str) -> None:
+        self.producer = producer
+        self.prefix = f"[{topic}, {producer_name}] "
+        self.at: Optional[str] = None
+        self.down = False
+
+    def line(self, msg: str) -> None:
+        if not msg.startswith(self.prefix):
+            return
+        try:
+            m = self.CREATED.search(msg)
+            if m:
+                self.at = self.producer.system.cluster.node_at(m.group(1), int(m.group(2))) or m.group(1)
+                if self.down:
+                    self.down = False
+                    self.producer.on_event("reconnect", self.at, "pulsar-client: created producer on broker")
+            elif self.LOST in msg and not self.down and self.at is not None:
+                self.down = True
+                self.producer.on_event("disconnect", self.at, f"pulsar-client: {msg.strip()}"[:200])
+        except Exception:  # a log line must never break the client
+            pass
+
+
+class PulsarProducer(ClientEvents):
     def __init__(self, system: PulsarClient, name: str) -> None:
         self.system = system
         self.name = name
@@ -161,6 +223,7 @@ class PulsarProducer:
         self.on_outcome: Optional[OutcomeCallback] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.dedup = system.ctx.scenario.workload.dedup
+        self.states: Optional[_ProducerStates] = None
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         s, o, w = self.system, self.system.options, self.system.ctx.scenario.workload
@@ -169,13 +232,15 @@ class PulsarProducer:
         s.follow_owner()
         timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
         self.client = s.new_client(10)
+        # named, so that its lines in the client log are told apart (and broker-side dedup,
+        # where on, keys on (producer name, sequence id))
+        name = f"{self.name}-{s.ctx.run_id}"
         kwargs = dict(
             block_if_queue_full=False, max_pending_messages=w.in_flight + 1000, send_timeout_millis=timeout_ms,
             batching_enabled=o.batching, batching_max_messages=o.batching_max_messages,
-            batching_max_publish_delay_ms=o.batching_max_publish_delay_ms)
-        if self.dedup:
-            # broker-side dedup keys on (producer name, sequence id)
-            kwargs["producer_name"] = f"{self.name}-{s.ctx.run_id}"
+            batching_max_publish_delay_ms=o.batching_max_publish_delay_ms, producer_name=name)
+        self.states = _ProducerStates(self, s.topic, name)
+        CLIENT_LOG.listeners |= {self.states}
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -212,6 +277,7 @@ class PulsarProducer:
                 await asyncio.wait_for(asyncio.to_thread(self.p.flush), 10)
             except Exception:  # outstanding sends are already unknown
                 pass
+        CLIENT_LOG.listeners -= {self.states}
         if self.client is not None:
             await asyncio.to_thread(self.client.close)
         # the close's last callbacks were handed to the loop: let them run

@@ -14,7 +14,8 @@ import asyncio
 import time
 from typing import Optional
 
-from ..base import Client, DeliverCallback, LiveConsumer, OutcomeCallback, Roles, SystemError_, port_open, wait_until
+from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, OutcomeCallback, Roles, SystemError_,
+                    port_open, wait_until)
 from .cluster import AUTH, Management, node_of
 
 
@@ -170,10 +171,12 @@ async def _close(conn) -> None:
         pass
 
 
-class RabbitProducer:
+class RabbitProducer(ClientEvents):
     """Persistent messages with publisher confirms; each publish is its own task, so as
     many are in flight as the producer loop allows. A lost connection makes the messages
-    on it *unknown* and moves the producer to the next node."""
+    on it *unknown* and moves the producer to the next node. Client events: aio-pika's
+    close_callbacks of the connection in use (a plain connection: aio-pika does not
+    reconnect it), and the next connection opened after one."""
 
     def __init__(self, system: RabbitClient, name: str, nodes: list[str]) -> None:
         self.system = system
@@ -188,6 +191,8 @@ class RabbitProducer:
         self.ready = asyncio.Event()
         self.reconnecting: Optional[asyncio.Task] = None
         self.generation = 0
+        self.down = False  # a disconnect was recorded; the next connection is its reconnect
+        self.closing = False
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome
@@ -205,8 +210,12 @@ class RabbitProducer:
                 conn = await self.system.connection(node, timeout=2.0)
                 ch = await conn.channel(publisher_confirms=True)
                 self.conn, self.exchange, self.current = conn, ch.default_exchange, node
+                conn.close_callbacks.add(self._closed)
                 self.generation += 1
                 self.ready.set()
+                if self.down:
+                    self.down = False
+                    self.on_event("reconnect", node, "aio-pika: connected")
                 return
             except Exception as e:  # try the next node
                 attempt += 1
@@ -214,6 +223,12 @@ class RabbitProducer:
                 if first and attempt >= 3 * len(self.nodes):
                     raise SystemError_(f"{self.name}: cannot connect to {self.nodes}: {e!r}") from e
                 await asyncio.sleep(0.1 if attempt < len(self.nodes) else 0.5)
+
+    def _closed(self, conn, exc) -> None:
+        # our own closes (a failover's, the run's end) come from a connection no longer in use
+        if conn is self.conn and not self.closing:
+            self.down = True
+            self.on_event("disconnect", self.current, f"aio-pika close_callbacks: {exc!r}"[:200])
 
     def _lost(self, generation: int) -> None:
         if generation == self.generation and (self.reconnecting is None or self.reconnecting.done()):
@@ -256,6 +271,7 @@ class RabbitProducer:
         return self.current if self.ready.is_set() else None
 
     async def close(self) -> None:
+        self.closing = True
         for t in list(self.tasks):
             t.cancel()
         if self.reconnecting is not None:

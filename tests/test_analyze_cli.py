@@ -99,6 +99,40 @@ def test_analyze_rejects_a_path_without_histories(tmp_path, capsys):
     assert cli.main(["analyze", str(tmp_path / "nope")]) == 2
 
 
+def test_expect_gives_ci_an_exit_code_and_a_junit_file(foreign, tmp_path, capsys, spark):
+    """--expect on recorded histories: violations (run B lost 2 acked messages and read one
+    twice) exit 3 with JUnit failures carrying the figures; a clean history 0; a read that did not finish 4;
+    a bad expectation 2 before anything is read."""
+    junit = tmp_path / "junit.xml"
+    assert cli.main(["analyze", str(foreign), "--no-write", "--expect", "no-loss,no-duplicates", "--junit",
+                     str(junit)]) == 3
+    out = capsys.readouterr().out
+    assert "Expectations: 2 passed, 2 failed, 0 undecided" in out and "B: no-loss: 2 acked messages missing" in out
+    import xml.etree.ElementTree as ET
+
+    cases = {t.get("name"): t for t in ET.parse(junit).getroot().iter("testcase")}
+    assert sorted(cases) == ["A: no-duplicates", "A: no-loss", "B: no-duplicates", "B: no-loss"]
+    assert cases["B: no-loss"].find("failure").get("message") == "2 acked messages missing"
+    assert cases["A: no-loss"].find("failure") is None
+
+    clean = tmp_path / "clean"
+    _write(clean / "a.parquet", _rows("A"))
+    assert cli.main(["analyze", str(clean), "--no-write", "--expect", "no-loss,no-duplicates,max-outage=1s"]) == 0
+    assert "Expectations: 3 passed, 0 failed, 0 undecided" in capsys.readouterr().out
+    unfinished = tmp_path / "unfinished"
+    _write(unfinished / "c.parquet", _rows("C", lost=(9, 10)) + [
+        ("C", "bob", 99, 30_000, "read_end", None, None, None, "b3", "incomplete: stream unavailable")])
+    assert cli.main(["analyze", str(unfinished), "--no-write", "--format", "json", "--expect", "no-loss"]) == 4
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["result"] == "unknown"  # stdout stays JSON
+    assert "UNDECIDED" in captured.err and "incomplete: stream unavailable" in captured.err
+
+    assert cli.main(["analyze", str(clean), "--expect", "no-loss,fast"]) == 2
+    assert cli.main(["analyze", str(clean), "--junit", str(junit)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "'fast'" in err[0] and "--junit needs --expect" in err[1]
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

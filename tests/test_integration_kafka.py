@@ -186,6 +186,12 @@ def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
     for r in rows:
         assert int(r["SendCount"]) == 15_000 and int(r["PosAckCount"]) > 5_000
         assert set(r) >= {"NotReceived", "ReceivedNoAck", "MsgsWithDups", "DJF", "DJB", "JF", "JB"}
+    # what --expect holds against: each session's verdicts under its scenario's name
+    from brokerchaos.report import expect
+
+    cases = [c for name, vs in out["verdicts"] for c in expect.evaluate(name, vs, expect.parse("no-loss"))]
+    assert [(c.suite, c.run) for c in cases] == [("kafka-kill-leader-dedup-off", "run-001"),
+                                                 ("kafka-kill-leader-dedup-on", "run-001")]
 
 
 # -- Apache Kafka from Maven Central: the seed's controls ----------------------------------------

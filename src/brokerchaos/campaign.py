@@ -66,15 +66,15 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
     root = Path(out) / f"{spec.name}-{stamp}"
     root.mkdir(parents=True, exist_ok=True)
     sessions = []
-    verdicts: list[dict] = []
+    by_session: list[tuple[str, list[dict]]] = []
     for s in scenarios:
         result = Session(s, root, spark_master=spark_master, observer=observer).run()
         sessions.append({"scenario": s.name, "dir": result.dir.name, "summary": result.summary})
-        verdicts.extend(result.verdicts)
+        by_session.append((s.name, result.verdicts))
     # across every window of every session (each session's own block has its schedules)
-    dist = campaign_outages(verdicts, spark_master)
+    dist = campaign_outages([v for _, vs in by_session for v in vs], spark_master)
     write(root, sessions, dist)
-    return {"dir": root, "sessions": sessions, "outages": dist}
+    return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session}
 
 
 def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> None:

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_flags(r)
     r.add_argument("--out", default="results", help="results directory (default results/)")
     r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _expect_flags(r)
 
     a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
                        description="Reads every *.parquet below PATH (history format 1.x, see "
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out latency percentiles, ack/receive gaps and outages: the seeds' own figures "
                         "(counts, loss, duplicates, jumps) only, several times faster on large histories")
     a.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _expect_flags(a)
 
     c = sub.add_parser("campaign", help="run several scenarios (e.g. dedup off and on), one table across them",
                        description="Runs every scenario of a campaign file as its own session and writes "
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--messages", type=int, help="messages per producer per run")
     c.add_argument("--out", default="results", help="results directory (default results/)")
     c.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _expect_flags(c)
 
     k = sub.add_parser("soak", help="runs after runs on one long-lived cluster, resumable",
                        description="Successive runs of one scenario on a cluster kept between runs while it is "
@@ -94,6 +97,50 @@ def build_parser() -> argparse.ArgumentParser:
                                      "Central into the cache, once (make setup does)")
     c.add_argument("sets", nargs="*", help="server sets (default all): kafka-3.9, kafka-4.1, pulsar-4.0")
     return p
+
+
+def _expect_flags(p: argparse.ArgumentParser) -> None:
+    from .report.expect import KINDS
+
+    p.add_argument("--expect", metavar="LIST",
+                   help="what every run must show, comma-separated: " + ", ".join(
+                       f"{k}{'=' + v.takes.upper() if v.takes else ''} ({v.description})" for k, v in KINDS.items())
+                   + ". Exit 0 when all hold, 3 when one is violated, 4 when a run could not decide")
+    p.add_argument("--junit", metavar="FILE", help="with --expect: a JUnit XML file, one test case per run and "
+                                                   "expectation (a violation a failure, undecided an error)")
+
+
+def _expectations(args):
+    """The parsed --expect list (None without it), or an exit code: checked before anything starts."""
+    from .report import expect
+
+    if args.expect is None:
+        if args.junit:
+            print("brokerchaos: error: --junit needs --expect (what the test cases check)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return None
+    try:
+        return expect.parse(args.expect)
+    except ValueError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _judge(args, exps, sessions: list[tuple[str, list[dict]]], otherwise: int) -> int:
+    """With --expect, the exit code is the expectations' (and the JUnit file is written);
+    without, `otherwise`."""
+    if exps is None:
+        return otherwise
+    from .report import expect
+
+    cases = [c for name, verdicts in sessions for c in expect.evaluate(name, verdicts, exps)]
+    out = sys.stderr if getattr(args, "format", None) == "json" else sys.stdout  # stdout is the JSON
+    for line in expect.lines(cases):
+        print(line, file=out)
+    if args.junit:
+        expect.write_junit(Path(args.junit), cases)
+        print(f"JUnit: {args.junit}", file=out)
+    return expect.exit_code(cases)
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -246,13 +293,18 @@ def cmd_run(args) -> int:
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    exps = _expectations(args)
+    if isinstance(exps, int):
+        return exps
     from .runner import Session
 
     result = _guarded([scenario], args.spark_master, "run",
                       lambda: Session(scenario, Path(args.out), spark_master=args.spark_master).run())
     if isinstance(result, int):
         return result
-    return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
+    # the scenario's name, not the session's: a CI keeps a test's history by its name
+    return _judge(args, exps, [(scenario.name, result.verdicts)],
+                  {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]])
 
 
 def cmd_campaign(args) -> int:
@@ -264,6 +316,9 @@ def cmd_campaign(args) -> int:
     except ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    exps = _expectations(args)
+    if isinstance(exps, int):
+        return exps
     out = _guarded(scenarios, args.spark_master, "campaign",
                    lambda: cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master))
     if isinstance(out, int):
@@ -275,7 +330,7 @@ def cmd_campaign(args) -> int:
         print(line)
     print(f"Results: {out['dir']}")
     results = {s["summary"].get("result") for s in out["sessions"]}
-    return 3 if "fail" in results else 4 if "unknown" in results else 0
+    return _judge(args, exps, out["verdicts"], 3 if "fail" in results else 4 if "unknown" in results else 0)
 
 
 def cmd_analyze(args) -> int:
@@ -285,6 +340,9 @@ def cmd_analyze(args) -> int:
     if not path.exists():
         print(f"brokerchaos: error: path '{path}' does not exist", file=sys.stderr)
         return EXIT_BAD_INPUT
+    exps = _expectations(args)
+    if isinstance(exps, int):
+        return exps
     try:
         checked = check(path)
     except HistoryError as e:
@@ -322,7 +380,7 @@ def cmd_analyze(args) -> int:
             print(console.run_block(v, metas.get(v["run"])))
         print("\n" + console.summary_table(analysis.verdicts, metas))
         print(console.summary_lines(summary))
-    return 0
+    return _judge(args, exps, [(path.resolve().name, analysis.verdicts)], 0)
 
 
 def cmd_faults(args) -> int:

@@ -179,11 +179,17 @@ class Verdict(TypedDict, total=False):
     result: str
 
 
+def read_decides(v: Verdict) -> bool:
+    """The read reached the end (or a history without read_end rows read something): what
+    it did not find is missing, not unread."""
+    return not (v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0))
+
+
 def result_of(v: Verdict) -> str:
     """pass / fail / unknown; a run that could not decide is never a pass."""
     if v["received_after_nack"] > 0:
         return "fail"
-    if v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0):
+    if not read_decides(v):
         return "unknown"
     if v["acked_missing"] > 0:
         return "fail"

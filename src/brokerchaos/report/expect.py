@@ -1,0 +1,168 @@
+"""What a CI pipeline expects of a session (`--expect no-loss,ordered,max-outage=10s`): each
+run's verdict held against each expectation gives pass, fail or undecided; the session's exit
+code is 3 when anything failed, else 4 when anything was undecided, else 0; `--junit FILE`
+writes one test case per run and expectation.
+
+A violation seen is a violation even in a read that did not finish (a duplicate read is read
+twice whatever comes after); an absence is only proven by a finished read."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..analysis.verdicts import read_decides
+from ..errors import ScenarioError
+
+EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
+Outcome = tuple[str, str]  # (pass | fail | undecided, the figures that say why)
+
+
+def _unread(v) -> str:
+    return f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
+
+
+def _absent(count: int, v, what: str) -> Outcome:
+    if count > 0:
+        return "fail", what
+    return ("pass", what) if read_decides(v) else ("undecided", _unread(v))
+
+
+def _no_loss(v, _arg) -> Outcome:
+    if not read_decides(v):
+        return "undecided", _unread(v)
+    return ("fail" if v["acked_missing"] else "pass"), f"{v['acked_missing']} acked messages missing"
+
+
+def _no_duplicates(v, _arg) -> Outcome:
+    return _absent(v["msgs_with_dups"], v, f"{v['msgs_with_dups']} messages read more than once "
+                                           f"({v['duplicate_deliveries']} extra deliveries)")
+
+
+def _ordered(v, _arg) -> Outcome:
+    return _absent(v["out_of_order"], v, f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, "
+                                         f"DJF {v['djf']}, DJB {v['djb']})")
+
+
+def _no_nack_received(v, _arg) -> Outcome:
+    return _absent(v["received_after_nack"], v, f"{v['received_after_nack']} messages read after a nack")
+
+
+def _max_outage(v, limit_s: float) -> Outcome:
+    if not v.get("timing", True):
+        return "undecided", "outages not computed (--no-timing)"
+    gaps = v.get("fault_ack_gaps_ms") or []
+    if not gaps:
+        return "pass", "no fault window"
+    if any(g is None for g in gaps):
+        return "fail", "the producer had no ack after a fault to the end of its write"
+    worst = max(gaps)
+    return ("fail" if worst > limit_s * 1000 else "pass"), f"longest outage {worst:,.0f} ms (limit {limit_s:g} s)"
+
+
+@dataclass(frozen=True)
+class Kind:
+    check: Callable[[dict, Optional[float]], Outcome]
+    takes: Optional[str]  # what its `=VALUE` is, None: no value
+    description: str
+
+
+KINDS: dict[str, Kind] = {
+    "no-loss": Kind(_no_loss, None, "no acked message missing from a finished read"),
+    "no-duplicates": Kind(_no_duplicates, None, "no message read more than once"),
+    "ordered": Kind(_ordered, None, "no message read out of order: no JF/JB/DJF/DJB"),
+    "no-nack-received": Kind(_no_nack_received, None, "no message read after the broker nacked it"),
+    "max-outage": Kind(_max_outage, "duration", "every fault window's producer outage, the longest ack-free "
+                                                "interval from the fault on, at most DURATION: 500ms, 10s, 2m"),
+}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    name: str
+    arg: Optional[float]
+    text: str
+
+    def check(self, v: dict) -> Outcome:
+        return KINDS[self.name].check(v, self.arg)
+
+
+def _duration(text: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def parse(text: str) -> list[Expectation]:
+    """`no-loss,max-outage=10s` -> expectations; a bad one is a ScenarioError naming it."""
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        kind = KINDS.get(name)
+        if kind is None:
+            raise ScenarioError(f"--expect: unknown expectation {name!r} (known: {', '.join(KINDS)})")
+        if kind.takes is None and value:
+            raise ScenarioError(f"--expect: {name} takes no value (got {item!r})")
+        if kind.takes is not None:
+            try:
+                arg: Optional[float] = _duration(value)
+            except ValueError:
+                raise ScenarioError(f"--expect: {name} needs a {kind.takes}, e.g. {name}=10s (got {item!r})") from None
+        else:
+            arg = None
+        out.append(Expectation(name, arg, item))
+    if not out:
+        raise ScenarioError("--expect: no expectation given (known: " + ", ".join(KINDS) + ")")
+    return out
+
+
+@dataclass
+class Case:
+    suite: str
+    run: str
+    expectation: str
+    status: str
+    detail: str
+
+
+def evaluate(suite: str, verdicts: list[dict], expectations: list[Expectation]) -> list[Case]:
+    return [Case(suite, v["run"], e.text, *e.check(v)) for v in verdicts for e in expectations]
+
+
+def exit_code(cases: list[Case]) -> int:
+    statuses = {c.status for c in cases}
+    return EXIT_VIOLATED if "fail" in statuses else EXIT_UNDECIDED if "undecided" in statuses else EXIT_PASS
+
+
+def lines(cases: list[Case]) -> list[str]:
+    """The console's account: one line per case that did not pass, and a count."""
+    out = [f"  {c.status.upper():9} {c.suite} {c.run}: {c.expectation}: {c.detail}"
+           for c in cases if c.status != "pass"]
+    n = {s: sum(c.status == s for c in cases) for s in ("pass", "fail", "undecided")}
+    return [f"Expectations: {n['pass']} passed, {n['fail']} failed, {n['undecided']} undecided"] + out
+
+
+def write_junit(path: Path, cases: list[Case]) -> None:
+    """One <testsuite> per session, one <testcase> per run and expectation: a violation is a
+    <failure>, an undecided case an <error> (the pipeline must not read it as a pass)."""
+    root = ET.Element("testsuites", name="brokerchaos")
+    for suite in dict.fromkeys(c.suite for c in cases):
+        mine = [c for c in cases if c.suite == suite]
+        s = ET.SubElement(root, "testsuite", name=suite, tests=str(len(mine)),
+                          failures=str(sum(c.status == "fail" for c in mine)),
+                          errors=str(sum(c.status == "undecided" for c in mine)))
+        for c in mine:
+            t = ET.SubElement(s, "testcase", classname=suite, name=f"{c.run}: {c.expectation}")
+            if c.status == "fail":
+                ET.SubElement(t, "failure", message=c.detail, type="violation").text = c.detail
+            elif c.status == "undecided":
+                ET.SubElement(t, "error", message=c.detail, type="undecided").text = c.detail
+            else:
+                ET.SubElement(t, "system-out").text = c.detail
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,78 @@
+"""`--expect`: each run's verdict held against what a CI pipeline expects; pass, fail or
+undecided, an exit code, a JUnit file. Small recorded verdicts, no Spark."""
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from brokerchaos.errors import ScenarioError
+from brokerchaos.report import expect
+
+
+def verdict(run="run-001", **kw):
+    v = {"run": run, "read_complete": True, "read_status": "complete", "recv_rows": 10, "acked_missing": 0,
+         "msgs_with_dups": 0, "duplicate_deliveries": 0, "out_of_order": 0, "jf": 0, "jb": 0, "djf": 0, "djb": 0,
+         "received_after_nack": 0, "timing": True, "fault_ack_gaps_ms": [1200.0]}
+    v.update(kw)
+    return v
+
+
+def test_parse_takes_the_documented_list_and_names_what_it_refuses():
+    exps = expect.parse("no-loss, no-duplicates,ordered,no-nack-received,max-outage=1.5s")
+    assert [e.name for e in exps] == ["no-loss", "no-duplicates", "ordered", "no-nack-received", "max-outage"]
+    assert exps[-1].arg == 1.5 and expect.parse("max-outage=500ms")[0].arg == 0.5
+    assert expect.parse("max-outage=2m")[0].arg == 120
+    for bad, named in (("no-loss,fast", "'fast'"), ("ordered=yes", "ordered takes no value"),
+                       ("max-outage", "needs a duration"), ("max-outage=soon", "needs a duration"),
+                       (",", "no expectation")):
+        with pytest.raises(ScenarioError, match=named):
+            expect.parse(bad)
+
+
+def test_a_violation_seen_fails_even_in_an_unfinished_read_and_an_absence_needs_a_finished_one():
+    exps = expect.parse("no-loss,no-duplicates,ordered,max-outage=2s")
+    unfinished = dict(read_complete=False, read_status="incomplete: stream unavailable")
+    cases = expect.evaluate("s", [
+        verdict("clean"),
+        verdict("lossy", acked_missing=3),
+        verdict("dups-unfinished", msgs_with_dups=2, duplicate_deliveries=2, **unfinished),
+        verdict("quiet-unfinished", **unfinished),
+        verdict("slow", fault_ack_gaps_ms=[800.0, 2500.0]),
+        verdict("never-back", fault_ack_gaps_ms=[None]),
+        verdict("untimed", timing=False, fault_ack_gaps_ms=[None]),
+    ], exps)
+    got = {(c.run, c.expectation): c.status for c in cases}
+    assert {k for k, s in got.items() if s == "fail"} == {
+        ("lossy", "no-loss"), ("dups-unfinished", "no-duplicates"), ("slow", "max-outage=2s"),
+        ("never-back", "max-outage=2s")}
+    assert {k for k, s in got.items() if s == "undecided"} == {
+        ("dups-unfinished", "no-loss"), ("dups-unfinished", "ordered"), ("quiet-unfinished", "no-loss"),
+        ("quiet-unfinished", "no-duplicates"), ("quiet-unfinished", "ordered"), ("untimed", "max-outage=2s")}
+    assert expect.exit_code(cases) == 3
+    assert expect.exit_code([c for c in cases if c.run in ("clean", "quiet-unfinished")]) == 4
+    assert expect.exit_code([c for c in cases if c.run == "clean"]) == 0
+    slow = next(c for c in cases if c.run == "slow" and c.status == "fail")
+    assert "2,500 ms" in slow.detail
+
+
+def test_junit_has_a_case_per_run_and_expectation_with_the_figures(tmp_path):
+    cases = expect.evaluate("nats-kill-leader-20261123T000000Z", [verdict("run-001"), verdict(
+        "run-002", acked_missing=49), verdict("run-003", read_complete=False, read_status="incomplete: x")],
+        expect.parse("no-loss,ordered"))
+    f = tmp_path / "out" / "junit.xml"
+    expect.write_junit(f, cases)
+    (suite,) = ET.parse(f).getroot().findall("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "2")
+    by_name = {t.get("name"): t for t in suite.findall("testcase")}
+    assert set(by_name) == {f"run-00{i}: {e}" for i in (1, 2, 3) for e in ("no-loss", "ordered")}
+    assert by_name["run-002: no-loss"].find("failure").get("message") == "49 acked messages missing"
+    assert by_name["run-003: no-loss"].find("error").get("type") == "undecided"
+    assert by_name["run-001: ordered"].find("failure") is None and by_name["run-001: ordered"].find("error") is None
+
+
+def test_run_and_campaign_refuse_a_bad_expectation_before_anything_starts(capsys):
+    from brokerchaos import cli
+
+    assert cli.main(["run", "scenarios/nats-kill-leader.yaml", "--expect", "no-loss,max-outage=forever"]) == 2
+    assert cli.main(["campaign", "campaigns/kafka-dedup.yaml", "--junit", "x.xml"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "max-outage needs a duration" in err[0] and "--junit needs --expect" in err[1]

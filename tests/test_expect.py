@@ -4,7 +4,6 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from brokerchaos.errors import ScenarioError
 from brokerchaos.report import expect
 
 
@@ -24,7 +23,7 @@ def test_parse_takes_the_documented_list_and_names_what_it_refuses():
     for bad, named in (("no-loss,fast", "'fast'"), ("ordered=yes", "ordered takes no value"),
                        ("max-outage", "needs a duration"), ("max-outage=soon", "needs a duration"),
                        (",", "no expectation")):
-        with pytest.raises(ScenarioError, match=named):
+        with pytest.raises(expect.ExpectError, match=named):
             expect.parse(bad)
 
 

@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..analysis.verdicts import read_decides
-from ..errors import ScenarioError
 
 EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
+
+
+class ExpectError(ValueError):
+    """An --expect list that cannot be used; the message names the expectation."""
+
 Outcome = tuple[str, str]  # (pass | fail | undecided, the figures that say why)
 
 
@@ -97,7 +101,7 @@ def _duration(text: str) -> float:
 
 
 def parse(text: str) -> list[Expectation]:
-    """`no-loss,max-outage=10s` -> expectations; a bad one is a ScenarioError naming it."""
+    """`no-loss,max-outage=10s` -> expectations; a bad one is an ExpectError naming it."""
     out = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
@@ -105,19 +109,19 @@ def parse(text: str) -> list[Expectation]:
         name, _, value = item.partition("=")
         kind = KINDS.get(name)
         if kind is None:
-            raise ScenarioError(f"--expect: unknown expectation {name!r} (known: {', '.join(KINDS)})")
+            raise ExpectError(f"--expect: unknown expectation {name!r} (known: {', '.join(KINDS)})")
         if kind.takes is None and value:
-            raise ScenarioError(f"--expect: {name} takes no value (got {item!r})")
+            raise ExpectError(f"--expect: {name} takes no value (got {item!r})")
         if kind.takes is not None:
             try:
                 arg: Optional[float] = _duration(value)
             except ValueError:
-                raise ScenarioError(f"--expect: {name} needs a {kind.takes}, e.g. {name}=10s (got {item!r})") from None
+                raise ExpectError(f"--expect: {name} needs a {kind.takes}, e.g. {name}=10s (got {item!r})") from None
         else:
             arg = None
         out.append(Expectation(name, arg, item))
     if not out:
-        raise ScenarioError("--expect: no expectation given (known: " + ", ".join(KINDS) + ")")
+        raise ExpectError("--expect: no expectation given (known: " + ", ".join(KINDS) + ")")
     return out
 
 

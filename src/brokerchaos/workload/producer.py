@@ -164,8 +164,10 @@ class ProducerLoop:
                 self.rec.record("unknown", self.name, value, None, None, "outstanding when the write phase ended")
                 self.acct.on_unknown(value)
             self.attempts.clear()
-            await self.client.close()
-            self.rec.flush()
+            try:
+                await self.client.close()
+            finally:  # what was recorded reaches the disk even when a client's close fails
+                self.rec.flush()
 
     async def _acquire(self, deadline: float) -> bool:
         """A free in-flight slot, serving due resends while waiting for one."""

@@ -46,6 +46,7 @@ def _table(run, client, seq, t, types, producer, value, offset):
             "t_ns": pa.array(t, pa.int64()), "type": types, "producer": _const(producer, n),
             "value": pa.array(value, pa.int64()), "offset": offset,
             "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()), "window": pa.nulls(n, pa.int64()),
+            "intended_ns": pa.nulls(n, pa.int64()),
         },
         schema=SCHEMA,
     )

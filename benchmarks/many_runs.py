@@ -46,7 +46,7 @@ def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
             parts.append({"run": [run] * m, "client": [client] * m, "seq": np.asarray(seq, dtype=np.int64),
                           "t_ns": np.asarray(t, dtype=np.int64), "type": [ty] * m, "producer": [producer] * m,
                           "value": value, "offset": [None] * m, "node": [node] * m, "detail": [detail] * m,
-                          "window": [window] * m})
+                          "window": [window] * m, "intended_ns": [None] * m})
 
         add("p1", np.arange(0, 2 * messages, 2), t_send, "send", "p1", v)
         add("p1", np.arange(1, 2 * messages, 2), t_ack, "ack", "p1", v)

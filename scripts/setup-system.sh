@@ -19,6 +19,7 @@ have_cmd mosquitto     || need+=(mosquitto)
 have_cmd ps            || need+=(procps)
 [ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need+=(openjdk-17-jre-headless)
 have_cmd mvn           || need+=(maven)  # fetches Kafka, ZooKeeper, Pulsar and BookKeeper jars, once
+have_cmd chromium      || need+=(chromium)  # the report's browser test (make test)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
 
 if [ ${#need[@]} -eq 0 ]; then

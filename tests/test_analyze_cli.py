@@ -75,6 +75,12 @@ def test_analyze_json_on_a_directory_it_did_not_write(foreign, capsys, spark):
     assert "bob@107 bob@107" in (foreign / "duplicates.csv").read_text()
     summary = json.loads((foreign / "summary.json").read_text())["summary"]
     assert summary["verdicts"]["acked loss"]["runs"] == 1 and summary["result"] == "fail"
+    # and its page, though no scenario says what wrote it
+    from browser import check_report
+
+    page = (foreign / "report.html").read_text()
+    assert "Scenario</dt><dd>not known" in page and "<section id='B'>" in page
+    check_report(foreign / "report.html", "foreign-history")
 
 
 def test_no_timing_gives_the_same_counts_and_leaves_out_the_time_figures(foreign, capsys, spark):

@@ -75,3 +75,10 @@ def test_run_and_campaign_refuse_a_bad_expectation_before_anything_starts(capsys
     assert cli.main(["campaign", "campaigns/kafka-dedup.yaml", "--junit", "x.xml"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "max-outage needs a duration" in err[0] and "--junit needs --expect" in err[1]
+
+
+def test_sessions_results_map_to_the_same_exit_codes_as_expectations():
+    assert expect.result_exit(["pass", "pass"]) == 0
+    assert expect.result_exit(["pass", "unknown"]) == 4
+    assert expect.result_exit(["unknown", "fail", "pass"]) == 3
+    assert expect.result_exit(r for r in ["pass"]) == 0  # any iterable, once

@@ -6,6 +6,7 @@ Kafka: the seed's positive control (acks=1, the leader cut off from ZooKeeper, l
 the old leader acked) and its negative (acks=all), and Kafka 4.1 on KRaft with a leader kill
 the producer fails over from.
 """
+import json
 import os
 import subprocess
 import sys
@@ -192,6 +193,41 @@ def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
     cases = [c for name, vs in out["verdicts"] for c in expect.evaluate(name, vs, expect.parse("no-loss"))]
     assert [(c.suite, c.run) for c in cases] == [("kafka-kill-leader-dedup-off", "run-001"),
                                                  ("kafka-kill-leader-dedup-on", "run-001")]
+    # the campaign's page: a row per arm linking to its session's own report, the two arms
+    # compared in words; every page of it draws offline
+    from browser import check_report
+
+    page = out["report"].read_text()
+    assert "The arms differ in: <code>" in page and "workload.dedup: False vs True" in page
+    assert "Fisher's exact test" in page or "no run of either arm had it" in page
+    check_report(out["report"], "campaign-kafka-dedup")
+    for s in out["sessions"]:
+        assert f"href='{s['dir']}/report.html'" in page
+        check_report(out["dir"] / s["dir"] / "report.html", f"campaign-{s['scenario']}")
+    # --resume: a finished cell is kept as it is; a cell cut short (here: its run gone, its
+    # session never analysed) goes on where it stopped
+    import shutil
+
+    off, on = (out["dir"] / s["dir"] for s in out["sessions"])
+    kept = (off / "summary.json").read_text()
+    shutil.rmtree(on / "run-001")
+    (on / "summary.json").unlink()
+
+    class Said(Quiet):
+        lines = []
+
+        def line(self, text):
+            self.lines.append(text)
+
+    again = cp.run(spec, scenarios, tmp_path, observer=Said(), resume=out["dir"])
+    assert again["dir"] == out["dir"] and (off / "summary.json").read_text() == kept
+    assert any(x.strip() == f"=== kafka-kill-leader-dedup-off: finished in {off.name}, kept ===" for x in Said.lines)
+    assert any(x.strip() == f"=== kafka-kill-leader-dedup-on: cut short in {on.name}, going on ===" for x in Said.lines)
+    assert json.loads((on / "run-001" / "run.json").read_text())["status"] == "finished"
+    assert [s["summary"]["runs"] for s in again["sessions"]] == [1, 1]
+    with open(out["dir"] / "results.csv", newline="") as fh:
+        assert [r["Scenario"] for r in csv.DictReader(fh)] == ["kafka-kill-leader-dedup-off",
+                                                               "kafka-kill-leader-dedup-on"]
 
 
 # -- Apache Kafka from Maven Central: the seed's controls ----------------------------------------

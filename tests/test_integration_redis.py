@@ -6,6 +6,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
+from browser import check_report
 from observers import Quiet, client_events
 
 pytestmark = [
@@ -47,3 +48,10 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     assert v["read_complete"] is True, v["read_status"]
     # the positive control: the isolated primary acked writes the new primary never had
     assert v["acked_missing"] > 0 and v["result"] == "fail"
+    # the report shows where: the lost messages on the value-against-read-position plot, the
+    # first rows of lost.csv under it, the run highlighted as failed
+    page = result.report.read_text()
+    assert "positions-run-001" in page and "acked, lost" in page and "Acked, never read" in page
+    assert "<tr class='fail'>" in page
+    got = check_report(result.report, "redis-split-brain")
+    assert got.plots == 3, got  # outages, the timeline, the positions

@@ -96,7 +96,7 @@ ALLOWED = {
     "report": {"analysis"},
     "validation": {"errors", "scenario", "systems", "faults"},
     "runner": {"analysis", "faults", "history", "report", "sandbox", "scenario", "systems", "workload"},
-    "campaign": {"errors", "scenario", "validation", "runner"},
+    "campaign": {"errors", "report", "scenario", "validation", "runner"},
     "cli": {"analysis", "campaign", "errors", "faults", "history", "report", "runner", "sandbox", "scenario",
             "systems", "validation"},
 }

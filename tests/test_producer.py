@@ -141,3 +141,22 @@ def test_live_progress_knows_when_every_acked_message_has_arrived():
     assert progress.all_acked_seen()
     acct.on_ack(2)  # a late ack makes the read wait again
     assert not progress.all_acked_seen()
+
+
+def test_the_read_says_where_it_is_as_the_seed_does(tmp_path):
+    from brokerchaos.workload import read_all
+
+    class Scripted:  # delivers 7 messages at positions 0:0 .. 0:6, then goes idle
+        async def read(self, deliver, idle):
+            for v in range(1, 8):
+                deliver(encode("p1", v), f"0:{v - 1}", "n1")
+            return "complete"
+
+    lines = []
+    rec = Recorder(tmp_path / "h", "run-001", "c1", time.monotonic_ns())
+    assert asyncio.run(read_all(Scripted(), rec, idle=1, timeout=5, line=lines.append, every=3)) == "complete"
+    rec.close()
+    assert lines == ["Received: 3 Curr Entry: 0:2", "Received: 6 Curr Entry: 0:5",
+                     "Received: 7 Curr Entry: 0:6 (read complete)"]
+    rows = ds.dataset(str(tmp_path / "h")).to_table().to_pylist()
+    assert [r["value"] for r in rows if r["type"] == "recv"] == list(range(1, 8))

@@ -1,5 +1,7 @@
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -208,6 +210,51 @@ def test_campaign_file_is_checked_before_anything_runs(tmp_path):
     f.write_text("name: x\nscenarios: [a.yaml]\noverrides: {runz: 3}\n")
     with pytest.raises(sc.ScenarioError, match=r"^campaign field 'overrides.runz'"):
         cp.load(f)
+
+
+def test_a_campaign_matrix_makes_one_cell_per_scenario_and_label_of_each_axis(tmp_path):
+    from brokerchaos import campaign as cp
+
+    spec, cells = cp.load("campaigns/tansu-seed.yaml", {"runs": 1, "option": ["max_in_flight=1"]})
+    assert len(cells) == 9 and {s.runs for s in cells} == {1}
+    by = {s.name: s for s in cells}
+    c = by["tansu-seed-acks1-isolate-from-store"]
+    # the axis's option joins the file's and the command line's; the fault's settings together
+    assert c.options == {"broker": "tansu", "acks": 1, "max_in_flight": 1}
+    assert (c.fault.action, c.fault.target, c.fault.params, c.fault.duration) == \
+        ("isolate-from", "client-node", {"from": "store"}, 10.0)
+    assert by["tansu-seed-acks0-kill"].options["acks"] == 0 and by["tansu-seed-acksall-kill"].fault.action == "kill"
+    assert spec._axes["tansu-seed-acks0-isolate"] == {"acks": "acks0", "fault": "isolate"}
+    f = tmp_path / "c.yaml"
+    f.write_text("name: x\nscenarios: [%s]\nmatrix: {acks: {0: {option: [acks=0]}, 1: {runz: 2}}}\n"
+                 % Path("scenarios/tansu-seed.yaml").resolve())
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'matrix.acks.1.runz': unknown setting"):
+        cp.load(f)
+    f.write_text("name: x\nscenarios: [%s]\nmatrix: {fault: {a b: {fault: kill-leader}}}\n"
+                 % Path("scenarios/tansu-seed.yaml").resolve())
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'matrix.fault.a b': a label"):
+        cp.load(f)
+    # a cell the system cannot run is refused before anything starts, naming the cell
+    f.write_text("name: x\nscenarios: [%s]\nmatrix: {fault: {sd: {fault: stepdown-leader}}}\n"
+                 % Path("scenarios/tansu-seed.yaml").resolve())
+    with pytest.raises(sc.ScenarioError, match=r"^campaign field 'scenarios.0' \(.*, fault=sd\): .*stepdown"):
+        cp.load(f)
+
+
+def test_a_campaign_resumes_only_its_own_directory(tmp_path):
+    from brokerchaos import campaign as cp
+
+    spec, cells = cp.load("campaigns/kafka-dedup.yaml", {"runs": 1})
+    with pytest.raises(sc.ScenarioError, match="not a campaign directory"):
+        cp.check_resume(spec, cells, tmp_path)
+    (tmp_path / "campaign.json").write_text(json.dumps({"name": "kafka-dedup", "cells": [s.name for s in cells]}))
+    cp.check_resume(spec, cells, tmp_path)
+    (tmp_path / "campaign.json").write_text(json.dumps({"name": "kafka-dedup", "cells": ["other"]}))
+    with pytest.raises(sc.ScenarioError, match="other cells"):
+        cp.check_resume(spec, cells, tmp_path)
+    r = subprocess.run([sys.executable, "-m", "brokerchaos.cli", "campaign", "campaigns/kafka-dedup.yaml",
+                        "--resume", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--resume" in r.stderr, r.stderr
 
 
 def test_fault_mix_draws_one_fault_per_run_with_the_seed_and_is_checked():

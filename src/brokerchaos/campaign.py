@@ -1,18 +1,24 @@
 """A campaign: several scenarios, each a session, with one table across them.
 
 The dedup seed's design is the example: the same fault with deduplication off (the
-control) and on, N runs each, and one CSV whose rows say which was which.
+control) and on, N runs each, and one CSV whose rows say which was which. A `matrix` makes
+the cells: every scenario file crossed with one labelled value of each axis (acks × fault ×
+dedup, server version × fault), each value a set of the settings `brokerchaos run` takes
+as flags. `--resume DIR` goes on in a campaign's directory: finished cells are kept as they
+are, a cell cut short goes on from its next run, the rest run.
 """
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from . import validation as sc
 from .errors import first_error
@@ -25,10 +31,42 @@ class CampaignSpec(BaseModel):
     scenarios: list[str] = Field(..., min_length=1, description="scenario files, relative to the campaign file")
     overrides: dict[str, Any] = Field(default_factory=dict,
                                       description="CLI-style settings applied to every scenario (runs, messages, …)")
+    matrix: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict, description="axis -> label -> settings: each scenario crossed with one label per axis")
+    notes: str = Field("", description="shown at the top of the campaign's report: how to read it, what it cannot show")
+    # cell name -> {axis: label}, and cell name -> the scenario file's own name
+    _axes: dict[str, dict[str, str]] = PrivateAttr(default_factory=dict)
+    _base: dict[str, str] = PrivateAttr(default_factory=dict)
+
+
+# what a campaign may set: every `brokerchaos run` flag
+SETTINGS = set(FLAG_PATHS) | {"fault", "option", "fault_param", "after_acks", "at_seconds"}
+LISTS = ("option", "fault_param")  # KEY=VALUE lists: axes and overrides add to each other
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]{0,31}$")
+
+
+def _merge(*layers: dict) -> dict:
+    out: dict = {}
+    for layer in layers:
+        for k, v in layer.items():
+            if v is None:
+                continue
+            if k in LISTS:
+                out[k] = list(out.get(k) or []) + ([v] if isinstance(v, str) else list(v))
+            else:
+                out[k] = v
+    return out
+
+
+def _check_settings(where: str, settings: dict) -> None:
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        raise sc.ScenarioError(f"campaign field '{where}.{sorted(unknown)[0]}': unknown setting "
+                               f"(known: {', '.join(sorted(SETTINGS))})")
 
 
 def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list]:
-    """The campaign and every scenario in it, all validated before anything runs."""
+    """The campaign and every scenario (every cell) in it, all validated before anything runs."""
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text())
@@ -36,45 +74,113 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
         raise sc.ScenarioError(f"campaign file '{p}': {e.strerror}") from None
     except yaml.YAMLError as e:
         raise sc.ScenarioError(f"campaign file '{p}': invalid YAML ({str(e).splitlines()[0]})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("matrix"), dict):
+        # YAML reads a label such as 0 or 1 as a number; a label is a name
+        doc["matrix"] = {a: ({str(k): v for k, v in vals.items()} if isinstance(vals, dict) else vals)
+                         for a, vals in doc["matrix"].items()}
     try:
         spec = CampaignSpec.model_validate(doc or {})
     except ValidationError as e:
         raise sc.ScenarioError(first_error(e, what="campaign")) from None
-    unknown = set(spec.overrides) - set(FLAG_PATHS)
-    if unknown:
-        raise sc.ScenarioError(f"campaign field 'overrides.{sorted(unknown)[0]}': unknown setting "
-                               f"(known: {', '.join(sorted(FLAG_PATHS))})")
-    flags = {**spec.overrides, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    _check_settings("overrides", spec.overrides)
+    for axis, values in spec.matrix.items():
+        if not values:
+            raise sc.ScenarioError(f"campaign field 'matrix.{axis}': an axis needs at least one value")
+        for label, settings in values.items():
+            if not LABEL.match(label):
+                raise sc.ScenarioError(f"campaign field 'matrix.{axis}.{label}': a label is up to 32 letters, "
+                                       f"digits, '_', '.', '=' or '-'")
+            _check_settings(f"matrix.{axis}.{label}", settings)
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    combos = list(itertools.product(*[[(axis, label, settings) for label, settings in values.items()]
+                                      for axis, values in spec.matrix.items()]))
     scenarios = []
     for i, f in enumerate(spec.scenarios):
         fp = Path(f) if Path(f).is_absolute() or Path(f).exists() else p.parent / f
         try:
-            scenarios.append(sc.load(fp, flags))
+            base = sc.load(fp, _merge(spec.overrides, cli)).name
         except sc.ScenarioError as e:
             raise sc.ScenarioError(f"campaign field 'scenarios.{i}' ({f}): {e}") from None
+        for combo in combos:
+            flags = _merge(spec.overrides, *[settings for _, _, settings in combo], cli)
+            if combo:
+                flags["name"] = "-".join([base] + [label for _, label, _ in combo])
+            where = f"scenarios.{i}' ({f}" + (", " + ", ".join(f"{a}={lb}" for a, lb, _ in combo) if combo else "")
+            try:
+                s = sc.load(fp, flags)
+            except sc.ScenarioError as e:
+                raise sc.ScenarioError(f"campaign field '{where}): {e}") from None
+            scenarios.append(s)
+            spec._axes[s.name] = {axis: label for axis, label, _ in combo}
+            spec._base[s.name] = base
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         raise sc.ScenarioError("campaign field 'scenarios': two scenarios share a name")
     return spec, scenarios
 
 
-def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
-        observer=None) -> dict:
-    from .runner import Session, campaign_outages
+CAMPAIGN_FILE = "campaign.json"
 
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    root = Path(out) / f"{spec.name}-{stamp}"
-    root.mkdir(parents=True, exist_ok=True)
+
+def check_resume(spec: CampaignSpec, scenarios: list, root: Path) -> None:
+    """A campaign directory can be resumed by the campaign that made it, with the same cells."""
+    try:
+        made = json.loads((Path(root) / CAMPAIGN_FILE).read_text())
+    except (OSError, ValueError):
+        raise sc.ScenarioError(f"--resume: '{root}' is not a campaign directory (no readable {CAMPAIGN_FILE})") \
+            from None
+    if made.get("name") != spec.name or made.get("cells") != [s.name for s in scenarios]:
+        raise sc.ScenarioError(f"--resume: '{root}' was made by campaign {made.get('name')!r} with cells "
+                               f"{made.get('cells')}; this one has other cells")
+
+
+def _sessions_of(root: Path, name: str) -> list[Path]:
+    stamp = re.compile(re.escape(name) + r"-\d{8}T\d{6}Z$")
+    return sorted(d for d in root.iterdir() if d.is_dir() and stamp.match(d.name))
+
+
+def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
+        observer=None, resume: Optional[Path] = None, command: Optional[str] = None) -> dict:
+    from .runner import Observer, Session, campaign_outages
+
+    say = (observer or Observer()).line
+    if resume is not None:
+        root = Path(resume)
+        check_resume(spec, scenarios, root)
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        root = Path(out) / f"{spec.name}-{stamp}"
+        root.mkdir(parents=True, exist_ok=True)
+        (root / CAMPAIGN_FILE).write_text(json.dumps(
+            {"name": spec.name, "cells": [s.name for s in scenarios], "axes": spec._axes, "notes": spec.notes,
+             "command": command}, indent=2))
     sessions = []
     by_session: list[tuple[str, list[dict]]] = []
     for s in scenarios:
-        result = Session(s, root, spark_master=spark_master, observer=observer).run()
+        there = _sessions_of(root, s.name) if resume is not None else []
+        done = [d for d in there if (d / "summary.json").exists()]
+        if done:
+            doc = json.loads((done[-1] / "summary.json").read_text())
+            say(f"\n=== {s.name}: finished in {done[-1].name}, kept ===")
+            sessions.append({"scenario": s.name, "dir": done[-1].name, "summary": doc["summary"]})
+            by_session.append((s.name, doc["runs"]))
+            continue
+        if there:
+            say(f"\n=== {s.name}: cut short in {there[-1].name}, going on ===")
+        result = Session(s, root, spark_master=spark_master, observer=observer,
+                         resume=there[-1] if there else None, command=command).run()
         sessions.append({"scenario": s.name, "dir": result.dir.name, "summary": result.summary})
         by_session.append((s.name, result.verdicts))
+    for x in sessions:
+        x["axes"] = spec._axes.get(x["scenario"], {})
+        x["base"] = spec._base.get(x["scenario"], x["scenario"])
     # across every window of every session (each session's own block has its schedules)
     dist = campaign_outages([v for _, vs in by_session for v in vs], spark_master)
     write(root, sessions, dist)
-    return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session}
+    from .report import html
+
+    report = html.write_campaign(root, spec.name, sessions, dict(by_session), notes=spec.notes)
+    return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
 
 
 def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> None:

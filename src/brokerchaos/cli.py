@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -67,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Runs every scenario of a campaign file as its own session and writes "
                                    "results.csv (every run of every session, with a Scenario column) and "
                                    "summary.json next to them.")
-    c.add_argument("campaign", help="campaign YAML: name, scenarios (files), overrides (settings for all)")
+    c.add_argument("campaign", help="campaign YAML: name, scenarios (files), overrides (settings for all), "
+                                    "matrix (axis: label: settings)")
+    c.add_argument("--resume", metavar="DIR", help="go on in this campaign directory: finished cells are kept, "
+                                                   "a cell cut short goes on from its next run")
     c.add_argument("--runs", type=int, help="runs per scenario (overrides the files)")
     c.add_argument("--messages", type=int, help="messages per producer per run")
     c.add_argument("--out", default="results", help="results directory (default results/)")
@@ -124,6 +127,12 @@ def _expectations(args):
     except ValueError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _result_exit(results) -> int:
+    from .report.expect import result_exit
+
+    return result_exit(results)
 
 
 def _judge(args, exps, sessions: list[tuple[str, list[dict]]], otherwise: int) -> int:
@@ -223,10 +232,12 @@ def _guarded(scenarios, spark_master, what: str, work):
 
 
 def _seconds(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text or "")
-    if not m or float(m.group(1)) <= 0:
+    from .report.expect import seconds
+
+    s = seconds(text)
+    if s <= 0:
         raise ValueError(text)
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return s
 
 
 def cmd_soak(args) -> int:
@@ -278,7 +289,51 @@ def cmd_soak(args) -> int:
                                       duration=duration, soak=True).run())
     if isinstance(result, int):
         return result
-    return {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]]
+    return _result_exit([result.summary["result"]])
+
+
+def _observer():
+    """Bars on a terminal (a maintained library's: tqdm), plain lines otherwise."""
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    from .runner import Observer
+
+    class Bars(Observer):
+        """A bar for the session's runs and one for the current run's messages, on stderr;
+        every line the session prints goes above them (tqdm.write), as it would without."""
+
+        def __init__(self) -> None:
+            self.bars: dict[str, tqdm] = {}
+
+        def line(self, text: str) -> None:
+            tqdm.write(text, file=sys.stdout)
+
+        def progress(self, kind: str, done: int, total: int, label: str = "") -> None:
+            if kind == "runs":
+                self._drop("messages")  # a run starts or ends: its messages' bar goes
+            bar = self.bars.get(kind)
+            if bar is None or bar.total != total or done < bar.n:
+                self._drop(kind)
+                bar = self.bars[kind] = tqdm(total=total, desc=kind, unit="run" if kind == "runs" else "msg",
+                                             position=0 if kind == "runs" else 1, leave=False, file=sys.stderr,
+                                             dynamic_ncols=True)
+            bar.n = done
+            if label:
+                bar.set_postfix_str(label, refresh=False)
+            bar.refresh()
+
+        def _drop(self, kind: str) -> None:
+            bar = self.bars.pop(kind, None)
+            if bar is not None:
+                bar.close()
+
+        def close(self) -> None:
+            for kind in list(self.bars):
+                self._drop(kind)
+
+    return Bars()
 
 
 def cmd_run(args) -> int:
@@ -298,13 +353,19 @@ def cmd_run(args) -> int:
         return exps
     from .runner import Session
 
-    result = _guarded([scenario], args.spark_master, "run",
-                      lambda: Session(scenario, Path(args.out), spark_master=args.spark_master).run())
+    bars = _observer()
+    try:
+        result = _guarded([scenario], args.spark_master, "run",
+                          lambda: Session(scenario, Path(args.out), spark_master=args.spark_master, observer=bars,
+                                          command=args.command_line).run())
+    finally:
+        if bars is not None:
+            bars.close()
     if isinstance(result, int):
         return result
     # the scenario's name, not the session's: a CI keeps a test's history by its name
     return _judge(args, exps, [(scenario.name, result.verdicts)],
-                  {"pass": 0, "fail": 3, "unknown": 4}[result.summary["result"]])
+                  _result_exit([result.summary["result"]]))
 
 
 def cmd_campaign(args) -> int:
@@ -319,8 +380,21 @@ def cmd_campaign(args) -> int:
     exps = _expectations(args)
     if isinstance(exps, int):
         return exps
-    out = _guarded(scenarios, args.spark_master, "campaign",
-                   lambda: cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master))
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None:
+        try:
+            cp.check_resume(spec, scenarios, resume)
+        except ScenarioError as e:
+            print(f"brokerchaos: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    bars = _observer()
+    try:
+        out = _guarded(scenarios, args.spark_master, "campaign",
+                       lambda: cp.run(spec, scenarios, Path(args.out), spark_master=args.spark_master, resume=resume,
+                                      command=args.command_line, observer=bars))
+    finally:
+        if bars is not None:
+            bars.close()
     if isinstance(out, int):
         return out
     print("\n" + cp.table(out["sessions"]))
@@ -329,8 +403,8 @@ def cmd_campaign(args) -> int:
     for line in ["Across the campaign:"] + outage_lines(out.get("outages")) if out.get("outages") else []:
         print(line)
     print(f"Results: {out['dir']}")
-    results = {s["summary"].get("result") for s in out["sessions"]}
-    return _judge(args, exps, out["verdicts"], 3 if "fail" in results else 4 if "unknown" in results else 0)
+    print(f"Report: {out['report']}")
+    return _judge(args, exps, out["verdicts"], _result_exit(s["summary"].get("result") for s in out["sessions"]))
 
 
 def cmd_analyze(args) -> int:
@@ -357,9 +431,11 @@ def cmd_analyze(args) -> int:
     from .analysis.spark import get_spark
     from .report import console, files, session_table
 
+    report = None
     try:
         spark = get_spark(args.spark_master)
-        analysis = metrics.analyze(spark, metrics.read_history(spark, *checked.paths), timing=not args.no_timing)
+        df = metrics.read_history(spark, *checked.paths)
+        analysis = metrics.analyze(spark, df, timing=not args.no_timing)
         session_table.complete(analysis.verdicts)
         root = path if path.is_dir() else path.parent
         metas = files.load_metas(root)
@@ -367,8 +443,11 @@ def cmd_analyze(args) -> int:
         if not args.no_write:
             from .runner import backoff_schedules
 
-            summary = files.write_session(analysis, Path(args.out) if args.out else root, metas,
-                                          backoff_schedules(metas))
+            dest = Path(args.out) if args.out else root
+            summary = files.write_session(analysis, dest, metas, backoff_schedules(metas), history=df)
+            from .report import html
+
+            report = html.write_session(spark, df, analysis, dest, metas, summary)
         analysis.release()
     finally:
         checked.cleanup()
@@ -380,6 +459,8 @@ def cmd_analyze(args) -> int:
             print(console.run_block(v, metas.get(v["run"])))
         print("\n" + console.summary_table(analysis.verdicts, metas))
         print(console.summary_lines(summary))
+        if report is not None:
+            print(f"Report: {report}")
     return _judge(args, exps, [(path.resolve().name, analysis.verdicts)], 0)
 
 
@@ -439,6 +520,8 @@ def cmd_clean(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # as typed, for the report's header (the session's scenario.json is what reproduces it)
+    args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
     return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "faults": cmd_faults,
             "clean": cmd_clean, "fetch": cmd_fetch}[args.command](args)
 

@@ -24,7 +24,7 @@ from .analysis import metrics, outages, spark as spark_mod
 from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
 from .history.schema import OBSERVER
-from .report import console, files, session_table
+from .report import console, files, html, session_table
 from .sandbox import Sandbox
 from .scenario import Scenario
 from .systems import SYSTEMS, Deployment, LiveReader
@@ -41,6 +41,9 @@ class Observer:
     async def before_fault(self, deployment: Deployment, nodes: list[str]) -> None:
         pass
 
+    def progress(self, kind: str, done: int, total: int, label: str = "") -> None:
+        """`runs` (finished of the session's) and `messages` (sent of the current run's)."""
+
 
 class Terminated(BaseException):
     """SIGTERM, turned into an exception so that every `finally` (heal, teardown) runs."""
@@ -56,6 +59,7 @@ class SessionResult:
     verdicts: list[dict] = field(default_factory=list)
     metas: dict[str, dict] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    report: Optional[Path] = None
 
 
 class Session:
@@ -68,6 +72,7 @@ class Session:
         resume: Optional[Path] = None,
         duration: Optional[float] = None,
         soak: bool = False,
+        command: Optional[str] = None,
     ) -> None:
         self.s = scenario
         self.out = Path(out)
@@ -86,16 +91,35 @@ class Session:
         self._deployment: Optional[Deployment] = None  # the cluster, kept between runs while healthy
         self._deployment_from = ""
         self._rebuild_why = ""
+        self.command = command
+        self._output = None  # output.txt: every line the session printed, time-stamped
+
+    def _line(self, text: str) -> None:
+        if self._output is not None:
+            stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            self._output.write("".join(f"{stamp} {line}\n" for line in text.split("\n")))
+            self._output.flush()
+        self.obs.line(text)
 
     def run(self) -> SessionResult:
-        s = self.s
         self.dir.mkdir(parents=True, exist_ok=True)
+        # appended to: a resumed soak's output goes on in the same file
+        with open(self.dir / "output.txt", "a") as self._output:
+            try:
+                return self._run()
+            finally:
+                self._output = None
+
+    def _run(self) -> SessionResult:
+        s = self.s
         result = SessionResult(self.dir)
         first = 1
         if self.resuming:
             first = self._take_over(result)
         else:
             (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
+            if self.command:
+                (self.dir / "command.txt").write_text(self.command + "\n")
         t_begin = time.monotonic()
         self._warm = spark_mod.warm_up_async(self.spark_master)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
@@ -109,32 +133,43 @@ class Session:
                 self._announce(sb)
                 for i in range(first, s.runs + 1):
                     if self.duration is not None and time.monotonic() - t_begin >= self.duration:
-                        self.obs.line(f"Soak: {self.duration:.0f} s reached; no new run")
+                        self._line(f"Soak: {self.duration:.0f} s reached; no new run")
                         break
                     run_id = f"run-{i:03d}"
-                    self.obs.line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, sandbox {sb.mode} ===")
+                    self._line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, sandbox {sb.mode} ===")
+                    self.obs.progress("runs", i - 1, s.runs, f"{s.name} {run_id}")
                     meta = self._run_one(sb, run_id, i)
+                    self.obs.progress("runs", i, s.runs, f"{s.name} {run_id}")
                     result.metas[run_id] = meta
                     v = self.analyze_run(run_id)
                     if v is not None:
                         result.verdicts.append(v)
-                        self.obs.line(console.run_block(v, meta))
+                        self._line(console.run_block(v, meta))
                         self._keep_verdict(v)
                     if self.soak:
-                        self.obs.line(console.soak_line(self._kept))
+                        self._line(console.soak_line(self._kept))
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
         spark = spark_mod.get_spark(self.spark_master)
-        analysis = metrics.analyze(spark, metrics.read_history(spark, str(self.dir)))
+        df = metrics.read_history(spark, str(self.dir))
+        analysis = metrics.analyze(spark, df)
+        report_error = ""
         try:
             result.verdicts = session_table.complete(analysis.verdicts)
-            result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas))
+            result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas),
+                                                 history=df)
+            try:
+                result.report = html.write_session(spark, df, analysis, self.dir, result.metas, result.summary)
+            except Exception as e:  # the page is a view of what is written already: say so, lose nothing
+                report_error = f"{type(e).__name__}: {e}"
         finally:
             analysis.release()
-        self.obs.line("\n" + console.summary_table(result.verdicts, result.metas))
-        self.obs.line(console.summary_lines(result.summary))
-        self.obs.line(f"Results: {self.dir}")
+        self._line("\n" + console.summary_table(result.verdicts, result.metas))
+        self._line(console.summary_lines(result.summary))
+        self._line(f"Results: {self.dir}")
+        self._line(f"Report: {result.report}" if result.report else
+                   f"Report: not written ({report_error}); `brokerchaos analyze {self.dir}` tries again")
         return result
 
     # -- a soak: what survives the harness ------------------------------------------------
@@ -160,7 +195,7 @@ class Session:
                 f.write_text(json.dumps(meta, indent=2, default=str))
             result.metas[d.name] = meta
         self._kept = self._read_kept()
-        self.obs.line(f"Resuming {self.dir}: {len(indices)} runs there "
+        self._line(f"Resuming {self.dir}: {len(indices)} runs there "
                       f"({sum(1 for m in result.metas.values() if m.get('status') == 'incomplete')} incomplete)")
         return max(indices, default=0) + 1
 
@@ -188,7 +223,7 @@ class Session:
 
     def _announce(self, sb: Sandbox) -> None:
         if sb.mode != "netns":
-            self.obs.line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
+            self._line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
                           " and network faults are unavailable")
 
     def analyze_run(self, run_id: str) -> Optional[dict]:
@@ -219,7 +254,7 @@ class Session:
         else:
             dep.begin_run(run_id, run_dir / "logs")
             meta["cluster"] = f"reused (started in {self._deployment_from})"
-        self.obs.line(f"Cluster: {meta['cluster']}")
+        self._line(f"Cluster: {meta['cluster']}")
         keep = False
         try:
             t0 = time.monotonic()
@@ -273,7 +308,7 @@ class Session:
             return [n for n in (p.client.node() for p in producers) if n]
 
         nemeses = [
-            Nemesis(i, spec, dep, sb, s.seed, run_id, nem, gate, client_nodes, self.obs.line, self.obs.before_fault)
+            Nemesis(i, spec, dep, sb, s.seed, run_id, nem, gate, client_nodes, self._line, self.obs.before_fault)
             for i, spec in enumerate(s.faults_for_run(run_id))
         ]
         out["faults"] = [n.state for n in nemeses]
@@ -351,7 +386,7 @@ class Session:
                 out["write_stopped_early"] = "; ".join(stopped) or None
                 if w.rate is not None:
                     out["late_sends"] = sum(p.late for p in producers)
-                self.obs.line(self._progress_line(producers))
+                self._line(self._progress_line(producers))
             await heal("before read", "before-read")
             if any(n.windows for n in nemeses):
                 out["stream_ready_before_read"] = await dep.roles.wait_stream_ready(timeout=30)
@@ -370,7 +405,7 @@ class Session:
             if live:
                 out["read_status"] = await finish_live(reader_client, reader, arrived, w.read_idle, w.read_timeout)
             else:
-                out["read_status"] = await read_all(reader_client, reader, w.read_idle, w.read_timeout)
+                out["read_status"] = await read_all(reader_client, reader, w.read_idle, w.read_timeout, self._line)
             reader.close()
             out["read_s"] = round(time.monotonic() - t_read, 3)
         finally:
@@ -411,9 +446,11 @@ class Session:
         gc.freeze()
 
     async def _progress(self, producers: list[ProducerLoop]) -> None:
+        total = sum(p.spec.messages for p in producers)
         while True:
             await asyncio.sleep(1.0)
-            self.obs.line(self._progress_line(producers))
+            self._line(self._progress_line(producers))
+            self.obs.progress("messages", sum(p.acct.sent for p in producers), total)
 
     @staticmethod
     def _progress_line(producers: list[ProducerLoop]) -> str:

@@ -502,6 +502,35 @@ def duplicates(df: DataFrame) -> DataFrame:
     )
 
 
+def duplicate_returns(df: DataFrame, jumps: DataFrame) -> DataFrame:
+    """The Pulsar seed's duplicates log: each time a reader went back to a value it had read
+    before (a DJB), the message id and value it had just read and those it read then.
+
+    The DJB rows are few (one per duplicated block), so the two look-ups are joins of the
+    deliveries with a small table: the current row by its position, the previous one as the
+    last read of `from_value` before it.
+    """
+    djb = jumps.where(F.col("class") == "DJB").select(
+        "run", F.col("consumer").alias("client"), "producer", "seq", "from_value", F.col("to_value").alias("value"))
+    recv = df.where(F.col("type") == "recv").select("run", "client", "producer", "seq", "value", "offset")
+    curr = recv.join(djb, ["run", "client", "producer", "seq", "value"]).select(
+        "run", "client", "producer", "seq", "value", "from_value", F.col("offset").alias("curr_offset"))
+    before = (
+        recv.alias("r").join(
+            djb.alias("d"),
+            (F.col("r.run") == F.col("d.run")) & (F.col("r.client") == F.col("d.client"))
+            & (F.col("r.producer").eqNullSafe(F.col("d.producer"))) & (F.col("r.value") == F.col("d.from_value"))
+            & (F.col("r.seq") < F.col("d.seq")))
+        .groupBy(F.col("d.run").alias("run"), F.col("d.client").alias("client"), F.col("d.producer").alias("producer"),
+                 F.col("d.seq").alias("seq"))
+        .agg(F.max_by(F.col("r.offset"), F.col("r.seq")).alias("last_offset"))
+    )
+    return curr.join(before, ["run", "client", "producer", "seq"], "left").select(
+        "run", "client", "producer", "seq", F.col("last_offset").alias("last_msg_id"),
+        F.col("from_value").alias("last_value"), F.col("curr_offset").alias("curr_msg_id"),
+        F.col("value").alias("curr_value"))
+
+
 def _lost_bits():
     c = F.col
     return c("S").bitwiseAND(c("A")).bitwiseAND(F.bitwise_not(c("R")))

@@ -93,11 +93,13 @@ class Expectation:
         return KINDS[self.name].check(v, self.arg)
 
 
-def _duration(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+def seconds(text: str) -> float:
+    """`500ms`, `10s`, `2m`, `6h`, `1d` or plain seconds -> seconds; ValueError otherwise
+    (`--expect max-outage=` and `soak --duration` read durations alike)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text or "")
     if not m:
         raise ValueError(text)
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
 
 
 def parse(text: str) -> list[Expectation]:
@@ -114,7 +116,7 @@ def parse(text: str) -> list[Expectation]:
             raise ExpectError(f"--expect: {name} takes no value (got {item!r})")
         if kind.takes is not None:
             try:
-                arg: Optional[float] = _duration(value)
+                arg: Optional[float] = seconds(value)
             except ValueError:
                 raise ExpectError(f"--expect: {name} needs a {kind.takes}, e.g. {name}=10s (got {item!r})") from None
         else:
@@ -138,9 +140,20 @@ def evaluate(suite: str, verdicts: list[dict], expectations: list[Expectation]) 
     return [Case(suite, v["run"], e.text, *e.check(v)) for v in verdicts for e in expectations]
 
 
+def _code(failed: bool, undecided: bool) -> int:
+    return EXIT_VIOLATED if failed else EXIT_UNDECIDED if undecided else EXIT_PASS
+
+
 def exit_code(cases: list[Case]) -> int:
     statuses = {c.status for c in cases}
-    return EXIT_VIOLATED if "fail" in statuses else EXIT_UNDECIDED if "undecided" in statuses else EXIT_PASS
+    return _code("fail" in statuses, "undecided" in statuses)
+
+
+def result_exit(results) -> int:
+    """Sessions' results (pass, fail, unknown) as one exit code: the same codes as
+    expectations, a failed run counting as a violation and an undecided one as undecided."""
+    results = set(results)
+    return _code("fail" in results, "unknown" in results)
 
 
 def lines(cases: list[Case]) -> list[str]:

@@ -28,6 +28,12 @@ EXTRA_COLUMNS = [
 ]
 
 
+JUMP_NAMES = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
+              "DJB": "DUPLICATE JUMP BACKWARDS"}
+# the dedup seed's order_output.txt: a duplicate jump starts a block of messages read again
+SEED_LOG_NAMES = {**JUMP_NAMES, "DJF": "DUPLICATE BLOCK - JUMP FORWARDS", "DJB": "DUPLICATE BLOCK - JUMP BACKWARDS"}
+
+
 def load_metas(root: Path) -> dict[str, dict]:
     """run.json sidecars written by `brokerchaos run` (scenario, fault precision); optional."""
     metas = {}
@@ -45,6 +51,10 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     row = {"DedupEnabled": "" if dedup is None else str(dedup).lower(), "TestRun": i}
     for col, key in SEED_COLUMNS[2:]:
         row[col] = v[key]
+    # the seed's clients count a send that timed out as a negative ack: its AckCount and
+    # NegAckCount include what we call unknown (kept apart in unknown_count and the JSON)
+    row["NegAckCount"] = v["neg_ack_count"] + v.get("unknown_count", 0)
+    row["AckCount"] = v["pos_ack_count"] + row["NegAckCount"]
     lat = v.get("ack_latency_ms") or {}
     row.update({k: v.get(k) for k in EXTRA_COLUMNS if k in v})
     row["fault_outages_ms"] = " ".join("none" if o is None else f"{o:.1f}" for o in v["fault_outages_ms"])
@@ -83,9 +93,10 @@ def summarize(verdicts: list[dict]) -> dict:
 
 
 def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
-                  schedules: Optional[dict[str, list[float]]] = None) -> dict:
+                  schedules: Optional[dict[str, list[float]]] = None, history=None) -> dict:
     """Every session output; `schedules` are the back-off steps the clients followed
-    (runner.backoff_schedules), for the outage block of summary.json."""
+    (runner.backoff_schedules), for the outage block of summary.json; `history` (the
+    session's events) for the Pulsar seed's duplicates log."""
     out.mkdir(parents=True, exist_ok=True)
     metas = metas if metas is not None else load_metas(out)
     verdicts = analysis.verdicts
@@ -100,14 +111,24 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
         w.writerow([c for c, _ in session_table.COLUMNS])
         for v in session_table.complete(verdicts):
             w.writerow(session_table.row(v))
-    with open(out / "jumps.csv", "w", newline="") as fh:
+    index = {v["run"]: i for i, v in enumerate(verdicts, 1)}
+    with open(out / "jumps.csv", "w", newline="") as fh, open(out / "order_output.txt", "w") as order:
         w = csv.writer(fh)
         w.writerow(["run", "consumer", "producer", "class", "from", "to", "size", "line"])
-        names = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
-                 "DJB": "DUPLICATE JUMP BACKWARDS"}
         for r in analysis.jumps.orderBy("run", "consumer", "seq").toLocalIterator():
             w.writerow([r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"],
-                        f"{r['to_value']} {names[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])
+                        f"{r['to_value']} {JUMP_NAMES[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])
+            order.write(f"Test run: {index.get(r['run'], r['run'])} {SEED_LOG_NAMES[r['class']]} {r['size']} "
+                        f"({r['from_value']} -> {r['to_value']})\n")
+    with open(out / "duplicates.txt", "w") as fh:
+        fh.write("run|last_msg_id|last_value|curr_msg_id|curr_value\n")
+        # a Spark job only when some reader went back to what it had read
+        if history is not None and any(v["djb"] for v in verdicts):
+            from ..analysis.metrics import duplicate_returns
+
+            for r in duplicate_returns(history, analysis.jumps).orderBy("run", "client", "seq").toLocalIterator():
+                ids = ["" if x is None else x for x in (r["last_msg_id"], r["curr_msg_id"])]
+                fh.write(f"{index.get(r['run'], r['run'])}|{ids[0]}|{r['last_value']}|{ids[1]}|{r['curr_value']}\n")
     with open(out / "duplicates.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["run", "producer", "value", "deliveries", "seen_at"])

@@ -14,8 +14,21 @@ COLUMNS = [
     ("Run", "run"), ("Seq_ix", "seq_ix"), ("Killed node", "killed_node"), ("Stowaways", "stowaways"),
     ("Admitted", "received"), ("Duplicates", "duplicate_deliveries"), ("Missing", "missing"),
     ("Runtime", "runtime_s"), ("Txtime", "txtime_s"), ("Gaptime", "gaptime_s"), ("Downtime", "downtime_s"),
-    ("tx_downtime", "tx_downtime_s"), ("rx_downtime", "rx_downtime_s"), ("Txm", "txm"), ("Rxm", "rxm"),
+    ("tx_downtime", "tx_downtime_s"), ("rx_downtime", "rx_downtime_s"), ("Rx error", "rx_error"), ("Txm", "txm"),
+    ("Rxm", "rxm"),
 ]
+
+
+def rx_error(v: dict) -> Optional[str]:
+    """The receiver's error, `nil` when it had none (the seed's Erlang client's word): the
+    live consumers' read when there were any (they received through the fault, as the
+    seed's Rx did), else the reader's. None when no read recorded how it ended."""
+    status = v.get("live_read_status") or v.get("read_status")
+    if status is None:
+        return None
+    errors = [s.split(":", 1)[1].strip() if s.startswith("incomplete:") else s
+              for s in status.split("; ") if s != "complete"]
+    return "; ".join(errors) or "nil"
 
 
 def columns(v: dict) -> dict[str, Any]:
@@ -41,6 +54,7 @@ def columns(v: dict) -> dict[str, Any]:
         "downtime_s": sec(f["t_fault"], f["t_ready"]),
         "tx_downtime_s": tx_down,
         "rx_downtime_s": None if f["rx_down_ns"] is None else f["rx_down_ns"] / 1e9,
+        "rx_error": rx_error(v),
         "txm": f["txm"],
         "rxm": f["rxm"],
     }

@@ -23,3 +23,18 @@ def merge(results: list[str]) -> str:
     """The most severe result: one failed run fails the session; one undecided run means
     the session cannot pass."""
     return max(results, key=lambda r: SEVERITY[r], default="unknown")
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided p of Fisher's exact test on the 2x2 table [[a, b], [c, d]]: the chance,
+    margins fixed, of a table at most as likely as this one."""
+    n1, n2, k = a + b, c + d, a + c
+    total = math.comb(n1 + n2, k)
+
+    def p(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, k - x) / total
+
+    observed = p(a)
+    lo, hi = max(0, k - n2), min(k, n1)
+    # a relative tolerance, as R and scipy use: tables as likely as the observed one count
+    return min(1.0, sum(q for q in (p(x) for x in range(lo, hi + 1)) if q <= observed * (1 + 1e-7)))

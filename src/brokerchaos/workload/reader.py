@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+from typing import Callable, Optional
 
 from ..history import Recorder
 from .payload import decode
@@ -35,7 +35,29 @@ class LiveProgress:
         return True
 
 
-def _deliverer(recorder: Recorder, progress: Optional[LiveProgress] = None):
+# the Pulsar seed's reader says where it is every 50,000 messages
+PROGRESS_EVERY = 50_000
+
+
+class _Said:
+    """The read's progress lines: `Received: N Curr Entry: <position>`, as the seed prints."""
+
+    def __init__(self, line: Callable[[str], None], every: int) -> None:
+        self.line, self.every = line, every
+        self.n = 0
+        self.at = None
+
+    def saw(self, offset) -> None:
+        self.n += 1
+        self.at = offset
+        if self.n % self.every == 0:
+            self.line(f"Received: {self.n} Curr Entry: {offset}")
+
+    def end(self, status: str) -> None:
+        self.line(f"Received: {self.n} Curr Entry: {self.at} (read {status})")
+
+
+def _deliverer(recorder: Recorder, progress: Optional[LiveProgress] = None, said: Optional[_Said] = None):
     def deliver(payload: bytes, offset, node) -> None:
         producer, value = decode(payload)
         detail = None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}"
@@ -43,6 +65,8 @@ def _deliverer(recorder: Recorder, progress: Optional[LiveProgress] = None):
         recorder.maybe_flush()
         if progress is not None:
             progress.saw(producer, value)
+        if said is not None:
+            said.saw(offset)
 
     return deliver
 
@@ -58,9 +82,15 @@ async def finish_live(client, recorder: Recorder, progress: LiveProgress, idle: 
     return await _ended(client.finish(idle, progress.all_acked_seen), recorder, timeout)
 
 
-async def read_all(client, recorder: Recorder, idle: float, timeout: float) -> str:
-    """Returns "complete" or "incomplete: why"; the same text is recorded as a read_end row."""
-    return await _ended(client.read(_deliverer(recorder), idle), recorder, timeout)
+async def read_all(client, recorder: Recorder, idle: float, timeout: float,
+                   line: Optional[Callable[[str], None]] = None, every: int = PROGRESS_EVERY) -> str:
+    """Returns "complete" or "incomplete: why"; the same text is recorded as a read_end row.
+    `line` gets a progress line every `every` deliveries and one at the end."""
+    said = _Said(line, every) if line is not None else None
+    status = await _ended(client.read(_deliverer(recorder, said=said), idle), recorder, timeout)
+    if said is not None:
+        said.end(status)
+    return status
 
 
 async def _ended(work, recorder: Recorder, timeout: float) -> str:

@@ -1,0 +1,126 @@
+"""What the HTML report draws, aggregated from the histories: never a message per point.
+
+A run of millions of messages is a few hundred 100 ms buckets per event type, a few hundred
+latency buckets, and (for runs with losses or jumps) a thousand read-position buckets plus
+the first rows of its jump and loss logs. The page stays a few MB whatever the session's size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from ..history.schema import MESSAGE_TYPES, OBSERVER
+
+BUCKET_NS = 100_000_000
+# points on a value-against-read-position plot, per (consumer, producer) stream
+POSITIONS = 1000
+# jump and loss rows kept per run (the plot's markers and the table under it)
+FIRST_ROWS = 500
+EVENT_TYPES = ("fault", "heal", "ready", "disconnect", "reconnect", "read_end", "subscribe")
+
+
+@dataclass
+class RunTimeline:
+    # per type: (bucket start ns, count, first t_ns, last t_ns), buckets in time order
+    counts: dict[str, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    # (bucket start ns, p50 ms, p99 ms, max ms, acks) by ack time
+    latency: list[tuple[int, float, float, float, int]] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    # (consumer, producer) -> [(first seq, min value, max value)] in read order
+    positions: dict[tuple, list[tuple[int, int, int]]] = field(default_factory=dict)
+    jumps: list[dict] = field(default_factory=list)
+    lost: list[dict] = field(default_factory=list)
+
+    @property
+    def t0(self) -> Optional[int]:
+        """The run's first send: the zero of its time axis."""
+        first = [b[2] for ty in ("send", "ack") for b in self.counts.get(ty, [])[:1]]
+        return min(first) if first else None
+
+    def longest_gap(self, ty: str = "ack") -> Optional[tuple[int, int]]:
+        """(start, end) of the longest interval without a `ty` row between two of them.
+        Exact when it is longer than a bucket: such a gap always spans buckets."""
+        b = self.counts.get(ty) or []
+        best = None
+        for prev, nxt in zip(b, b[1:]):
+            if best is None or nxt[2] - prev[3] > best[1] - best[0]:
+                best = (prev[3], nxt[2])
+        return best
+
+
+def _first_rows(d: DataFrame, order: list[str], n: int) -> list[dict]:
+    w = Window.partitionBy("run").orderBy(*order)
+    return [r.asDict() for r in d.withColumn("_i", F.row_number().over(w)).where(F.col("_i") <= n)
+            .drop("_i").collect()]
+
+
+def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Optional[DataFrame] = None,
+            losses: Optional[DataFrame] = None) -> dict[str, RunTimeline]:
+    """Every run's timeline. `jumps` and `losses` are the analysis' logs (metrics.Analysis);
+    positions, jumps and losses are gathered only for runs that have any."""
+    t, ts = F.col("type"), F.col("t_ns")
+    out: dict[str, RunTimeline] = {v["run"]: RunTimeline() for v in verdicts}
+    b = F.floor(ts / F.lit(BUCKET_NS)).cast("long")
+    for r in (
+        df.where(t.isin(list(MESSAGE_TYPES)))
+        .groupBy("run", b.alias("b"), "type")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("lo"), F.max(ts).alias("hi"))
+        .orderBy("run", "type", "b")
+        .collect()
+    ):
+        out.setdefault(r["run"], RunTimeline()).counts.setdefault(r["type"], []).append(
+            (r["b"] * BUCKET_NS, r["n"], r["lo"], r["hi"]))
+
+    msgs = (
+        df.where(t.isin("send", "ack"))
+        .groupBy("run", "producer", "value")
+        .agg(F.min(F.when(t == "send", ts)).alias("s"), F.min(F.when(t == "ack", ts)).alias("a"))
+        .where(F.col("s").isNotNull() & F.col("a").isNotNull())
+    )
+    lat = (F.col("a") - F.col("s")) / F.lit(1e6)
+    for r in (
+        msgs.groupBy("run", F.floor(F.col("a") / F.lit(BUCKET_NS)).cast("long").alias("b"))
+        .agg(F.percentile_approx(lat, [0.5, 0.99], 1000).alias("p"), F.max(lat).alias("mx"),
+             F.count(F.lit(1)).alias("n"))
+        .orderBy("run", "b")
+        .collect()
+    ):
+        out.setdefault(r["run"], RunTimeline()).latency.append(
+            (r["b"] * BUCKET_NS, r["p"][0], r["p"][1], r["mx"], r["n"]))
+
+    observers: dict[str, set] = {}
+    for r in df.where(t.isin(*EVENT_TYPES)).orderBy("run", "t_ns").collect():
+        row = r.asDict()
+        out.setdefault(row["run"], RunTimeline()).events.append(row)
+        if row["type"] == "subscribe" and row["detail"] == OBSERVER:
+            observers.setdefault(row["run"], set()).add(row["client"])
+
+    troubled = {v["run"]: v for v in verdicts
+                if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}
+    if not troubled:
+        return out
+    steps = [(run, max(1, -(-int(v.get("recv_rows") or 0) // POSITIONS))) for run, v in troubled.items()]
+    step = spark.createDataFrame(steps, "run string, _step long")
+    recv = df.where(t == "recv").join(F.broadcast(step), "run")
+    skip = [(run, c) for run, cs in observers.items() for c in cs]
+    if skip:
+        recv = recv.join(F.broadcast(spark.createDataFrame(skip, "run string, client string")),
+                         ["run", "client"], "left_anti")
+    for r in (
+        recv.groupBy("run", "client", "producer", F.floor(F.col("seq") / F.col("_step")).alias("pb"))
+        .agg(F.min("seq").alias("seq"), F.min("value").alias("lo"), F.max("value").alias("hi"))
+        .orderBy("run", "client", "producer", "seq")
+        .collect()
+    ):
+        out[r["run"]].positions.setdefault((r["client"], r["producer"]), []).append((r["seq"], r["lo"], r["hi"]))
+    runs = list(troubled)
+    if jumps is not None:
+        for row in _first_rows(jumps.where(F.col("run").isin(runs)), ["consumer", "producer", "seq"], FIRST_ROWS):
+            out[row["run"]].jumps.append(row)
+    if losses is not None:
+        for row in _first_rows(losses.where(F.col("run").isin(runs)), ["producer", "value"], FIRST_ROWS):
+            out[row["run"]].lost.append(row)
+    return out

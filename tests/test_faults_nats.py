@@ -494,7 +494,7 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
     }
 
     before = set(netns.list_all())
-    result = Session(sc.build(doc), tmp_path, observer=Quiet()).run()
+    result = Session(sc.build(doc), tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     rows = _rows(result.dir / "run-001" / "history")
@@ -530,7 +530,7 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
                   "repeat": {"every": 1.5, "for": 3.5}},
     }
 
-    result = Session(sc.build(doc), tmp_path, observer=Quiet()).run()
+    result = Session(sc.build(doc), tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     f = result.metas["run-001"]["faults"][0]
     assert f["schedule"] == [0.0, 1.5, 3.0]

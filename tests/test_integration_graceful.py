@@ -41,7 +41,7 @@ def _steady(rows, rate):
 def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
     s = sc.load("scenarios/nats-stepdown-leader.yaml",
                 {"runs": 1, "messages": 8_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-stepdown"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     assert len(result.verdicts) == 1
     for v in result.verdicts:
         meta = result.metas[v["run"]]
@@ -68,7 +68,7 @@ def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
 def test_nats_rolling_restart_is_one_window_per_node_leader_last(tmp_path, spark):
     s = sc.load("scenarios/nats-rolling-restart.yaml",
                 {"runs": 1, "messages": 16_000, "at_seconds": 1.0, "name": "it-rolling"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     (w,) = meta["faults"][0]["windows"]
@@ -92,7 +92,7 @@ def test_nats_rolling_restart_is_one_window_per_node_leader_last(tmp_path, spark
 def test_redis_sentinel_failover_moves_the_primary(tmp_path, spark):
     s = sc.load("scenarios/redis-stepdown-primary.yaml",
                 {"runs": 1, "messages": 8_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-failover"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     (w,) = result.metas["run-001"]["faults"][0]["windows"]
     assert w["effect"]["verbs"][0].startswith("SENTINEL FAILOVER")
@@ -117,7 +117,7 @@ def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_p
     120 ms: the two would measure different things). A stall of the harness's own (once: the
     Spark JVM starting during the first write, a 503 ms ack gap) would break it."""
     s = sc.load(scenario, {"runs": 1, "messages": 6_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-callbacks"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     rows = _rows(result.dir / v["run"])
     (fault,) = [r for r in rows if r["type"] == "fault"]

@@ -125,7 +125,7 @@ def test_external_mode_drives_a_cluster_through_its_hooks(tmp_path, spark):
                       "fault": {"action": "kill", "target": "client-node", "trigger": {"after_acks": 5000},
                                 "duration": 2}})
         before = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
-        result = Session(s, tmp_path / "out", observer=Quiet()).run()
+        result = Session(s, tmp_path / "out", observer=Quiet(), report=False).run()
         assert [m["sandbox"] for m in result.metas.values()] == ["loopback", "loopback"]
         for run_id, v in zip(result.metas, result.verdicts):
             meta = result.metas[run_id]
@@ -246,7 +246,7 @@ def test_acks1_leader_isolated_from_zookeeper_loses_what_the_old_leader_acked(tm
     s = sc.load("scenarios/kafka-acks1-isolate-leader-from-zk.yaml",
                 {"runs": 1, "messages": 100_000, "after_acks": 20_000, "name": "it-kafka-acks1-zk",
                  "option": ["zk_session_timeout_ms=3000"]})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     (old,) = meta["fault"]["nodes"]
@@ -276,7 +276,7 @@ def test_acks_all_loses_nothing_when_the_leader_is_cut_off_from_zookeeper(tmp_pa
     s = sc.load("scenarios/kafka-acksall-isolate-leader-from-zk.yaml",
                 {"runs": 1, "messages": 70_000, "after_acks": 10_000, "name": "it-kafka-acksall-zk",
                  "option": ["zk_session_timeout_ms=3000"]})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     w = meta["fault"]["windows"][0]
@@ -292,7 +292,7 @@ def test_kraft_leader_kill_moves_the_producer_and_loses_nothing(tmp_path, spark)
     s = sc.load("scenarios/kafka-kill-leader-dedup-on.yaml",
                 {"runs": 1, "messages": 40_000, "after_acks": 10_000, "name": "it-kafka-kraft", "consumers": 1})
     s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"version": "4.1"})})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     (killed,) = meta["fault"]["nodes"]

@@ -31,7 +31,7 @@ def test_session_test_on_a_clustered_mqtt_broker(scenario, tmp_path, spark):
     doc["faults"] = [dict(doc.pop("fault"), target="n3")]
     doc["faults"][0]["trigger"] = {"after_acks": 200}
     s = sc.build(doc, {"name": "it-mqtt-session", "messages": 600})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     v1, v2 = result.verdicts
     m1, m2 = result.metas["run-001"], result.metas["run-002"]
     assert m1["fault"]["nodes"] == ["n3"] and m2["cluster"].startswith("reused")
@@ -57,7 +57,7 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
     s = sc.load("scenarios/mosquitto-kill.yaml",
                 {"runs": 1, "fault": "stop", "name": "it-mosquitto", "messages": 800, "after_acks": 250,
                  "consumers": 1})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"]

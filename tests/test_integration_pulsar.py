@@ -69,7 +69,7 @@ def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
 
 def test_resends_after_a_pause_are_stored_twice_not_redelivered(tmp_path, spark):
     s = sc.load("scenarios/pulsar-pause-resend.yaml", {"runs": 1, "name": "it-pulsar-resend"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     assert result.metas["run-001"]["fault"]["nodes"] == ["n1"]
     assert v["read_complete"] is True, v["read_status"]
@@ -147,7 +147,7 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
     s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
                                                       "after_acks": 5_000, "name": "it-pulsar-kill-bookie",
                                                       "consumers": 1})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     for meta, v in zip(result.metas.values(), result.verdicts):
         assert meta["fault"]["windows"][0].get("ready_ms") is not None, "never whole again"
         w = meta["fault"]["windows"][0]
@@ -168,7 +168,7 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     their disks wiped: every copy of that ledger's entries is gone."""
     s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
                                                             "after_acks": 5_000, "name": "it-pulsar-wipe"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     w = meta["fault"]["windows"][0]

@@ -20,7 +20,7 @@ pytestmark = [
 def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-kill-leader.yaml",
                 {"runs": 2, "messages": 12_000, "after_acks": 4_000, "name": "it-rabbit-kill", "consumers": 1})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     assert [v["run"] for v in result.verdicts] == ["run-001", "run-002"]
     for v in result.verdicts:
         meta = result.metas[v["run"]]
@@ -44,7 +44,7 @@ def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_pa
 
 def test_classic_queue_on_a_killed_node_loses_acked_messages(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-classic-kill.yaml", {"runs": 1, "name": "it-rabbit-classic"})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"] == [meta["leader_at_start"]]

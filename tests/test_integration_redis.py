@@ -19,7 +19,7 @@ pytestmark = [
 def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     s = sc.load("scenarios/redis-kill-primary.yaml",
                 {"runs": 1, "messages": 30_000, "after_acks": 10_000, "name": "it-redis-kill", "consumers": 1})
-    result = Session(s, tmp_path, observer=Quiet()).run()
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == [meta["leader_at_start"]] == ["n1"]

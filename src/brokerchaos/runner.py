@@ -73,6 +73,7 @@ class Session:
         duration: Optional[float] = None,
         soak: bool = False,
         command: Optional[str] = None,
+        report: bool = True,
     ) -> None:
         self.s = scenario
         self.out = Path(out)
@@ -92,6 +93,7 @@ class Session:
         self._deployment_from = ""
         self._rebuild_why = ""
         self.command = command
+        self.report = report  # report.html at the end (a test of verdicts alone goes without)
         self._output = None  # output.txt: every line the session printed, time-stamped
 
     def _line(self, text: str) -> None:
@@ -160,7 +162,8 @@ class Session:
             result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas),
                                                  history=df)
             try:
-                result.report = html.write_session(spark, df, analysis, self.dir, result.metas, result.summary)
+                if self.report:
+                    result.report = html.write_session(spark, df, analysis, self.dir, result.metas, result.summary)
             except Exception as e:  # the page is a view of what is written already: say so, lose nothing
                 report_error = f"{type(e).__name__}: {e}"
         finally:
@@ -168,8 +171,9 @@ class Session:
         self._line("\n" + console.summary_table(result.verdicts, result.metas))
         self._line(console.summary_lines(result.summary))
         self._line(f"Results: {self.dir}")
-        self._line(f"Report: {result.report}" if result.report else
-                   f"Report: not written ({report_error}); `brokerchaos analyze {self.dir}` tries again")
+        if result.report or report_error:
+            self._line(f"Report: {result.report}" if result.report else
+                       f"Report: not written ({report_error}); `brokerchaos analyze {self.dir}` tries again")
         return result
 
     # -- a soak: what survives the harness ------------------------------------------------

@@ -317,6 +317,7 @@ def outage_figure(verdicts: list[dict]) -> Optional[go.Figure]:
     xs = sorted(vals)
     fig.add_trace(go.Scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines+markers",
                              line={"shape": "hv", "color": "#444"}, name="CDF"), row=1, col=2)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=2)  # a share of windows, whatever their number
     fig.update_layout(height=320, template="plotly_white", showlegend=False,
                       margin={"l": 50, "r": 20, "t": 40, "b": 40})
     return fig

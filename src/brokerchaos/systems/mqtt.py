@@ -82,7 +82,28 @@ class NatsMqttServers(NatsServers):
                     raise self.exited(n)
             return await meta_whole(self)
 
+        deadline = time.monotonic() + timeout
         await wait_until(look, timeout, "NATS JetStream")
+        # A listener that is up does not yet take a session: each node completes an MQTT
+        # CONNECT only once the account's $MQTT_ streams have leaders, seen 16 s after the
+        # meta leader on a fresh cluster. A receiver meeting that would fail over to another
+        # node and the run would not test the node it drew.
+        loop = asyncio.get_running_loop()
+        for n in self.node_names:
+            async def accepts(n=n):
+                if not self.alive(n):
+                    raise self.exited(n)
+                conn = _Connection(self.address(n, "mqtt"), 5, f"bc-probe-{n}", True, n, loop)
+                try:
+                    if not await conn.open(3.0):
+                        return False, f"{n}: no CONNACK within 3 s ({conn.result or 'no answer'})"
+                    res, _ = conn.client.subscribe("bc/probe", qos=1)
+                    got = await _first(conn.subscribed, conn.refused, 3.0) if res == 0 else None
+                    return got is conn.subscribed, f"{n}: QoS 1 subscription {'taken' if got else 'not taken'}"
+                finally:
+                    await conn.close()
+
+            await wait_until(accepts, max(1.0, deadline - time.monotonic()), f"NATS MQTT on {n}")
 
 
 class MosquittoServer(LocalCluster):
@@ -277,7 +298,7 @@ class _Connection:
     """One paho client on one node, its network loop in paho's thread; callbacks are handed
     to the asyncio loop. A new one per (re)connection, so paho never replays old messages."""
 
-    def __init__(self, system: MqttClient, client_id: str, clean: bool, node: str, loop,
+    def __init__(self, addr: tuple[str, int], keepalive: int, client_id: str, clean: bool, node: str, loop,
                  on_message=None, on_publish=None, on_lost=None, inflight: int = 0) -> None:
         mqtt = _paho()
         self.node = node
@@ -315,8 +336,8 @@ class _Connection:
         if on_publish is not None:
             c.on_publish = lambda _c, _u, mid, _rc=None, _p=None: self._hand(on_publish, self, mid)
         self.client = c
-        self.keepalive = system.options.keepalive
-        self.addr = system.mqtt_addr(node)
+        self.keepalive = keepalive
+        self.addr = addr
 
     def _hand(self, fn, *args) -> None:
         """From paho's thread to the event loop; after the run's loop is gone, drop it."""
@@ -441,7 +462,8 @@ class MqttProducer(_Failover):
         await self._begin(self.system.tx_node)
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
-        conn = _Connection(self.system, f"bc-{self.name}", True, node, loop, on_publish=self._acked,
+        conn = _Connection(self.system.mqtt_addr(node), self.system.options.keepalive, f"bc-{self.name}", True,
+                           node, loop, on_publish=self._acked,
                            on_lost=self._lost, inflight=self.system.ctx.scenario.workload.in_flight)
         return conn if await conn.open(self.connack_wait) else None
 
@@ -498,7 +520,7 @@ class MqttReceiver(_Failover):
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         o = self.system.options
-        conn = _Connection(self.system, self.client_id, o.clean_session, node, loop,
+        conn = _Connection(self.system.mqtt_addr(node), o.keepalive, self.client_id, o.clean_session, node, loop,
                            on_message=self._message, on_lost=self._lost)
         if not await conn.open(self.connack_wait):
             return None

@@ -20,6 +20,8 @@ have_cmd ps            || need+=(procps)
 [ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need+=(openjdk-17-jre-headless)
 have_cmd mvn           || need+=(maven)  # fetches Kafka, ZooKeeper, Pulsar and BookKeeper jars, once
 have_cmd chromium      || need+=(chromium)  # the report's browser test (make test)
+have_cmd fusermount3   || need+=(fuse3)     # power-off: the data directories' lazy layer
+/usr/bin/python3 -c 'import pyfuse3, trio' >/dev/null 2>&1 || need+=(python3-pyfuse3 python3-trio)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -229,7 +229,7 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     v["acked_missing_overwritten"] = sum(1 for x in lost if x[4])
 
     ends = [r["detail"] for r in rows if r["type"] == "read_end"]
-    v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
+    v["read_complete"] = None if not ends else all(e == "complete" or e.startswith("complete:") for e in ends)
     recv_rows = [r for r in rows if r["type"] == "recv"]
     v["recv_rows"] = len(recv_rows)
 

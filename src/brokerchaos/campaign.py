@@ -33,6 +33,9 @@ class CampaignSpec(BaseModel):
                                       description="CLI-style settings applied to every scenario (runs, messages, …)")
     matrix: dict[str, dict[str, dict[str, Any]]] = Field(
         default_factory=dict, description="axis -> label -> settings: each scenario crossed with one label per axis")
+    exclude: list[dict[str, str]] = Field(
+        default_factory=list, description="cells left out: each entry axis -> label, a cell matching all of an "
+                                          "entry's pairs is not run (a setting a server version does not have)")
     notes: str = Field("", description="shown at the top of the campaign's report: how to read it, what it cannot show")
     # cell name -> {axis: label}, and cell name -> the scenario file's own name
     _axes: dict[str, dict[str, str]] = PrivateAttr(default_factory=dict)
@@ -78,6 +81,9 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
         # YAML reads a label such as 0 or 1 as a number; a label is a name
         doc["matrix"] = {a: ({str(k): v for k, v in vals.items()} if isinstance(vals, dict) else vals)
                          for a, vals in doc["matrix"].items()}
+        if isinstance(doc.get("exclude"), list):
+            doc["exclude"] = [{str(a): str(lb) for a, lb in e.items()} if isinstance(e, dict) else e
+                              for e in doc["exclude"]]
     try:
         spec = CampaignSpec.model_validate(doc or {})
     except ValidationError as e:
@@ -91,9 +97,15 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
                 raise sc.ScenarioError(f"campaign field 'matrix.{axis}.{label}': a label is up to 32 letters, "
                                        f"digits, '_', '.', '=' or '-'")
             _check_settings(f"matrix.{axis}.{label}", settings)
+    for i, entry in enumerate(spec.exclude):
+        for axis, label in entry.items():
+            if str(label) not in spec.matrix.get(axis, {}):
+                raise sc.ScenarioError(f"campaign field 'exclude.{i}.{axis}': no such axis and label in the matrix")
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
-    combos = list(itertools.product(*[[(axis, label, settings) for label, settings in values.items()]
-                                      for axis, values in spec.matrix.items()]))
+    combos = [c for c in itertools.product(*[[(axis, label, settings) for label, settings in values.items()]
+                                             for axis, values in spec.matrix.items()])
+              if not any(all({a: lb for a, lb, _ in c}.get(a) == str(lb) for a, lb in e.items())
+                         for e in spec.exclude)]
     scenarios = []
     for i, f in enumerate(spec.scenarios):
         fp = Path(f) if Path(f).is_absolute() or Path(f).exists() else p.parent / f

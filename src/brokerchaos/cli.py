@@ -157,10 +157,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     the model, so a setting is declared in one place."""
     import typing
 
-    from .scenario import cli_fields
+    from .scenario import cli_fields, flag_of
 
     for path, f in cli_fields():
-        name = path.rsplit(".", 1)[-1]
+        name = flag_of(path, f)
         ann = f.annotation
         if typing.get_origin(ann) is typing.Union:  # Optional[X]
             ann = next(a for a in typing.get_args(ann) if a is not type(None))
@@ -217,9 +217,20 @@ def _guarded(scenarios, spark_master, what: str, work):
             return EXIT_BAD_INPUT
     if not _java_ok(spark_master):
         return 1
+    from .errors import ScenarioError
     from .runner import Terminated
     from .sandbox import SandboxError
-    from .systems import SystemError_
+    from .systems import SYSTEMS, SystemError_
+
+    for s in scenarios:  # a server release named by cluster.version, fetched once
+        try:
+            SYSTEMS.get(s.system).install(s)
+        except ScenarioError as e:
+            print(f"brokerchaos: error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except SystemError_ as e:
+            print(f"brokerchaos: {what} failed: {e}", file=sys.stderr)
+            return 1
 
     try:
         return work()

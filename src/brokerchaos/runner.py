@@ -332,6 +332,7 @@ class Session:
             await dep.client.create_stream(timeout=30)
             out["cluster_ready_s"] = round(time.monotonic() - t0, 3)
             out["servers"] = dep.cluster.versions()
+            out["server_settings"] = dep.cluster.settings()
             reader_client = dep.client.reader("c1")
             live = isinstance(reader_client, LiveReader)  # reads during the write phase (MQTT)
             reader = Recorder(hist, run_id, "c1", origin)

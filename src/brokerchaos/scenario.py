@@ -30,7 +30,8 @@ class ClusterSpec(_Strict):
                           json_schema_extra=CLI)
     version: Optional[str] = Field(
         None, description="server version where a system offers several (Kafka: 3.9 with ZooKeeper, 4.1 with "
-                          "KRaft); default: the system's pinned one")
+                          "KRaft; NATS: system, the Debian package, or a release such as 2.12.1, installed once); "
+                          "default: the system's pinned one", json_schema_extra={"cli": "server_version"})
     reuse: bool = Field(
         True, description="let the next run use this run's cluster when it ends healthy (fresh stream/queue); "
                           "false: a new cluster per run")
@@ -171,9 +172,16 @@ class Scenario(_Strict):
         return [("fault", self.fault)]
 
 
+def flag_of(path: str, f: Any) -> str:
+    """The flag of a setting (without dashes): the field's name, or the name its `cli` mark
+    gives (cluster.version is --server-version: --version would be the program's)."""
+    mark = (f.json_schema_extra or {}).get("cli")
+    return mark if isinstance(mark, str) else path.rsplit(".", 1)[-1]
+
+
 def cli_fields() -> list[tuple[str, Any]]:
     """(dotted path, field) of every setting that is also a `brokerchaos run` flag, in the
-    models' order; the flag is the field's name."""
+    models' order; the flag is flag_of(path, field)."""
     out = []
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -189,8 +197,8 @@ def cli_fields() -> list[tuple[str, Any]]:
     return out
 
 
-# flag (field name) -> dotted path in the scenario document
-FLAG_PATHS = {path.rsplit(".", 1)[-1]: path for path, _ in cli_fields()}
+# flag (field name, or its `cli` mark) -> dotted path in the scenario document
+FLAG_PATHS = {flag_of(path, f): path for path, f in cli_fields()}
 
 
 def _set_path(doc: dict, path: str, value: Any) -> None:

@@ -55,11 +55,9 @@ def check(s: Scenario) -> None:
     except ValidationError as e:
         raise ScenarioError(first_error(e, "options")) from None
     system.check(s)
-    known = system.versions(s)
-    if s.cluster.version is not None and s.cluster.version not in known:
-        raise ScenarioError(f"scenario field 'cluster.version': {s.system} here runs "
-                            + (f"one of {', '.join(known)}" if known else "the version its package provides")
-                            + f", not {s.cluster.version!r}")
+    why = system.version_error(s)
+    if why:
+        raise ScenarioError(f"scenario field 'cluster.version': {why}")
     names = node_names(s.cluster.nodes)
     if s.external is not None:
         from .systems.external import load as load_file

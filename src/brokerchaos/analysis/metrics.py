@@ -17,7 +17,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..history.schema import LATE_NS, MESSAGE_TYPES, OBSERVER, SCHEMA
+from ..history.schema import LATE_NS, MESSAGE_TYPES, OBSERVER, SCHEMA, read_finished
 from .tuning import Tuning
 from .verdicts import (COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message,
                        result_of)
@@ -937,7 +937,7 @@ class _Job:
             v[k.lower()] = int(counts.get(k.lower()) or 0)
         v["out_of_order"] = v["jb"]
         ends = self.read_ends.get(run)
-        v["read_complete"] = None if not ends else all(e == "complete" for e in ends)
+        v["read_complete"] = None if not ends else all(read_finished(e) for e in ends)
         v["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
         v["recv_rows"] = int(f["recv_rows"])
         g = self.max_ack_gap.get(run)

@@ -4,9 +4,9 @@ Adding a fault is one small class in a module here with its `@FAULTS.register` l
 declares the capabilities it needs (`needs`), and a deployment offers its own. Targets are
 resolved at injection time, so the history records who was really hit.
 """
-from . import graceful, network, process, targets
+from . import disk, graceful, network, process, targets
 from .base import Fault, FaultContext, Target, supported
 from .registry import FAULTS, TARGETS
 
-__all__ = ["FAULTS", "TARGETS", "Fault", "FaultContext", "Target", "supported", "graceful", "network", "process",
-           "targets"]
+__all__ = ["FAULTS", "TARGETS", "Fault", "FaultContext", "Target", "supported", "disk", "graceful", "network",
+           "process", "targets"]

@@ -37,7 +37,8 @@ COLUMNS = SCHEMA.names
 LATE_NS = 100_000_000
 
 # send/ack/nack/unknown/recv/fault/heal are the core of v1. read_end is an optional
-# marker a reader writes when it stops (detail "complete" or "incomplete: why"), so a
+# marker a reader writes when it stops (detail "complete", "complete: note" or
+# "incomplete: why"; read_finished() tells them apart), so a
 # read that could not finish is never mistaken for data loss. ready (optional, nemesis)
 # marks the cluster whole again after a heal: the end of the seeds' "downtime".
 # disconnect/reconnect (1.2, optional) are a client library's own connection events, as its
@@ -52,3 +53,9 @@ EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe")
 OBSERVER = "observer"
 
 NEMESIS_CLIENT = "nemesis"
+
+
+def read_finished(detail: str) -> bool:
+    """A read_end detail that says the reader read everything there was: `complete`, or
+    `complete: <note>` (e.g. the stream no longer exists on a whole cluster)."""
+    return detail == "complete" or detail.startswith("complete:")

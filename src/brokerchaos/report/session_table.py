@@ -27,7 +27,7 @@ def rx_error(v: dict) -> Optional[str]:
     if status is None:
         return None
     errors = [s.split(":", 1)[1].strip() if s.startswith("incomplete:") else s
-              for s in status.split("; ") if s != "complete"]
+              for s in status.split("; ") if s != "complete" and not s.startswith("complete:")]
     return "; ".join(errors) or "nil"
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
-from . import netns, process
+from . import mounts, netns, process
 from .process import Proc
 
 STATE_ROOT = Path(os.environ.get("BROKERCHAOS_STATE", "/tmp/brokerchaos"))
@@ -157,6 +157,7 @@ class Sandbox:
             _kill_ns_pids(ns)
             netns.delete(ns)
         self.namespaces.clear()
+        errors += _unmount_all(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         if errors:
             raise SandboxError("teardown: " + "; ".join(errors))
@@ -261,6 +262,16 @@ def _kill_ns_pids(ns: str) -> None:
         time.sleep(0.05)
 
 
+def _unmount_all(root: Path) -> list[str]:
+    errors = []
+    for where in mounts.mounted_under(root):
+        try:
+            mounts.unmount(where)
+        except mounts.MountError as e:
+            errors.append(str(e))
+    return errors
+
+
 def _safe_inode(ns: str) -> Optional[int]:
     try:
         return netns.inode(ns)
@@ -301,6 +312,11 @@ def clean(all_sessions: bool = False) -> list[str]:
             deadline = time.monotonic() + 10
             while any(_running(p["pid"], p["start"]) for p in killed) and time.monotonic() < deadline:
                 time.sleep(0.05)
+            # a data directory on a killed power-off layer: still mounted, answering nothing
+            for where in mounts.mounted_under(d):
+                removed.append(f"mount {where}")
+            for e in _unmount_all(d):
+                removed.append(f"error: {e}")
             shutil.rmtree(d, ignore_errors=True)
             removed.append(f"state {d}")
     for ns in netns.list_all():

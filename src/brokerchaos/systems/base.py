@@ -52,6 +52,8 @@ HOOKS = "hooks"  # named commands of a cluster file (the `command` fault)
 COORDINATOR = "coordinator"  # the roles can name the node coordinating the cluster
 ENSEMBLE = "ensemble"  # the roles can name the storage nodes holding the stream's current data (bookies)
 WIPE = "wipe"  # the cluster can delete a stopped node's data (its disk lost)
+POWER = "power"  # the nodes' data directories can sit on a layer that drops unsynced writes
+CORRUPT = "corrupt"  # the cluster names a stopped node's data files (bits flipped, tails cut)
 STEPDOWN = "stepdown"  # the roles can move leadership off a node gracefully (an operator's verb)
 
 
@@ -175,6 +177,10 @@ class Cluster:
 
     def versions(self) -> dict[str, str]:
         """Server versions as the servers report them (kept in run.json); {} if unknown."""
+        return {}
+
+    def settings(self) -> dict:
+        """Durability settings in effect, as the servers report them (kept in run.json)."""
         return {}
 
     def not_running(self) -> list[str]:
@@ -438,6 +444,21 @@ class System:
         """The server versions `cluster.version` may name here, the default first; () when
         the system runs the one version its package provides."""
         return ()
+
+    @classmethod
+    def version_error(cls, scenario: "Scenario") -> Optional[str]:
+        """Why `cluster.version` cannot be run here (None if it can)."""
+        v, known = scenario.cluster.version, cls.versions(scenario)
+        if v is None or v in known:
+            return None
+        return (f"{scenario.system} here runs " + (f"one of {', '.join(known)}" if known else
+                                                   "the version its package provides") + f", not {v!r}")
+
+    @classmethod
+    def install(cls, scenario: "Scenario") -> None:
+        """Fetch what this scenario's servers need that is not there yet (a release named by
+        `cluster.version`), before anything starts; bounded. ScenarioError when what the
+        scenario names does not exist, SystemError_ when it cannot be fetched."""
 
     @classmethod
     def local_cluster(cls, scenario: "Scenario") -> type[Cluster]:

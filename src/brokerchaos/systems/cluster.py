@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ..sandbox import Host, Proc, process
-from .base import HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, START, STOP, Cluster, Context, NodeExited, SystemError_
+from ..sandbox.mounts import LazyDisk, MountError
+from .base import (HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, POWER, START, STOP, Cluster, Context, NodeExited,
+                   SystemError_)
 
 __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
 
@@ -38,6 +40,10 @@ class LocalCluster(Cluster):
         self.datadir = ctx.sandbox.dir / ctx.run_id
         self.procs: dict[str, Proc] = {}
         self.helpers: list[Proc] = []
+        # data directories on the layer that can drop unsynced writes, only where a fault
+        # will cut the power: it costs write throughput (BENCHMARKS.md)
+        self.lazy = POWER in self.extra_offers and any(f.action == "power-off" for _, f in ctx.scenario.fault_fields())
+        self.disks: dict[str, LazyDisk] = {}
 
     @property
     def options(self):
@@ -71,7 +77,31 @@ class LocalCluster(Cluster):
             self.start_node(n)
 
     def start_node(self, node: str) -> None:
+        if self.lazy and node in self.node_names:
+            self._disk(node).mount()
         self.launch(node)
+
+    def _disk(self, node: str) -> LazyDisk:
+        if node not in self.disks:
+            self.disks[node] = LazyDisk(
+                self.datadir / node, self.ctx.logdir,
+                # in the root namespaces: `ip netns exec` would give the layer a mount
+                # namespace of its own, and its mount would be seen by no broker
+                lambda name, argv: self.sandbox.spawn(Host(name, "", None), name, argv, self.log(name)),
+                self.sandbox.forget)
+        return self.disks[node]
+
+    def power_off(self, nodes: list[str]) -> dict[str, dict]:
+        """SIGKILL every node at once, then drop what each had not fsynced (per node: the
+        files the layer put back, and how)."""
+        for n in nodes:  # the same instant for all, before any is waited for
+            process.send_signal(self.procs[n], signal.SIGKILL)
+        for n in nodes:
+            self.kill(n)
+        try:
+            return {n: self._disk(n).power_cut() for n in nodes}
+        except MountError as e:
+            raise SystemError_(str(e)) from None
 
     def launch(self, node: str) -> None:
         """Start `node`'s broker process (first start or restart), with spawn_node."""
@@ -120,6 +150,11 @@ class LocalCluster(Cluster):
         self.kill(node)
         return False
 
+    def data_files(self, node: str) -> list[Path]:
+        """The files of `node` holding the stream's messages, oldest first (the `corrupt`
+        fault's choice); needs CORRUPT in extra_offers."""
+        raise LookupError("this cluster does not name its data files")
+
     def wipe(self, node: str) -> None:
         """Delete a stopped node's data; needs `wipe` in extra_offers."""
         raise LookupError("this cluster cannot wipe a node's data")
@@ -141,6 +176,9 @@ class LocalCluster(Cluster):
             self.sandbox.forget(p)
         self.procs.clear()
         self.helpers.clear()
+        for d in self.disks.values():  # after the servers: nothing writes any more
+            d.unmount()
+        self.disks.clear()
         shutil.rmtree(self.datadir, ignore_errors=True)
 
 

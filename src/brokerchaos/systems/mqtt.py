@@ -27,8 +27,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_, node_names,
-                   port_open, wait_until)
+from . import natsbin
+from .base import (POWER, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_,
+                   node_names, port_open, wait_until)
 from .cluster import LocalCluster
 from .nats import NatsServers, meta_whole
 from .rabbitmq.cluster import Management, RabbitMqttServers
@@ -68,6 +69,7 @@ class NatsMqttServers(NatsServers):
     `cluster.replicas` nodes."""
 
     ports = {**NatsServers.ports, "mqtt": 1883}
+    extra_offers = frozenset({POWER})  # its messages are in the $MQTT_ streams: no data_files
 
     def extra_config(self, node: str) -> list[str]:
         return ['mqtt {', '  listen: "{}:{}"'.format(*self.address(node, "mqtt")),
@@ -267,6 +269,17 @@ class Mqtt(System):
     @classmethod
     def roles_class(cls, scenario) -> type[Roles]:
         return BACKENDS[MqttOptions.model_validate(scenario.options).broker][1]
+
+    @classmethod
+    def version_error(cls, scenario):
+        if MqttOptions.model_validate(scenario.options).broker == "nats":
+            return natsbin.version_error(scenario.cluster.version)
+        return super().version_error(scenario)
+
+    @classmethod
+    def install(cls, scenario) -> None:
+        if MqttOptions.model_validate(scenario.options).broker == "nats" and scenario.external is None:
+            natsbin.binary(scenario.cluster.version)
 
     @classmethod
     def check(cls, scenario) -> None:

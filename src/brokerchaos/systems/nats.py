@@ -1,4 +1,5 @@
-"""NATS JetStream: nats-server from Debian, the nats-py client.
+"""NATS JetStream: nats-server from Debian or a release of `cluster.version` (natsbin.py),
+the nats-py client.
 
 Leader: `$JS.API.STREAM.INFO.<stream>` -> cluster.leader (a server name, which we set to
 the node name). Dedup: the `Nats-Msg-Id` header within the stream's duplicate window.
@@ -9,19 +10,42 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import re
 import time
+import urllib.request
+from pathlib import Path
 from typing import Optional
 
 import nats
 from nats.errors import NoServersError, TimeoutError as NatsTimeout
 from nats.js import api
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
-from .base import (COORDINATOR, STEPDOWN, Client, ClientEvents, DeliverCallback, LiveConsumer, OutcomeCallback, Roles,
-                   System, SystemError_, http_get)
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import ScenarioError
+from . import natsbin
+from .base import (COORDINATOR, CORRUPT, POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, LiveConsumer,
+                   OutcomeCallback, Roles, System, SystemError_, http_get)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
+
+_DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+
+
+class NatsOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sync_interval: str = Field(
+        "default", description="when JetStream fsyncs its files: default (the server's: every 2 minutes), always "
+                               "(before each ack), or a duration such as 1s or 100ms; needs nats-server 2.10 or "
+                               "later (cluster.version)")
+
+    @field_validator("sync_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if v not in ("default", "always") and not _DURATION.match(v):
+            raise ValueError(f"default, always or a duration such as 1s, 100ms or 2m, not {v!r}")
+        return v
 
 
 def _quiet(*_a, **_k):
@@ -69,10 +93,21 @@ class NatsServers(LocalCluster):
     """nats-server processes, one per node namespace, routed to each other."""
 
     ports = {"client": 4222, "cluster": 6222, "monitor": 8222}
+    # a node's data directory is datadir/<node>: it can sit on the power-off layer, and
+    # its stream's .blk files are known
+    extra_offers = frozenset({POWER, CORRUPT})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self.binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        self._binary: Optional[str] = None
+        self._versions: dict[str, str] = {}
+        self._settings: dict = {}
+
+    @property
+    def binary(self) -> str:
+        if self._binary is None:
+            self._binary = natsbin.binary(self.ctx.scenario.cluster.version)
+        return self._binary
 
     def _config(self, node: str) -> str:
         ip, port = self.address(node)
@@ -86,6 +121,11 @@ class NatsServers(LocalCluster):
             f'  store_dir: "{store}"',
             "  max_memory_store: 256MB",
             "  max_file_store: 8GB",
+        ]
+        sync = getattr(self.options, "sync_interval", "default")
+        if sync != "default":
+            lines.append(f"  sync_interval: {sync}" if sync == "always" else f'  sync_interval: "{sync}"')
+        lines += [
             "}",
         ]
         if len(self.node_names) > 1:
@@ -105,12 +145,42 @@ class NatsServers(LocalCluster):
         return []
 
     def launch(self, node: str) -> None:
-        if not shutil.which(self.binary):
-            raise SystemError_("nats-server not found: run `make setup` (apt-get install nats-server)")
         conf = self.datadir / f"{node}.conf"
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(self._config(node))
         self.spawn_node(node, [self.binary, "-c", str(conf)])
+
+    def _varz(self) -> None:
+        """What the servers say they are, and the durability they run with (/varz)."""
+        for n in self.node_names:
+            if n in self._versions or not self.alive(n):
+                continue
+            try:
+                url = "http://{}:{}/varz".format(*self.address(n, "monitor"))
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    body = json.loads(r.read())
+            except (OSError, ValueError):
+                continue
+            self._versions[n] = body.get("version", "?")
+            js = (body.get("jetstream") or {}).get("config") or {}
+            self._settings[n] = {"sync_always": js.get("sync_always", False),
+                                 "sync_interval_s": js["sync_interval"] / 1e9 if "sync_interval" in js else None}
+
+    def versions(self) -> dict[str, str]:
+        self._varz()
+        found = sorted(set(self._versions.values()))
+        return {"nats-server": ", ".join(found)} if found else {}
+
+    def settings(self) -> dict:
+        """The JetStream durability each node reports: sync_always, and sync_interval in
+        seconds (None: a server too old to report it, 2.9's fixed 2 minutes)."""
+        self._varz()
+        return dict(self._settings)
+
+    def data_files(self, node: str) -> list[Path]:
+        stream = self.ctx.stream_name
+        found = (self.datadir / node).glob(f"jetstream/*/streams/{stream}/msgs/*.blk")
+        return sorted(found, key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
 
 
 async def jsz(cluster, node: str) -> dict:
@@ -126,6 +196,13 @@ async def meta_whole(cluster) -> tuple[bool, str]:
     ok = bool(meta.get("leader") or len(cluster.node_names) == 1) and \
         all(p.get("current") and not p.get("offline") for p in peers)
     return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
+
+
+async def _whole(cluster) -> bool:
+    try:
+        return (await meta_whole(cluster))[0]
+    except (OSError, ValueError, asyncio.TimeoutError):
+        return False
 
 
 async def node_of_server(cluster, server: str) -> str:
@@ -277,7 +354,12 @@ class NatsRoles(Roles):
         return subject
 
     async def stream_ready(self) -> bool:
-        c = (await self.client.info()).cluster
+        """Also true when a whole cluster says the stream does not exist (a power cut took its
+        files): there is nothing to wait for, and the read says what is gone."""
+        try:
+            c = (await self.client.info()).cluster
+        except NotFoundError:
+            return await _whole(self.cluster)
         return c is None or bool(c.leader and all(r.current for r in (c.replicas or [])))
 
 
@@ -287,8 +369,26 @@ class Nats(System):
     LocalCluster = NatsServers
     Client = NatsClient
     Roles = NatsRoles
+    Options = NatsOptions
     # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
     offers = frozenset({COORDINATOR, STEPDOWN})
+
+    @classmethod
+    def version_error(cls, scenario) -> Optional[str]:
+        return natsbin.version_error(scenario.cluster.version)
+
+    @classmethod
+    def install(cls, scenario) -> None:
+        if scenario.external is None:
+            natsbin.binary(scenario.cluster.version)
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        sync = NatsOptions.model_validate(scenario.options).sync_interval
+        v = scenario.cluster.version
+        if sync != "default" and (v in (None, natsbin.SYSTEM) or (natsbin.release(v) or (0,)) < (2, 10, 0)):
+            raise ScenarioError(f"scenario field 'options.sync_interval': nats-server {v or 'system'} has no "
+                                "sync_interval (2.9.10 refuses it); set cluster.version to a 2.10 release or later")
 
 
 class NatsProducer(ClientEvents):
@@ -379,6 +479,11 @@ class NatsReader:
                     last_err = e
                     await asyncio.sleep(0.2)
             if info is None:
+                if isinstance(last_err, NotFoundError) and await _whole(s.cluster):
+                    # not a stream out of reach: a whole cluster that no longer has it (a
+                    # power cut took its files before they were synced)
+                    return (f"complete: stream {s.stream_name} no longer exists (not found for {idle:.0f}s "
+                            "while the JetStream meta group is whole)")
                 return f"incomplete: stream {s.stream_name} unavailable for {idle:.0f}s ({type(last_err).__name__})"
             last_seq = info.state.last_seq
             if info.state.messages == 0:

@@ -1,0 +1,297 @@
+"""A data directory that forgets what was not fsynced, as a power cut would: a FUSE layer
+over a backing directory, for the `power-off` fault.
+
+Writes go through to the backing files at once (reads stay a plain pass-through), but until a
+file is fsynced the layer keeps what each write overwrote and the size the file had: its
+undo log. SIGUSR1 is the power cut: every file is put back as it was at its last fsync
+(files created and never fsynced are deleted), a JSON account of what was dropped is
+written to REPORT, and the layer unmounts and exits. SIGTERM unmounts without rollback.
+
+Simplifications, said where the results are read: directory operations (unlink, rename,
+mkdir) are durable at once, as on a file system with a journal that commits metadata first;
+fsync of one file makes that file durable, whatever other files were written.
+
+Run by Debian's python3 (python3-pyfuse3, python3-trio), not the project's virtualenv, and
+imports nothing from brokerchaos:  python3 lazyfs.py BACKING MOUNTPOINT REPORT
+"""
+import errno
+import json
+import os
+import signal
+import stat
+import sys
+
+import pyfuse3
+import trio
+from pyfuse3 import FUSEError
+
+TIMEOUT = 1.0  # kernel caches of names and attributes; a power cut unmounts, dropping them
+
+
+class Undo:
+    """What a power cut restores in one file: its size at the last fsync (None: created
+    since), and the bytes each later write or truncate replaced below that size."""
+
+    __slots__ = ("size", "saved")
+
+    def __init__(self, size):
+        self.size = size
+        self.saved = []
+
+
+class Lazy(pyfuse3.Operations):
+    def __init__(self, root):
+        super().__init__()
+        self.paths = {pyfuse3.ROOT_INODE: root}
+        self.open_fds = {}  # fh (= fd) -> inode
+        self.undo = {}  # inode -> Undo
+        self.synced = 0
+        self.writes = 0
+
+    # -- names ---------------------------------------------------------------------------
+    def _path(self, inode):
+        try:
+            return self.paths[inode]
+        except KeyError:
+            raise FUSEError(errno.ENOENT) from None
+
+    def _child(self, parent, name):
+        return os.path.join(self._path(parent), os.fsdecode(name))
+
+    def _attr(self, path=None, fd=None):
+        try:
+            st = os.fstat(fd) if fd is not None else os.lstat(path)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        a = pyfuse3.EntryAttributes()
+        for f in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_rdev", "st_size", "st_atime_ns", "st_mtime_ns",
+                  "st_ctime_ns"):
+            setattr(a, f, getattr(st, f))
+        a.st_ino = pyfuse3.ROOT_INODE if path == self.paths[pyfuse3.ROOT_INODE] else st.st_ino
+        a.generation = 0
+        a.entry_timeout = a.attr_timeout = TIMEOUT
+        a.st_blksize = 4096
+        a.st_blocks = st.st_blocks
+        if a.st_ino != pyfuse3.ROOT_INODE:
+            self.paths[a.st_ino] = path if path is not None else self.paths.get(a.st_ino)
+        return a
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        return self._attr(self._child(parent_inode, name))
+
+    async def getattr(self, inode, ctx=None):
+        return self._attr(self._path(inode))
+
+    async def forget(self, inode_list):
+        pass  # paths stay known: a few thousand files at most
+
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        path = self._path(inode)
+        try:
+            if fields.update_size:
+                self._truncating(inode, path, attr.st_size)
+                os.truncate(path, attr.st_size)
+            if fields.update_mode:
+                os.chmod(path, stat.S_IMODE(attr.st_mode))
+            if fields.update_atime or fields.update_mtime:
+                st = os.lstat(path)
+                os.utime(path, ns=(attr.st_atime_ns if fields.update_atime else st.st_atime_ns,
+                                   attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns))
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        return self._attr(path)
+
+    async def statfs(self, ctx):
+        s = os.statvfs(self.paths[pyfuse3.ROOT_INODE])
+        out = pyfuse3.StatvfsData()
+        for f in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail"):
+            setattr(out, f, getattr(s, f))
+        out.f_namemax = s.f_namemax
+        return out
+
+    # -- directories ---------------------------------------------------------------------
+    async def opendir(self, inode, ctx):
+        self._path(inode)
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        path = self._path(fh)
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        for i in range(start_id, len(names)):
+            try:
+                attr = self._attr(os.path.join(path, names[i]))
+            except FUSEError:
+                continue  # gone since the listing
+            if not pyfuse3.readdir_reply(token, os.fsencode(names[i]), attr, i + 1):
+                break
+
+    async def releasedir(self, fh):
+        pass
+
+    async def fsyncdir(self, fh, datasync):
+        pass
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        path = self._child(parent_inode, name)
+        try:
+            os.mkdir(path, mode)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        return self._attr(path)
+
+    async def rmdir(self, parent_inode, name, ctx):
+        try:
+            os.rmdir(self._child(parent_inode, name))
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+
+    async def unlink(self, parent_inode, name, ctx):
+        path = self._child(parent_inode, name)
+        try:
+            ino = os.lstat(path).st_ino
+            os.unlink(path)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        self.undo.pop(ino, None)
+
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        if flags:
+            raise FUSEError(errno.EINVAL)
+        old, new = self._child(parent_inode_old, name_old), self._child(parent_inode_new, name_new)
+        try:
+            replaced = os.lstat(new).st_ino if os.path.lexists(new) else None
+            os.rename(old, new)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        if replaced is not None:
+            self.undo.pop(replaced, None)
+        prefix = old + os.sep
+        for ino, p in list(self.paths.items()):
+            if p == old:
+                self.paths[ino] = new
+            elif p.startswith(prefix):
+                self.paths[ino] = new + p[len(old):]
+
+    # -- files ---------------------------------------------------------------------------
+    async def open(self, inode, flags, ctx):
+        path = self._path(inode)
+        try:
+            if flags & os.O_TRUNC:
+                self._truncating(inode, path, 0)
+            fd = os.open(path, flags & ~os.O_CREAT)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        self.open_fds[fd] = inode
+        return pyfuse3.FileInfo(fh=fd)
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        path = self._child(parent_inode, name)
+        try:
+            existed = os.path.lexists(path)
+            if existed and flags & os.O_TRUNC:
+                self._truncating(os.lstat(path).st_ino, path, 0)
+            fd = os.open(path, flags | os.O_CREAT, mode)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
+        attr = self._attr(path)
+        if not existed:
+            self.undo[attr.st_ino] = Undo(None)
+        self.open_fds[fd] = attr.st_ino
+        return pyfuse3.FileInfo(fh=fd), attr
+
+    async def read(self, fh, off, size):
+        return os.pread(fh, size, off)
+
+    async def write(self, fh, off, buf):
+        inode = self.open_fds[fh]
+        u = self.undo.get(inode)
+        if u is None:
+            u = self.undo[inode] = Undo(os.fstat(fh).st_size)
+        if u.size is not None and off < u.size:
+            u.saved.append((off, os.pread(fh, min(len(buf), u.size - off), off)))
+        self.writes += 1
+        return os.pwrite(fh, buf, off)
+
+    def _truncating(self, inode, path, size):
+        u = self.undo.get(inode)
+        if u is None:
+            u = self.undo[inode] = Undo(os.lstat(path).st_size)
+        if u.size is not None and size < u.size:
+            with open(path, "rb") as f:
+                f.seek(size)
+                u.saved.append((size, f.read(u.size - size)))
+
+    async def fsync(self, fh, datasync):
+        os.fsync(fh)
+        if self.undo.pop(self.open_fds[fh], None) is not None:
+            self.synced += 1
+
+    async def flush(self, fh):
+        pass
+
+    async def release(self, fh):
+        self.open_fds.pop(fh, None)
+        os.close(fh)
+
+    # -- the power cut ---------------------------------------------------------------------
+    def power_cut(self):
+        """Every file back to its last fsync; what was dropped, file by file."""
+        files = []
+        for ino, u in self.undo.items():
+            path = self.paths.get(ino)
+            if path is None or not os.path.lexists(path):
+                continue
+            size = os.lstat(path).st_size
+            rel = os.path.relpath(path, self.paths[pyfuse3.ROOT_INODE])
+            if u.size is None:
+                os.unlink(path)
+                files.append({"file": rel, "deleted": True, "bytes": size})
+                continue
+            restored = 0
+            with open(path, "r+b") as f:
+                f.truncate(u.size)
+                for off, data in reversed(u.saved):
+                    f.seek(off)
+                    f.write(data)
+                    restored += len(data)
+                f.flush()
+                os.fsync(f.fileno())
+            files.append({"file": rel, "size_was": size, "size": u.size, "bytes_restored": restored})
+        self.undo.clear()
+        return {"files": sorted(files, key=lambda f: f["file"]), "fsyncs_seen": self.synced, "writes": self.writes}
+
+
+async def serve(ops, report):
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pyfuse3.main)
+        with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                if sig == signal.SIGUSR1:
+                    account = ops.power_cut()
+                    tmp = report + ".part"
+                    with open(tmp, "w") as f:
+                        json.dump(account, f)
+                    os.rename(tmp, report)
+                nursery.cancel_scope.cancel()
+                return
+
+
+def main(argv):
+    backing, mountpoint, report = argv[1:4]
+    ops = Lazy(os.path.abspath(backing))
+    options = set(pyfuse3.default_options)
+    options.add("fsname=bc-lazyfs")
+    pyfuse3.init(ops, mountpoint, options)
+    print(f"lazyfs: {backing} on {mountpoint}", flush=True)
+    try:
+        trio.run(serve, ops, report)
+    finally:
+        pyfuse3.close(unmount=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

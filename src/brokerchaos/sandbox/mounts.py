@@ -1,0 +1,134 @@
+"""The `power-off` fault's lazy data directories, from the harness's side: a lazyfs.py process
+per node (mounted over the node's data directory, its files kept in a backing directory
+beside it), the power cut, and unmounting whatever a session left mounted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import process
+from .process import Proc
+
+LAYER = Path(__file__).with_name("lazyfs.py")
+PYTHON = "/usr/bin/python3"  # Debian's, which has python3-pyfuse3
+FSNAME = "bc-lazyfs"
+
+
+class MountError(RuntimeError):
+    pass
+
+
+def available() -> Optional[str]:
+    """Why the layer cannot run here (None if it can)."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse (the kernel's FUSE)"
+    if not shutil.which("fusermount3"):
+        return "fusermount3 is missing: run `make setup` (Debian fuse3)"
+    r = subprocess.run([PYTHON, "-c", "import pyfuse3, trio"], capture_output=True, timeout=30)
+    if r.returncode != 0:
+        return f"{PYTHON} cannot import pyfuse3: run `make setup` (Debian python3-pyfuse3, python3-trio)"
+    return None
+
+
+def mounted_under(root: Path) -> list[str]:
+    """Our layers' mount points at or below `root`, deepest first."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    prefix = str(root).rstrip("/") + "/"
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3 or parts[0] != FSNAME:
+            continue
+        where = parts[1].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+        if where == str(root) or where.startswith(prefix):
+            out.append(where)
+    return sorted(out, key=len, reverse=True)
+
+
+def unmount(where: str) -> None:
+    """Lazily detached: a layer killed with SIGKILL leaves a mount that answers nothing."""
+    for argv in (["fusermount3", "-u", "-z", where], ["umount", "-l", where]):
+        try:
+            if subprocess.run(argv, capture_output=True, timeout=30).returncode == 0:
+                return
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    if os.path.ismount(where):
+        raise MountError(f"could not unmount {where}")
+
+
+class LazyDisk:
+    """One node's data directory on the layer: `mount()` before the node starts, `power_cut()`
+    once the node is dead (the layer rolls back and unmounts), `unmount()` at teardown."""
+
+    def __init__(self, mountpoint: Path, logdir: Path, spawn: Callable[[str, list[str]], Proc],
+                 forget: Callable[[Proc], None]) -> None:
+        self.mountpoint = mountpoint
+        self.backing = mountpoint.with_name(mountpoint.name + ".disk")
+        self.report = mountpoint.with_name(mountpoint.name + ".powercut.json")
+        self.spawn = spawn
+        self.forget = forget
+        self.proc: Optional[Proc] = None
+        self.name = f"{mountpoint.name}-lazyfs"
+        self.log = logdir / f"{self.name}.log"
+
+    def mount(self, timeout: float = 15.0) -> None:
+        if self.proc is not None and self.proc.alive() and os.path.ismount(self.mountpoint):
+            return
+        self.backing.mkdir(parents=True, exist_ok=True)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self.report.unlink(missing_ok=True)
+        self.proc = self.spawn(self.name, [PYTHON, str(LAYER), str(self.backing), str(self.mountpoint),
+                                           str(self.report)])
+        deadline = time.monotonic() + timeout
+        while not os.path.ismount(self.mountpoint):
+            if not self.proc.alive():
+                raise MountError(f"the lazy layer of {self.mountpoint.name} exited: {self._tail()}")
+            if time.monotonic() > deadline:
+                raise MountError(f"the lazy layer of {self.mountpoint.name} not mounted within {timeout:.0f}s; "
+                                 f"see {self.log}")
+            time.sleep(0.05)
+
+    def power_cut(self, timeout: float = 30.0) -> dict:
+        """What the cut dropped (lazyfs.py's account). The node must be dead already."""
+        if self.proc is None or not self.proc.alive():
+            raise MountError(f"no lazy layer runs under {self.mountpoint.name}")
+        process.send_signal(self.proc, signal.SIGUSR1)
+        if not process.wait_exit(self.proc, timeout):
+            raise MountError(f"the lazy layer of {self.mountpoint.name} did not finish its power cut within "
+                             f"{timeout:.0f}s; see {self.log}")
+        self._done()
+        try:
+            return json.loads(self.report.read_text())
+        except (OSError, ValueError) as e:
+            raise MountError(f"the lazy layer of {self.mountpoint.name} left no account of its power cut ({e}); "
+                             f"see {self.log}") from None
+
+    def unmount(self) -> None:
+        if self.proc is not None:
+            process.terminate(self.proc, grace=10.0)  # SIGTERM: unmount, no rollback
+            self._done()
+        if os.path.ismount(self.mountpoint):
+            unmount(str(self.mountpoint))
+
+    def _done(self) -> None:
+        if self.proc is not None:
+            self.forget(self.proc)
+            self.proc = None
+
+    def _tail(self) -> str:
+        try:
+            return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-3:])[-300:]
+        except OSError:
+            return "no log"

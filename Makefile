@@ -26,7 +26,7 @@ demo: setup
 	$(VENV)/bin/brokerchaos run scenarios/nats-kill-leader.yaml || test $$? -ge 3
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"

@@ -49,6 +49,24 @@ def test_loss_nack_unknown_stowaway(spark_analyze, tmp_path):
         assert v[k] == o[k], k
 
 
+def test_a_resend_refused_after_an_unanswered_attempt_is_not_a_nack_then_received(spark_analyze, tmp_path):
+    # seen on NATS 2.10.23 after a power cut of every node: the first attempt of 7 went
+    # unanswered (it was stored), every resend met "no responders", and 7 was read. The
+    # refusals speak of the resends only: 7 is received after an unknown, which is legal.
+    h = H()
+    h.sent_acked([1])
+    h.ev("p1", "send", "p1", 7).ev("p1", "unknown", "p1", 7, detail="no answer within ack_timeout")
+    for k in (1, 2):
+        h.ev("p1", "send", "p1", 7, detail=f"retry {k}").ev("p1", "nack", "p1", 7, detail="no responders")
+    h.ev("p1", "send", "p1", 8).ev("p1", "nack", "p1", 8, detail="no responders")  # refused, every time
+    h.ev("c1", "recv", "p1", 1).ev("c1", "recv", "p1", 7).ev("c1", "read_end", detail="complete")
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert v["received_after_nack"] == 0 and v["received_after_unknown"] == 1 and v["result"] == "pass", v
+    assert v["neg_ack_count"] == 1 and v["unknown_count"] == 1  # 8 refused; 7's fate was unknown
+    for k in ("neg_ack_count", "unknown_count", "received_after_nack", "received_after_unknown", "result"):
+        assert v[k] == o[k], k
+
+
 def test_stored_duplicates_differ_from_redeliveries(spark_analyze, tmp_path):
     # pulsar-lite's Reader was seen to hand out one message id twice; a resend that the broker
     # stored again has a new id. The two must not be confused.

@@ -23,6 +23,8 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == [meta["leader_at_start"]] == ["n1"]
+    # the durability each server runs with, in its own words (CONFIG GET), every node
+    assert meta["server_settings"] == {n: {"appendonly": "yes", "appendfsync": "everysec"} for n in ("n1", "n2", "n3")}
     assert meta["leader_before_read"] != "n1", "the sentinels promoted a replica"
     assert v["read_complete"] is True, v["read_status"]
     assert v["send_count"] == 30_000 and v["pos_ack_count"] > 10_000

@@ -54,13 +54,15 @@ S, A, N, U, R = (Formula(x) for x in "SANUR")
 COUNTS: dict[str, Formula] = {
     "send_count": S,
     "pos_ack_count": S & A,
-    "neg_ack_count": S & N & ~A,  # a nack, and never acked
-    "unknown_count": S & U & ~A & ~N,  # only unknown outcomes
+    # a message resent after an unknown outcome may have been written by the attempt nobody
+    # answered: a nack of a later attempt says nothing of it, so unknown wins over nack
+    "neg_ack_count": S & N & ~A & ~U,  # only nacks: every attempt refused
+    "unknown_count": S & U & ~A,  # an attempt without an answer, and never acked
     "acked_missing": S & A & ~R,
     "missing": S & ~R,
     "received_no_ack": S & R & ~A,
-    "received_after_nack": S & R & ~A & N,
-    "received_after_unknown": S & R & ~A & ~N & U,
+    "received_after_nack": S & R & ~A & N & ~U,
+    "received_after_unknown": S & R & ~A & U,
 }
 
 

@@ -3,9 +3,11 @@ over a backing directory, for the `power-off` fault.
 
 Writes go through to the backing files at once (reads stay a plain pass-through), but until a
 file is fsynced the layer keeps what each write overwrote and the size the file had: its
-undo log. SIGUSR1 is the power cut: every file is put back as it was at its last fsync
-(files created and never fsynced are deleted), a JSON account of what was dropped is
-written to REPORT, and the layer unmounts and exits. SIGTERM unmounts without rollback.
+undo log. A write through a descriptor opened with O_SYNC or O_DSYNC is durable when it
+returns: it is kept too, and put back after the rollback. SIGUSR1 is the power cut: every
+file is put back as it was at its last fsync (files created and never synced are deleted),
+a JSON account of what was dropped is written to REPORT, and the layer unmounts and exits.
+SIGTERM unmounts without rollback.
 
 Simplifications, said where the results are read: directory operations (unlink, rename,
 mkdir) are durable at once, as on a file system with a journal that commits metadata first;
@@ -28,15 +30,25 @@ from pyfuse3 import FUSEError
 TIMEOUT = 1.0  # kernel caches of names and attributes; a power cut unmounts, dropping them
 
 
+def _backing_flags(flags):
+    """How the layer opens a backing file: always readable (a write saves what it replaces),
+    never O_APPEND (the kernel gives every write its offset)."""
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        flags = (flags & ~os.O_ACCMODE) | os.O_RDWR
+    return flags & ~os.O_APPEND
+
+
 class Undo:
     """What a power cut restores in one file: its size at the last fsync (None: created
-    since), and the bytes each later write or truncate replaced below that size."""
+    since), the bytes each later write or truncate replaced below that size, and the
+    writes made durable on their own (O_SYNC), to be written again after the rollback."""
 
-    __slots__ = ("size", "saved")
+    __slots__ = ("size", "saved", "pinned")
 
     def __init__(self, size):
         self.size = size
         self.saved = []
+        self.pinned = []
 
 
 class Lazy(pyfuse3.Operations):
@@ -44,6 +56,7 @@ class Lazy(pyfuse3.Operations):
         super().__init__()
         self.paths = {pyfuse3.ROOT_INODE: root}
         self.open_fds = {}  # fh (= fd) -> inode
+        self.sync_fds = set()  # opened with O_SYNC / O_DSYNC: every write durable
         self.undo = {}  # inode -> Undo
         self.synced = 0
         self.writes = 0
@@ -181,10 +194,12 @@ class Lazy(pyfuse3.Operations):
         try:
             if flags & os.O_TRUNC:
                 self._truncating(inode, path, 0)
-            fd = os.open(path, flags & ~os.O_CREAT)
+            fd = os.open(path, _backing_flags(flags) & ~os.O_CREAT)
         except OSError as e:
             raise FUSEError(e.errno) from None
         self.open_fds[fd] = inode
+        if flags & (os.O_SYNC | os.O_DSYNC):
+            self.sync_fds.add(fd)
         return pyfuse3.FileInfo(fh=fd)
 
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -193,13 +208,15 @@ class Lazy(pyfuse3.Operations):
             existed = os.path.lexists(path)
             if existed and flags & os.O_TRUNC:
                 self._truncating(os.lstat(path).st_ino, path, 0)
-            fd = os.open(path, flags | os.O_CREAT, mode)
+            fd = os.open(path, _backing_flags(flags) | os.O_CREAT, mode)
         except OSError as e:
             raise FUSEError(e.errno) from None
         attr = self._attr(path)
         if not existed:
             self.undo[attr.st_ino] = Undo(None)
         self.open_fds[fd] = attr.st_ino
+        if flags & (os.O_SYNC | os.O_DSYNC):
+            self.sync_fds.add(fd)
         return pyfuse3.FileInfo(fh=fd), attr
 
     async def read(self, fh, off, size):
@@ -207,13 +224,19 @@ class Lazy(pyfuse3.Operations):
 
     async def write(self, fh, off, buf):
         inode = self.open_fds[fh]
-        u = self.undo.get(inode)
-        if u is None:
-            u = self.undo[inode] = Undo(os.fstat(fh).st_size)
-        if u.size is not None and off < u.size:
-            u.saved.append((off, os.pread(fh, min(len(buf), u.size - off), off)))
+        try:
+            u = self.undo.get(inode)
+            if u is None:
+                u = self.undo[inode] = Undo(os.fstat(fh).st_size)
+            if u.size is not None and off < u.size:
+                u.saved.append((off, os.pread(fh, min(len(buf), u.size - off), off)))
+            n = os.pwrite(fh, buf, off)
+        except OSError as e:
+            raise FUSEError(e.errno) from None
         self.writes += 1
-        return os.pwrite(fh, buf, off)
+        if fh in self.sync_fds:
+            u.pinned.append((off, bytes(buf[:n])))
+        return n
 
     def _truncating(self, inode, path, size):
         u = self.undo.get(inode)
@@ -234,6 +257,7 @@ class Lazy(pyfuse3.Operations):
 
     async def release(self, fh):
         self.open_fds.pop(fh, None)
+        self.sync_fds.discard(fh)
         os.close(fh)
 
     # -- the power cut ---------------------------------------------------------------------
@@ -246,20 +270,26 @@ class Lazy(pyfuse3.Operations):
                 continue
             size = os.lstat(path).st_size
             rel = os.path.relpath(path, self.paths[pyfuse3.ROOT_INODE])
-            if u.size is None:
+            if u.size is None and not u.pinned:
                 os.unlink(path)
                 files.append({"file": rel, "deleted": True, "bytes": size})
                 continue
             restored = 0
             with open(path, "r+b") as f:
-                f.truncate(u.size)
+                f.truncate(u.size or 0)
                 for off, data in reversed(u.saved):
                     f.seek(off)
                     f.write(data)
                     restored += len(data)
+                for off, data in u.pinned:  # durable on their own: they stay
+                    f.seek(off)
+                    f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            files.append({"file": rel, "size_was": size, "size": u.size, "bytes_restored": restored})
+                now = os.fstat(f.fileno()).st_size
+            if now != size or restored:
+                files.append({"file": rel, "size_was": size, "size": now, "bytes_restored": restored,
+                              **({"sync_writes_kept": len(u.pinned)} if u.pinned else {})})
         self.undo.clear()
         return {"files": sorted(files, key=lambda f: f["file"]), "fsyncs_seen": self.synced, "writes": self.writes}
 

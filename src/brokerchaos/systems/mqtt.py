@@ -113,6 +113,11 @@ class MosquittoServer(LocalCluster):
 
     ports = {"mqtt": 1883, "client": 1883}
 
+    def settings(self) -> dict:
+        # mosquitto has no way to ask it for its configuration: what we gave it
+        return {n: {"persistence": True, "autosave_interval": self.options.autosave_interval}
+                for n in self.node_names}
+
     def _conf(self, node: str) -> str:
         ip, port = self.address(node, "mqtt")
         d = self.datadir / node

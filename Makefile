@@ -18,7 +18,7 @@ system:
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,bench]'
 	touch $@
 
 # exit 3 (a run failed) or 4 (a run could not decide) is a verdict, not a broken demo

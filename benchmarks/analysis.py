@@ -38,7 +38,7 @@ def _const(value, n):
     return pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int8), pa.array([value])).cast(pa.string())
 
 
-def _table(run, client, seq, t, types, producer, value, offset):
+def _table(run, client, seq, t, types, producer, value, offset, send_ns=None):
     n = len(seq)
     return pa.table(
         {
@@ -47,12 +47,13 @@ def _table(run, client, seq, t, types, producer, value, offset):
             "value": pa.array(value, pa.int64()), "offset": offset,
             "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()), "window": pa.nulls(n, pa.int64()),
             "intended_ns": pa.nulls(n, pa.int64()),
+            "send_ns": pa.nulls(n, pa.int64()) if send_ns is None else send_ns,
         },
         schema=SCHEMA,
     )
 
 
-def generate(directory: Path, n: int, seed: int = 1) -> int:
+def generate(directory: Path, n: int, seed: int = 1, with_send_ns: bool = True) -> int:
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
     rows = 0
@@ -75,7 +76,10 @@ def generate(directory: Path, n: int, seed: int = 1) -> int:
         ty_idx[1::2] = np.where(nack, 2, 1)
         types = pa.DictionaryArray.from_arrays(ty_idx, pa.array(["send", "ack", "nack"])).cast(pa.string())
         offs = pa.array(np.where(ty_idx == 1, vv, -1).astype(str)).cast(pa.string())
-        pq.write_table(_table("bench", "p1", seq, t, types, "p1", vv, offs), directory / f"p1-{part:05d}.parquet")
+        # format 1.4, as the producer writes it: each ack carries its send's time
+        send_ns = pa.array(np.repeat(t_send, 2), mask=ty_idx != 1) if with_send_ns else None
+        pq.write_table(_table("bench", "p1", seq, t, types, "p1", vv, offs, send_ns),
+                       directory / f"p1-{part:05d}.parquet")
         rows += 2 * m
     # consumer: everything in order, except lost messages, a redelivered block, and swapped blocks
     order = np.arange(1, n + 1, dtype=np.int64)
@@ -150,6 +154,75 @@ def dict_loop(directory: Path) -> dict:
     return json.loads(r.stdout)
 
 
+# The seeds' own figures as one query of a single-process columnar engine (DuckDB), over the
+# same files: a reference for what the Spark job costs on one machine. A benchmark
+# dependency only (`pip install -e '.[bench]'`, which `make setup` does).
+DUCKDB = r'''
+import json, resource, sys, time
+import duckdb
+t0 = time.perf_counter()
+con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
+files = sys.argv[1] + "/*.parquet"
+row = con.execute("""
+WITH h AS (SELECT client, seq, type, value FROM read_parquet($f)),
+s AS (SELECT DISTINCT value FROM h WHERE type = 'send'),
+a AS (SELECT DISTINCT value FROM h WHERE type = 'ack'),
+n AS (SELECT DISTINCT value FROM h WHERE type = 'nack'),
+r AS (SELECT value, lag(value) OVER (PARTITION BY client ORDER BY seq) AS prev,
+             row_number() OVER (PARTITION BY client, value ORDER BY seq) AS k
+      FROM h WHERE type = 'recv'),
+rs AS (SELECT * FROM r SEMI JOIN s USING (value)),
+c AS (SELECT value, count(*) AS c FROM rs GROUP BY value)
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM a),
+       (SELECT count(*) FROM (SELECT value FROM n EXCEPT SELECT value FROM a)),
+       (SELECT count(*) FROM rs),
+       (SELECT count(*) FROM (SELECT value FROM a EXCEPT SELECT value FROM c)),
+       (SELECT count(*) FROM (SELECT value FROM c EXCEPT SELECT value FROM a)),
+       (SELECT count(*) FROM c WHERE c > 1),
+       (SELECT count_if(value > prev + 1 AND k = 1) FROM rs), (SELECT count_if(value <= prev AND k = 1) FROM rs),
+       (SELECT count_if(value > prev + 1 AND k > 1) FROM rs), (SELECT count_if(value <= prev AND k > 1) FROM rs)
+""", {"f": files}).fetchone()
+keys = ["send_count", "pos", "neg", "received", "acked_missing", "received_no_ack", "msgs_with_dups",
+        "jf", "jb", "djf", "djb"]
+out = dict(zip(keys, row))
+out.update(seconds=time.perf_counter() - t0, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(json.dumps(out))
+'''
+
+
+def duckdb_query(directory: Path) -> dict | None:
+    try:
+        import duckdb  # noqa: F401
+    except ImportError:
+        print("duckdb is not installed (pip install -e '.[bench]'): no DuckDB reference", file=sys.stderr)
+        return None
+    r = subprocess.run([sys.executable, "-c", DUCKDB, str(directory)], capture_output=True, text=True,
+                       check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cold_command(directory: Path, timing: bool) -> float:
+    """What a user types: `brokerchaos analyze DIR`, JVM start and the written logs included."""
+    exe = Path(sys.executable).with_name("brokerchaos")
+    with tempfile.TemporaryDirectory() as out:
+        t = time.perf_counter()
+        r = subprocess.run([str(exe), "analyze", str(directory), "--out", out] + ([] if timing else ["--no-timing"]),
+                           capture_output=True, text=True)
+        took = time.perf_counter() - t
+    if r.returncode not in (0, 3, 4):
+        raise SystemExit(f"brokerchaos analyze failed ({r.returncode}): {r.stderr[-2000:]}")
+    return took
+
+
+def spark_on(directory: Path, master: str, timing: bool = True) -> float:
+    """The warm every-verdict job in a process of its own on `master` (local[1], local[2]...)."""
+    env = dict(os.environ, BROKERCHAOS_SPARK_MASTER=master)
+    cmd = [sys.executable, __file__, "--child", "--dir", str(directory)] + ([] if timing else ["--no-timing"])
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["seconds"]
+
+
 def _jvm_peak_mb() -> float | None:
     from brokerchaos.analysis.spark import get_spark
 
@@ -200,14 +273,23 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/brokerchaos-bench")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="reuse a history already generated in --dir")
+    ap.add_argument("--no-cold", action="store_true", help="leave out the cold `brokerchaos analyze` command")
+    ap.add_argument("--no-cores", action="store_true", help="leave out the local[1] / local[2] comparison")
+    ap.add_argument("--old-format", action="store_true",
+                    help="acks without send_ns (format 1.3): latency pairs every send with its ack")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    d = Path(args.dir) / f"h{args.messages}"
+    if args.child:
+        print(json.dumps({"seconds": spark_job(Path(args.dir), 1, timing=not args.no_timing)["seconds"]}))
+        return
+    d = Path(args.dir) / (f"h{args.messages}" + ("-1.3" if args.old_format else ""))
     if not (args.keep and d.exists()):
         import shutil
 
         shutil.rmtree(d, ignore_errors=True)
         t = time.perf_counter()
-        rows = generate(d, args.messages)
+        rows = generate(d, args.messages, with_send_ns=not args.old_format)
         print(f"generated {rows:,} rows in {time.perf_counter() - t:.1f}s at {d}", file=sys.stderr)
     loop = dict_loop(d)
     print(f"dict/set loop: {loop['seconds']:.1f}s, peak {loop['peak_rss_mb']:.0f} MB", file=sys.stderr)
@@ -225,6 +307,21 @@ def main() -> None:
                                               ("msgs_with_dups", "msgs_with_dups"), ("jf", "jf"), ("jb", "jb"),
                                               ("djf", "djf"), ("djb", "djb"), ("received", "received")]}
     assert all(a == b for a, b in same.values()), same
+    duck = duckdb_query(d)
+    if duck is not None:
+        print(f"duckdb, the seeds' figures: {duck['seconds']:.1f}s, peak {duck['peak_rss_mb']:.0f} MB", file=sys.stderr)
+        assert all(duck[k] == loop[k] for k in ("send_count", "pos", "neg", "received", "acked_missing",
+                                                 "received_no_ack", "msgs_with_dups", "jf", "jb", "djf", "djb")), \
+            (duck, loop)
+    cold = {}
+    if not args.no_cold:
+        cold = {"analyze_cold_s": round(cold_command(d, True), 2),
+                "analyze_cold_no_timing_s": round(cold_command(d, False), 2)}
+        print(f"brokerchaos analyze, cold: {cold}", file=sys.stderr)
+    cores = {}
+    if not args.no_cores:
+        cores = {m: round(spark_on(d, m), 2) for m in ("local[1]", "local[2]")}
+        print(f"every verdict by cores: {cores}", file=sys.stderr)
     print(json.dumps({
         "messages": args.messages, "cores": os.cpu_count(),
         "dict_loop_s": round(loop["seconds"], 2), "dict_loop_peak_mb": round(loop["peak_rss_mb"]),
@@ -236,6 +333,13 @@ def main() -> None:
         "spark_python_peak_mb": round(sp["python_peak_rss_mb"]),
         "spark_jvm_peak_mb": None if sp["jvm_peak_rss_mb"] is None else round(sp["jvm_peak_rss_mb"]),
         "agree": {k: a for k, (a, b) in same.items()},
+        "duckdb_s": None if duck is None else round(duck["seconds"], 2),
+        "duckdb_peak_mb": None if duck is None else round(duck["peak_rss_mb"]),
+        "spark_no_timing_over_duckdb": None if duck is None else round(quick["seconds"] / duck["seconds"], 2),
+        **cold,
+        **({"cold_speedup": round(loop["seconds"] / cold["analyze_cold_s"], 2)} if cold else {}),
+        "spark_by_master_s": cores,
+        **({"local2_over_local1": round(cores["local[1]"] / cores["local[2]"], 2)} if cores else {}),
     }))
 
 

@@ -25,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from brokerchaos.history.schema import SCHEMA
 
 
-def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
-    """Writes the session; returns the acked messages each run loses."""
+def generate(out: Path, runs: int, messages: int) -> tuple[dict[str, int], dict[str, float]]:
+    """Writes the session; returns the acked messages each run loses and its median ack latency."""
     rng = np.random.default_rng(1)
     lost: dict[str, int] = {}
+    p50: dict[str, float] = {}
     for r in range(runs):
         run = f"run-{r + 1:05d}"
         v = np.arange(1, messages + 1, dtype=np.int64)
@@ -39,17 +40,21 @@ def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
         t_ack = np.where((t_ack > t_fault) & (t_ack < t_fault + 300_000_000), t_fault + 300_000_000, t_ack)
         recv = v[rng.random(messages) > 0.001] if r % 10 == 0 else v
         lost[run] = messages - len(recv)
+        p50[run] = float(np.percentile((t_ack - t_send) / 1e6, 50))
         parts: list[dict] = []
 
-        def add(client, seq, t, ty, producer, value, node=None, detail=None, window=None, run=run, parts=parts):
+        def add(client, seq, t, ty, producer, value, node=None, detail=None, window=None, run=run, parts=parts,
+                send_ns=None):
             m = len(t)
             parts.append({"run": [run] * m, "client": [client] * m, "seq": np.asarray(seq, dtype=np.int64),
                           "t_ns": np.asarray(t, dtype=np.int64), "type": [ty] * m, "producer": [producer] * m,
                           "value": value, "offset": [None] * m, "node": [node] * m, "detail": [detail] * m,
-                          "window": [window] * m, "intended_ns": [None] * m})
+                          "window": [window] * m, "intended_ns": [None] * m,
+                          "send_ns": [None] * m if send_ns is None else send_ns})
 
         add("p1", np.arange(0, 2 * messages, 2), t_send, "send", "p1", v)
-        add("p1", np.arange(1, 2 * messages, 2), t_ack, "ack", "p1", v)
+        # format 1.4: each ack carries its send's time, as the producer writes it
+        add("p1", np.arange(1, 2 * messages, 2), t_ack, "ack", "p1", v, send_ns=t_send)
         add("c1", np.arange(len(recv)), 10**10 + np.arange(len(recv)) * 1000, "recv", "p1", recv)
         add("nemesis", [0], [t_fault], "fault", None, [None], "n1", "kill leader", 1)
         add("nemesis", [1], [t_fault + 10**9], "heal", None, [None], "n1", "kill leader", 1)
@@ -58,7 +63,7 @@ def generate(out: Path, runs: int, messages: int) -> dict[str, int]:
             pa.table({f.name: pa.array(p[f.name], type=f.type) for f in SCHEMA}, schema=SCHEMA) for p in parts)
         (out / run / "history").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, out / run / "history" / "history.parquet")
-    return lost
+    return lost, p50
 
 
 def main() -> None:
@@ -69,13 +74,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="reuse a session already generated in --dir")
     args = ap.parse_args()
     d = Path(args.dir) / f"session-{args.runs}x{args.messages}"
-    lost = None
+    lost = p50 = None
     if not (args.keep and d.exists()):
         import shutil
 
         shutil.rmtree(d, ignore_errors=True)
         t = time.perf_counter()
-        lost = generate(d, args.runs, args.messages)
+        lost, p50 = generate(d, args.runs, args.messages)
         print(f"generated {args.runs} runs in {time.perf_counter() - t:.1f}s at {d}", file=sys.stderr)
 
     from brokerchaos.analysis import metrics
@@ -95,6 +100,12 @@ def main() -> None:
         if lost is not None:
             got = {v["run"]: v["acked_missing"] for v in a.verdicts}
             assert got == lost, "acked_missing differs from what the generator dropped"
+            got = {v["run"]: v["ack_latency_ms"]["p50"] for v in a.verdicts}
+            # past Tuning.exact_percentile_rows history rows, Spark's percentile_approx (said in
+            # latency_exact): a value within a hundredth of a rank's width of the exact one
+            tol = 1e-6 if a.verdicts[0]["latency_exact"] else 0.01
+            assert all(abs(got[r] - p50[r]) <= tol * max(1.0, p50[r]) for r in p50), \
+                "median ack latency differs from the generator's"
         print(f"{name}: {out[f'{name}_s']:.1f}s {out[f'{name}_steps_s']}", file=sys.stderr)
     print(json.dumps(out))
 

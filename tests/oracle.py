@@ -288,6 +288,10 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     for r in all_recv:
         k = (r["producer"], r["value"])
         first_recv[k] = min(first_recv.get(k, r["t_ns"]), r["t_ns"])
+    carried = [r for r in rows if r["type"] == "ack" and r.get("send_ns") is not None]
+    if carried and not live_reader:
+        # format 1.4: the producer wrote each first ack's start on it; nothing is paired
+        v["ack_latency_ms"] = _lat([(r["t_ns"] - r["send_ns"]) / 1e6 for r in carried])
     v["e2e_latency_ms"] = _lat([(first_recv[k] - m["t_lat0"]) / 1e6 for k, m in msgs.items()
                                 if m["sent"] and k in first_recv]) if live_reader else None
 

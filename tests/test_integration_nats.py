@@ -1,4 +1,5 @@
 """Real 3-node NATS JetStream clusters in network namespaces, real faults, real Spark."""
+import json
 import os
 import shutil
 import signal
@@ -302,6 +303,27 @@ def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, m
                for v in result.verdicts), result.verdicts
     # the rebuilt cluster logs to the run that started it
     assert all((result.dir / "run-003" / "logs" / f"n{i}.log").exists() for i in (1, 2, 3))
+    # where each run's time went: the parts add up, and each verdict came after its read
+    for i in (1, 2, 3):
+        p = json.loads((result.dir / f"run-00{i}" / "run.json").read_text())["phases"]
+        assert abs(p["write_s"] + p["read_s"] + p["harness_s"] - p["run_s"]) < 0.01, p
+        assert p["harness_s"] >= p["cluster_ready_s"] > 0 and p["analysis_s"] > 0, p
+        assert p["verdict_after_read_s"] >= p["analysis_s"], p
+        assert "blocks" in p["analysis_steps_s"], p
+
+
+def test_a_long_session_takes_every_verdict_from_one_analysis_at_its_end(tmp_path, spark):
+    s = sc.load("scenarios/nats-no-fault.yaml", {"runs": 3, "messages": 500, "name": "it-end"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False, verdicts="end").run()
+    assert [v["run"] for v in result.verdicts] == ["run-001", "run-002", "run-003"]
+    assert all(v["send_count"] == 500 and v["result"] == "pass" for v in result.verdicts), result.verdicts
+    # kept as they would be run by run, and no run analysed on its own
+    kept = [json.loads(x)["run"] for x in (result.dir / "verdicts.jsonl").read_text().splitlines()]
+    assert kept == ["run-001", "run-002", "run-003"]
+    for i in (1, 2, 3):
+        p = json.loads((result.dir / f"run-00{i}" / "run.json").read_text())["phases"]
+        assert "analysis_s" not in p and p["write_s"] > 0, p
+    assert "Analysis: 3 runs in" in (result.dir / "output.txt").read_text()
 
 
 # -- external mode: nats-server processes the test starts itself, on loopback ------------

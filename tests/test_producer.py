@@ -111,6 +111,11 @@ def test_retries_resend_until_acked(tmp_path):
     assert loop.acct.pos == 30 and loop.acct.neg == 0 and loop.acct.unknown == 0
     sends = [r for r in rows if r["type"] == "send"]
     assert len(sends) == 90 and {r["detail"] for r in sends} == {None, "retry 1", "retry 2"}
+    # each ack carries when its message was first sent (format 1.4), not its resend's time
+    first = {r["value"]: r["t_ns"] for r in sends if r["detail"] is None}
+    acks = [r for r in rows if r["type"] == "ack"]
+    assert len(acks) == 30 and all(r["send_ns"] == first[r["value"]] for r in acks)
+    assert all(r["send_ns"] is None for r in rows if r["type"] != "ack")
 
 
 def test_retries_run_out_and_the_last_outcome_stays(tmp_path):

@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
     _model_flags(r)
     r.add_argument("--out", default="results", help="results directory (default results/)")
+    r.add_argument("--verdicts", choices=["auto", "each", "end"], default="auto",
+                   help="each: every run's verdict after its read (1-3 s of Spark per run); end: every verdict "
+                        "from the session's one analysis at its end (long sessions); auto (default): each up to "
+                        "20 runs, else end")
     r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
     _expect_flags(r)
 
@@ -368,7 +372,7 @@ def cmd_run(args) -> int:
     try:
         result = _guarded([scenario], args.spark_master, "run",
                           lambda: Session(scenario, Path(args.out), spark_master=args.spark_master, observer=bars,
-                                          command=args.command_line).run())
+                                          command=args.command_line, verdicts=args.verdicts).run())
     finally:
         if bars is not None:
             bars.close()

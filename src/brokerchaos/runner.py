@@ -63,6 +63,9 @@ class SessionResult:
 
 
 class Session:
+    EACH_UP_TO = 20
+    BLOCKS_AT_END = 10
+
     def __init__(
         self,
         scenario: Scenario,
@@ -74,6 +77,7 @@ class Session:
         soak: bool = False,
         command: Optional[str] = None,
         report: bool = True,
+        verdicts: str = "auto",
     ) -> None:
         self.s = scenario
         self.out = Path(out)
@@ -95,6 +99,14 @@ class Session:
         self.command = command
         self.report = report  # report.html at the end (a test of verdicts alone goes without)
         self._output = None  # output.txt: every line the session printed, time-stamped
+        # each run's verdict after its read ("each"), or every verdict from the session's one
+        # analysis at its end ("end"): a run's own analysis costs 1-3 s whatever its size, which
+        # over a thousand short runs is most of the session, and the session's analysis does
+        # it again. auto: each for up to EACH_UP_TO runs and in a soak (its progress line
+        # is made of verdicts), else end
+        if verdicts == "auto":
+            verdicts = "each" if self.soak or scenario.runs <= self.EACH_UP_TO else "end"
+        self.verdicts = verdicts
 
     def _line(self, text: str) -> None:
         if self._output is not None:
@@ -123,7 +135,7 @@ class Session:
             if self.command:
                 (self.dir / "command.txt").write_text(self.command + "\n")
         t_begin = time.monotonic()
-        self._warm = spark_mod.warm_up_async(self.spark_master)
+        self._warm = spark_mod.warm_up_async(self.spark_master, analysis=self.verdicts == "each")
         old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
         try:
             system = SYSTEMS.get(s.system)
@@ -143,22 +155,44 @@ class Session:
                     meta = self._run_one(sb, run_id, i)
                     self.obs.progress("runs", i, s.runs, f"{s.name} {run_id}")
                     result.metas[run_id] = meta
-                    v = self.analyze_run(run_id)
-                    if v is not None:
-                        result.verdicts.append(v)
-                        self._line(console.run_block(v, meta))
-                        self._keep_verdict(v)
+                    t_read_end = meta.pop("_t_read_end", None)
+                    if self.verdicts == "each":
+                        t_an = time.monotonic()
+                        v = self.analyze_run(run_id)
+                        phases = meta.setdefault("phases", {})
+                        phases["analysis_s"] = round(time.monotonic() - t_an, 3)
+                        phases["analysis_steps_s"] = getattr(self, "analysis_steps", {})
+                        if v is not None:
+                            result.verdicts.append(v)
+                            self._line(console.run_block(v, meta))
+                            self._keep_verdict(v)
+                        if t_read_end is not None:
+                            # what a user waits for: the read's end to the verdict on the screen
+                            phases["verdict_after_read_s"] = round(time.monotonic() - t_read_end, 3)
+                        self._write_meta(meta)
                     if self.soak:
                         self._line(console.soak_line(self._kept))
         finally:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
+        t_an = time.monotonic()
         spark = spark_mod.get_spark(self.spark_master)
         df = metrics.read_history(spark, str(self.dir))
         analysis = metrics.analyze(spark, df)
         report_error = ""
         try:
             result.verdicts = session_table.complete(analysis.verdicts)
+            if self.verdicts == "end":
+                self._line(f"\nAnalysis: {len(result.verdicts)} runs in {time.monotonic() - t_an:.1f} s")
+                for v in result.verdicts:
+                    if not self.resuming or v["run"] not in self._kept:
+                        self._keep_verdict(v)
+                # every run is in the table below; the runs that did not pass get their block
+                failed = [v for v in result.verdicts if v["result"] != "pass"]
+                for v in failed[:self.BLOCKS_AT_END]:
+                    self._line(console.run_block(v, result.metas.get(v["run"])))
+                if len(failed) > self.BLOCKS_AT_END:
+                    self._line(f"... and {len(failed) - self.BLOCKS_AT_END} more runs that did not pass: results.csv")
             result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas),
                                                  history=df)
             try:
@@ -235,6 +269,7 @@ class Session:
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
         analysis = metrics.analyze(spark, df, timing=not self.soak)
         analysis.release()  # the run's own block shows verdicts only; the logs are the session's
+        self.analysis_steps = analysis.meta.get("seconds", {})
         return session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
 
     # -- one run ---------------------------------------------------------------
@@ -260,6 +295,7 @@ class Session:
             meta["cluster"] = f"reused (started in {self._deployment_from})"
         self._line(f"Cluster: {meta['cluster']}")
         keep = False
+        t_run = time.monotonic()
         try:
             t0 = time.monotonic()
             if fresh:
@@ -276,9 +312,30 @@ class Session:
             finally:
                 meta["finished"] = time.time()
                 meta["status"] = "finished"
+                meta["phases"] = self._phases(meta, t_run)
                 run_dir.mkdir(parents=True, exist_ok=True)  # a cluster that failed to start made none
-                (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
+                self._write_meta(meta)
         return meta
+
+    @staticmethod
+    def _phases(meta: dict, t_run: float) -> dict:
+        """Where a run's time went: the brokers' own phases (cluster ready, write, read) and
+        the harness's (before the write: clients, leader lookup; between write and read:
+        heals, waiting for the stream; after the read: heal, health check, the stream
+        dropped, the cluster stopped unless reused). `harness_s` is everything but write and read."""
+        run_s = time.monotonic() - t_run
+        p = {"run_s": round(run_s, 3)}
+        for k in ("cluster_ready_s", "write_s", "read_s"):
+            if meta.get(k) is not None:
+                p[k] = meta[k]
+        p["harness_s"] = round(run_s - (meta.get("write_s") or 0) - (meta.get("read_s") or 0), 3)
+        if meta.get("_t_read_end") is not None:
+            p["after_read_s"] = round(time.monotonic() - meta["_t_read_end"], 3)
+        return p
+
+    def _write_meta(self, meta: dict) -> None:
+        (self.dir / meta["run"] / "run.json").write_text(
+            json.dumps({k: v for k, v in meta.items() if not k.startswith("_")}, indent=2, default=str))
 
     @contextlib.contextmanager
     def _cluster(self):
@@ -412,7 +469,8 @@ class Session:
             else:
                 out["read_status"] = await read_all(reader_client, reader, w.read_idle, w.read_timeout, self._line)
             reader.close()
-            out["read_s"] = round(time.monotonic() - t_read, 3)
+            out["_t_read_end"] = time.monotonic()
+            out["read_s"] = round(out["_t_read_end"] - t_read, 3)
         finally:
             try:
                 await heal("end of run")

@@ -44,14 +44,18 @@ def _count(cond) -> Any:
     return F.sum(F.when(cond, 1).otherwise(0))
 
 
-def with_previous(df: DataFrame, keys: list[str], order: str, value: str, bucket: int) -> DataFrame:
+def with_previous(df: DataFrame, keys: list[str], order: str, value: str, bucket: int,
+                  plain: bool = False) -> DataFrame:
     """Adds `prev`: `value` of the previous row in `order` within `keys`.
 
     A plain lag() over Window.partitionBy(keys) puts a whole stream in one task; with one
     producer and one consumer that is one core. Instead the order is cut into buckets, lag()
     runs per bucket in parallel, and the first row of each bucket takes the last value of
-    the previous non-empty bucket from a (small) per-bucket table.
+    the previous non-empty bucket from a (small) per-bucket table. `plain`: the input is
+    small (Tuning.plain_rows), and one lag() is one shuffle where buckets take three.
     """
+    if plain:
+        return df.withColumn("prev", F.lag(value).over(Window.partitionBy(*keys).orderBy(order)))
     d = df.withColumn("_b", F.floor(F.col(order) / F.lit(bucket)))
     w = Window.partitionBy(*keys, "_b").orderBy(order)
     d = d.withColumn("_lag", F.lag(value).over(w))
@@ -173,7 +177,7 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAU
         # where the transmitter/receiver was: the time of its last event with a node up to
         # the first fault, and of its first; the node itself is looked up afterwards
         F.max(F.when(node & (ts <= tf), ts)).alias("_nf"), F.min(F.when(node, ts)).alias("_n0"),
-        F.min(F.when(ts >= tf, ts)).alias("_af"),
+        F.min(F.when(ts >= tf, ts)).alias("_af"), F.count("send_ns").alias("_sn"),
     )
     ty_ = F.col("type")
 
@@ -188,6 +192,8 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAU
         bits("unknown").alias("U"), bits("recv").alias("R"),
         F.coalesce(of("recv", "_n", F.sum), F.lit(0).cast("long")).alias("rn"),
         F.coalesce(of(tuple(MESSAGE_TYPES), "_n", F.sum), F.lit(0).cast("long")).alias("mrows"),
+        F.sum("_n").alias("rows"),
+        F.coalesce(of("ack", "_sn", F.sum), F.lit(0).cast("long")).alias("sn"),
         F.max("_hi").alias("t_end"),
         of("send", "_lo", F.min).alias("t_first_send"),
         of("send", "_hi", F.max).alias("t_last_send"),
@@ -228,6 +234,8 @@ def block_rollup(blocks: DataFrame) -> DataFrame:
                                       "t_ready")],
         *[F.max(k).alias(k) for k in ("t_last_send", "t_last_ack", "t_write_end", "t_txm_f", "t_rxm_f")],
         F.sum("acks").alias("acks"),
+        F.sum("rows").alias("rows"),
+        F.sum("sn").alias("send_ns_acks"),
     )
 
 
@@ -287,6 +295,24 @@ def latency_table(df: DataFrame, live_runs: list[str], t: Tuning = DEFAULT) -> D
     )
 
 
+def ack_latency(df: DataFrame, exact: bool) -> DataFrame:
+    """latency_verdicts' figures (but end-to-end) of runs whose ack rows carry the time their
+    latency counts from (`send_ns`, format 1.4): aggregates over ack and send rows, per run,
+    with nothing paired and no row moved."""
+    ty, ts = F.col("type"), F.col("t_ns")
+    ack_lat = F.when((ty == "ack") & F.col("send_ns").isNotNull(), (ts - F.col("send_ns")) / MS)
+    lag = F.when(ty == "send", ts - F.col("intended_ns"))
+    pct = _exact_percentiles if exact else (lambda c: F.percentile_approx(c, PERCENTILES, 10_000))
+    return df.where(ty.isin("send", "ack")).groupBy("run").agg(
+        pct(ack_lat).alias("_ack_p"),
+        F.max(ack_lat).alias("_ack_max"),
+        F.lit(None).cast("array<double>").alias("_e2e_p"),
+        F.lit(None).cast("double").alias("_e2e_max"),
+        F.sum(F.when(lag > LATE_NS, 1).otherwise(0)).alias("_late"),
+        F.max(lag).alias("_lag"),
+    )
+
+
 def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
     s = F.col("t_send")
     ack_lat = F.when(s.isNotNull(), (F.col("t_ack") - s) / MS)
@@ -303,7 +329,7 @@ def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
 
 
 def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True,
-          held: Optional[list] = None, tuning: Tuning = DEFAULT) -> DataFrame:
+          held: Optional[list] = None, tuning: Tuning = DEFAULT, plain: bool = False) -> DataFrame:
     """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes.
 
     A stream mostly reads consecutive values at consecutive seqs: such a stretch has one
@@ -314,7 +340,9 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
 
     `first`: (run, client, producer, value, first_seq) for at least every value a stream
     read more than once (by default from every read); `rereads=False` says no value was
-    read twice. `held` collects what was persisted, for the caller to release.
+    read twice. `held` collects what was persisted, for the caller to release. `plain`:
+    few reads (Tuning.plain_rows), walked row by row in one lag() per stream, which is one
+    Spark job where summarising stretches first takes four.
     """
     t = F.col("type")
     keys = ["run", "client", "producer"]
@@ -326,6 +354,9 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
         F.expr(f"shiftright(seq, {tuning.stretch_bits})").alias("_c"),
     )
     gk = [*keys, "_d", "_c"]
+    if plain:
+        return _classify(with_previous(r.select(*keys, "seq", "value", F.col("value").alias("last")), keys, "seq",
+                                       "last", tuning.seq_bucket, plain=True), first, rereads, df)
     g = r.groupBy(*gk).agg(
         F.min("seq").alias("_s0"), F.max("seq").alias("_s1"), F.count(F.lit(1)).alias("_n"),
         F.min("value").alias("_v0"), F.max("value").alias("_v1"),
@@ -350,7 +381,12 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
         # with_previous reads its input twice (lag per bucket, carry between buckets)
         units = units.persist(StorageLevel.MEMORY_AND_DISK)
         held.append(units)
-    u = with_previous(units, keys, "seq", "last", tuning.seq_bucket)
+    return _classify(with_previous(units, keys, "seq", "last", tuning.seq_bucket), first, rereads, df)
+
+
+def _classify(u: DataFrame, first: Optional[DataFrame], rereads: bool, df: DataFrame) -> DataFrame:
+    """The jumps among units that know the value read before them (`prev`)."""
+    keys = ["run", "client", "producer"]
     if rereads:
         u = u.join(first if first is not None else first_reads(df), [*keys, "value"], "left")
         dup = F.col("first_seq").isNotNull() & (F.col("seq") > F.col("first_seq"))
@@ -392,9 +428,9 @@ def jump_counts(j: DataFrame) -> DataFrame:
     return j.groupBy("run").agg(*[_count(c == k).alias(k.lower()) for k in JUMP_CLASSES])
 
 
-def gaps(rows: DataFrame, t: Tuning = DEFAULT) -> DataFrame:
+def gaps(rows: DataFrame, t: Tuning = DEFAULT, plain: bool = False) -> DataFrame:
     """Intervals between consecutive rows of a run in time: (run, gap_start, gap_end)."""
-    g = with_previous(rows.select("run", "t_ns"), ["run"], "t_ns", "t_ns", t.time_bucket_ns)
+    g = with_previous(rows.select("run", "t_ns"), ["run"], "t_ns", "t_ns", t.time_bucket_ns, plain)
     return g.where(F.col("prev").isNotNull()).select(
         "run", F.col("prev").alias("gap_start"), F.col("t_ns").alias("gap_end")
     )
@@ -464,6 +500,9 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
     if not width:
         return {}, {}
     acks = df.where(F.col("type") == "ack")
+    if sum(f["acks"] or 0 for f in frames.values()) <= tuning.plain_rows:
+        # few acks: paired one by one, exact at once
+        return _gap_facts(gaps(acks, tuning, plain=True), w)
     longest, closed = _gap_facts(bucket_gaps(acks, width, tuning), w)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
@@ -678,7 +717,7 @@ def _outage(t_fault: int, t_wend: int, closed: Optional[tuple], t_last_ack: Opti
 
 
 def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict],
-                   tuning: Tuning) -> dict[str, dict]:
+                   tuning: Tuning, plain: bool = False) -> dict[str, dict]:
     """What the VerneMQ seed's per-run table needs beyond the verdicts, per run: the node
     the transmitter/receiver was on at the first fault (else at its first event), the
     first `ready` after that fault, and the receiver's longest delivery gap in its window.
@@ -692,8 +731,11 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
             for kind in ("txm_f", "txm_0", "rxm_f", "rxm_0") if f[f"t_{kind}"] is not None]
     if want:
         at = spark.createDataFrame(sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
+        times = sorted({tm for _, _, tm in want})
+        # a few times: also a filter the Parquet reader skips row groups with
+        near = ts.isin(times) if len(times) <= tuning.value_ranges else F.lit(True)
         rows = (
-            df.where(t.isin("send", "recv") & F.col("node").isNotNull())
+            df.where(t.isin("send", "recv") & F.col("node").isNotNull() & near)
             .join(F.broadcast(at), ["run", "t_ns"])
             .select("run", "t_ns", "type", "client", "seq", "node")
             .collect()
@@ -716,7 +758,7 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
             .select("run", "client")
             .distinct()
         )
-        recv_gaps = gaps(recv.join(F.broadcast(reading), ["run", "client"]), tuning)
+        recv_gaps = gaps(recv.join(F.broadcast(reading), ["run", "client"]), tuning, plain)
         eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
         rx = (
             recv_gaps.join(F.broadcast(w0), "run")
@@ -778,7 +820,6 @@ class _Job:
 
     def nemesis(self) -> None:
         """The few rows that are not messages: faults, heals, read ends, observers' subscribes."""
-        self.exact = self.df.count() <= self.t.exact_percentile_rows
         small = [r.asDict() for r in self.df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe"))
                  .select("run", "client", "t_ns", "type", "node", "detail", "window").collect()]
         observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER}
@@ -843,7 +884,8 @@ class _Job:
         self.clock.lap("losses")
 
     def ordering(self) -> None:
-        j = jumps(self.df, self.first, rereads=self.first is not None, held=self.held, tuning=self.t)
+        plain = sum(f["recv_rows"] or 0 for f in self.frames.values()) <= self.t.plain_rows
+        j = jumps(self.df, self.first, rereads=self.first is not None, held=self.held, tuning=self.t, plain=plain)
         self.jumps = j.persist(StorageLevel.MEMORY_AND_DISK)
         self.kept.append(self.jumps)
         self.jc = {r["run"]: r.asDict() for r in jump_counts(self.jumps).collect()}
@@ -857,6 +899,16 @@ class _Job:
                 [(r, i, tf, te) for r, i, tf, te, *_ in self.windows_], "run string, w int, t_fault long, t_wend long")
         self.live_runs = sorted(run for run, f in self.frames.items()
                                 if _live_reader(f, self.live.get(run, {}).get("t_first")))
+        # the history's rows (the observers' deliveries included): up to a limit, latency
+        # percentiles are exact
+        rows = sum(f["rows"] or 0 for f in self.frames.values()) + sum(x["rows"] for x in self.live.values())
+        self.exact = rows <= self.t.exact_percentile_rows
+        # the first delivery of each run, to any consumer: one that starts after a fault
+        # window has closed read nothing across it
+        self.first_recv = {run: min((x for x in (f["t_first_recv"], self.live.get(run, {}).get("t_first"))
+                                     if x is not None), default=None) for run, f in self.frames.items()}
+        self.plain_recv = (sum(f["recv_rows"] or 0 for f in self.frames.values())
+                           + sum(x["rows"] for x in self.live.values())) <= self.t.plain_rows
 
     def live_consumers(self) -> None:
         """What the observers received: rows, duplicates (a message again to the same
@@ -884,9 +936,20 @@ class _Job:
         return recv if self.obs_recv is None else recv.unionByName(self.obs_recv)
 
     def latency(self) -> None:
-        rows = self.df if self.obs_recv is None else self.df.unionByName(self.obs_recv)
-        lat = latency_verdicts(latency_table(rows, self.live_runs, self.t), self.exact)
-        self.lats = {r["run"]: r.asDict() for r in lat.collect()}
+        """From the acks that carry their send time (format 1.4), an aggregate; else (older
+        histories) and for end-to-end latency (runs read while written), each message's
+        first send paired with its first ack and delivery."""
+        by_acks = sorted(run for run, f in self.frames.items() if f["send_ns_acks"] and run not in self.live_runs)
+        paired = sorted(set(self.frames) - set(by_acks))
+        if by_acks:
+            d = _only_runs(self.df, by_acks, self.t) if paired else self.df
+            self.lats.update({r["run"]: r.asDict() for r in ack_latency(d, self.exact).collect()})
+        if paired:
+            rows = self.df if self.obs_recv is None else self.df.unionByName(self.obs_recv)
+            if by_acks:
+                rows = _only_runs(rows, paired, self.t)
+            lat = latency_verdicts(latency_table(rows, self.live_runs, self.t), self.exact)
+            self.lats.update({r["run"]: r.asDict() for r in lat.collect()})
         self.clock.lap("latency")
 
     def availability(self) -> None:
@@ -901,6 +964,9 @@ class _Job:
             self.outages[(run, i)] = _outage(tf, te, closed.get((run, i)), f["t_last_ack"], f["t_write_end"])
             # the outage's own length: the longest ack-free interval, from the fault on
             self.ack_gaps[(run, i)] = None if self.outages[(run, i)] is None else closed[(run, i)][0]
+        if not any(self.first_recv.get(run) is not None and self.first_recv[run] <= te
+                   for run, i, tf, te, *_ in self.windows_):
+            return  # every read began after the faults' windows (the seeds' read at the end)
         recv = self._recv().select("run", "client", "t_ns")
         # a consumer reading across a window: it received before its end and after its start
         # (one that received nothing inside it is the outage this is about)
@@ -911,7 +977,8 @@ class _Job:
             .select("run", "client")
             .distinct()
         )
-        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t).persist(StorageLevel.MEMORY_AND_DISK)
+        rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t,
+                  self.plain_recv).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.max_recv_gap, rclosed = _gap_facts(rg, self.w)
         finally:
@@ -921,7 +988,10 @@ class _Job:
         self.clock.lap("receive gaps")
 
     def session_facts(self) -> None:
-        self.session = _session_facts(self.spark, self.df, self.windows_ if self.timing else [], self.frames, self.t)
+        windows = [x for x in self.windows_ if self.timing and x[1] == 0
+                   and self.first_recv.get(x[0]) is not None and self.first_recv[x[0]] <= x[3]]
+        self.session = _session_facts(self.spark, self.df, windows, self.frames, self.t,
+                                      sum(f["recv_rows"] or 0 for f in self.frames.values()) <= self.t.plain_rows)
         self.clock.lap("session facts")
 
     def verdict(self, run: str, position: int) -> Verdict:

@@ -31,3 +31,7 @@ class Tuning:
     # per-run constants (first fault, bucket width) up to this many runs are a map literal in
     # the expression; a map lookup scans its keys, so more runs get a broadcast join instead
     per_run_literal: int = 16
+    # up to this many rows, consecutive rows are paired by one lag() per stream (one shuffle)
+    # instead of lag() per bucket and a carry between buckets (three): for a run's worth of
+    # rows the buckets' extra jobs cost more than the one task they spare
+    plain_rows: int = 1_000_000

@@ -64,6 +64,7 @@ class Recorder:
         t_ns: int | None = None,
         window: int | None = None,
         intended: int | None = None,
+        send_ns: int | None = None,
     ) -> int:
         """Append one event; returns its t_ns. An unknown type is refused here, not found by
         the analysis later."""
@@ -87,6 +88,7 @@ class Recorder:
             c["detail"].append(detail)
             c["window"].append(window)
             c["intended_ns"].append(intended)
+            c["send_ns"].append(send_ns)
             if len(c["seq"]) >= self.max_rows:
                 self._flush_locked()
         return t

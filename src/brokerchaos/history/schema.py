@@ -1,4 +1,4 @@
-"""History format 1.3: the only contract between the workload/nemesis and the analysis.
+"""History format 1.4: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 3)
+FORMAT_VERSION = (1, 4)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -27,6 +27,11 @@ SCHEMA = pa.schema(
         # 1.2: a send row's intended time at a steady rate (`workload.rate`): when the
         # schedule meant it to go, on the t_ns clock; null without a rate, and on resends
         ("intended_ns", pa.int64()),
+        # 1.4: on a message's first ack row, the time its latency counts from (its first
+        # send's intended_ns at a steady rate, else that send's t_ns): latency is then an
+        # aggregate over ack rows, with no pairing of sends and acks. Null on later acks,
+        # on every other row, and in older histories
+        ("send_ns", pa.int64()),
     ],
     metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )

@@ -34,6 +34,9 @@ class ProducerLoop:
         self.acct = Accounting(spec.messages)
         self.on_first_ack = on_first_ack or (lambda: None)
         self.attempts: dict[int, int] = {}  # value -> attempt number of the outstanding send
+        # value -> when its latency counts from (first send's intended time, else its t_ns),
+        # until its first ack carries it (history format 1.4: `send_ns`)
+        self._start: dict[int, int] = {}
         self._expiry: collections.deque = collections.deque()  # (deadline, value, attempt)
         self._slots = asyncio.Semaphore(spec.in_flight)
         self._resend: collections.deque = collections.deque()
@@ -50,7 +53,8 @@ class ProducerLoop:
 
     # -- outcomes (called by the client, on the loop) --------------------------
     def on_outcome(self, value: int, kind: str, offset, node, detail) -> None:
-        self.rec.record(kind, self.name, value, offset, node, detail)
+        self.rec.record(kind, self.name, value, offset, node, detail,
+                        send_ns=self._start.pop(value, None) if kind == "ack" else None)
         if kind == "ack":
             if self.acct.on_ack(value):
                 self.on_first_ack()
@@ -104,6 +108,8 @@ class ProducerLoop:
         self.attempts[value] = attempt
         t = self.rec.record("send", self.name, value, None, self.client.node(),
                             None if attempt == 1 else f"retry {attempt - 1}", intended=intended)
+        if attempt == 1:
+            self._start[value] = t if intended is None else intended
         if intended is not None and t - intended > LATE_NS:
             self.late += 1
         self._expiry.append((time.monotonic() + self.spec.ack_timeout, value, attempt))

@@ -1,7 +1,8 @@
 """Where a session's time went, from its runs' run.json `phases`.
 
     .venv/bin/python benchmarks/phases.py RESULTS/SESSION-DIR
-    sudo .venv/bin/brokerchaos run scenarios/nats-many-runs.yaml && .venv/bin/python benchmarks/phases.py results/nats-many-runs-*
+    sudo .venv/bin/brokerchaos run scenarios/nats-many-runs.yaml
+    .venv/bin/python benchmarks/phases.py results/nats-many-runs-*
 
 Prints one JSON line: the number of runs, the median, p95 and max of each phase (cluster
 ready, write, read, the harness's own time = everything but write and read, the run's

@@ -83,6 +83,27 @@ def test_the_report_shows_each_run_and_draws_offline(tmp_path, spark):
         path = html.write_session(spark, df, analysis, tmp_path, {}, summary)
     finally:
         analysis.release()
+    # the same history as a producer of format 1.4 writes it (each message's first ack
+    # carries its first send's time): the latency plot reads the acks alone, and is the same
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from brokerchaos.history.schema import SCHEMA
+
+    rows = [r.asDict() for r in df.orderBy("run", "client", "seq").collect()]
+    first: dict = {}
+    for r in rows:
+        k = (r["run"], r["producer"], r["value"])
+        if r["type"] == "send":
+            first.setdefault(k, r["t_ns"])
+        elif r["type"] == "ack" and first.get(k) is not None:
+            r["send_ns"], first[k] = first[k], None
+    assert sum(r["send_ns"] is not None for r in rows) >= 200
+    (tmp_path / "h14").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "h14" / "h.parquet")
+    carried = timeline.collect(spark, metrics.read_history(spark, str(tmp_path / "h14")), analysis.verdicts,
+                               send_ns_runs=["run-001", "run-002"])
+    assert [carried[r].latency for r in tls] == [tls[r].latency for r in tls] and tls["run-001"].latency
     clean, hit = tls["run-001"], tls["run-002"]
     # positions and first rows only for the run that has something to show
     assert clean.positions == {} and clean.jumps == [] and clean.lost == []

@@ -1086,5 +1086,8 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
         for d in job.held:
             d.unpersist()
     verdicts = [job.verdict(run, i) for i, run in enumerate(sorted(job.frames), 1)]
-    return Analysis(verdicts, job.jumps, job.dups, job.exact, losses=job.lost, meta={"seconds": job.clock.laps},
-                    kept=job.kept)
+    # the runs whose acks carry their send time (format 1.4): the report's latency plot needs
+    # no pairing for them either
+    send_ns_runs = sorted(run for run, f in job.frames.items() if f["send_ns_acks"])
+    return Analysis(verdicts, job.jumps, job.dups, job.exact, losses=job.lost,
+                    meta={"seconds": job.clock.laps, "send_ns_runs": send_ns_runs}, kept=job.kept)

@@ -58,9 +58,10 @@ def _first_rows(d: DataFrame, order: list[str], n: int) -> list[dict]:
 
 
 def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Optional[DataFrame] = None,
-            losses: Optional[DataFrame] = None) -> dict[str, RunTimeline]:
+            losses: Optional[DataFrame] = None, send_ns_runs: Optional[list] = None) -> dict[str, RunTimeline]:
     """Every run's timeline. `jumps` and `losses` are the analysis' logs (metrics.Analysis);
-    positions, jumps and losses are gathered only for runs that have any."""
+    positions, jumps and losses are gathered only for runs that have any. `send_ns_runs`:
+    the runs whose acks carry their send time (format 1.4), whose latency needs no pairing."""
     t, ts = F.col("type"), F.col("t_ns")
     out: dict[str, RunTimeline] = {v["run"]: RunTimeline() for v in verdicts}
     b = F.floor(ts / F.lit(BUCKET_NS)).cast("long")
@@ -74,12 +75,24 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
         out.setdefault(r["run"], RunTimeline()).counts.setdefault(r["type"], []).append(
             (r["b"] * BUCKET_NS, r["n"], r["lo"], r["hi"]))
 
-    msgs = (
-        df.where(t.isin("send", "ack"))
-        .groupBy("run", "producer", "value")
-        .agg(F.min(F.when(t == "send", ts)).alias("s"), F.min(F.when(t == "ack", ts)).alias("a"))
-        .where(F.col("s").isNotNull() & F.col("a").isNotNull())
-    )
+    # latency counts from where the verdicts count it: the acks' send_ns (a steady rate's
+    # intended time) where the producer wrote it, else each message's first send
+    carried = sorted(set(send_ns_runs or ()) & set(out))
+    paired = sorted(set(out) - set(carried))
+    parts = []
+    if carried:
+        d = df.where(F.col("run").isin(carried)) if paired else df
+        parts.append(d.where((t == "ack") & F.col("send_ns").isNotNull())
+                     .select("run", F.col("send_ns").alias("s"), F.col("t_ns").alias("a")))
+    if paired or not out:
+        d = df.where(F.col("run").isin(paired)) if carried else df
+        parts.append(
+            d.where(t.isin("send", "ack"))
+            .groupBy("run", "producer", "value")
+            .agg(F.min(F.when(t == "send", ts)).alias("s"), F.min(F.when(t == "ack", ts)).alias("a"))
+            .where(F.col("s").isNotNull() & F.col("a").isNotNull())
+            .select("run", "s", "a"))
+    msgs = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     lat = (F.col("a") - F.col("s")) / F.lit(1e6)
     for r in (
         msgs.groupBy("run", F.floor(F.col("a") / F.lit(BUCKET_NS)).cast("long").alias("b"))

@@ -367,7 +367,7 @@ def write_session(spark, df, analysis, out: Path, metas: dict, summary: dict) ->
     if len(drawn) < len(analysis.verdicts):
         df = df.where(df["run"].isin(drawn))
     tls = timeline.collect(spark, df, [v for v in analysis.verdicts if v["run"] in set(drawn)], analysis.jumps,
-                           analysis.losses)
+                           analysis.losses, analysis.meta.get("send_ns_runs"))
     command = (out / "command.txt").read_text().strip() if (out / "command.txt").exists() else None
     path = out / "report.html"
     path.write_text(session_page(scenario, analysis.verdicts, metas, summary, tls, out, command))

@@ -277,6 +277,9 @@ def main() -> None:
     ap.add_argument("--no-cores", action="store_true", help="leave out the local[1] / local[2] comparison")
     ap.add_argument("--old-format", action="store_true",
                     help="acks without send_ns (format 1.3): latency pairs every send with its ack")
+    ap.add_argument("--once", action="store_true",
+                    help="only one analysis (every verdict, cold in its process) and its peak memory: for "
+                         "histories too large for the loop (100 M messages: ~42 GB)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -291,6 +294,22 @@ def main() -> None:
         t = time.perf_counter()
         rows = generate(d, args.messages, with_send_ns=not args.old_format)
         print(f"generated {rows:,} rows in {time.perf_counter() - t:.1f}s at {d}", file=sys.stderr)
+    if args.once:
+        from brokerchaos.analysis import metrics
+        from brokerchaos.analysis.spark import get_spark
+
+        spark = get_spark()
+        t = time.perf_counter()
+        a = metrics.analyze(spark, metrics.read_history(spark, str(d)))
+        took = time.perf_counter() - t
+        v = a.verdicts[0]
+        a.release()
+        print(json.dumps({"messages": args.messages, "spark_once_s": round(took, 1), "steps_s": a.meta["seconds"],
+                          "send_count": v["send_count"], "acked_missing": v["acked_missing"],
+                          "msgs_with_dups": v["msgs_with_dups"], "jf": v["jf"], "jb": v["jb"],
+                          "python_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                          "jvm_peak_rss_mb": _jvm_peak_mb()}))
+        return
     loop = dict_loop(d)
     print(f"dict/set loop: {loop['seconds']:.1f}s, peak {loop['peak_rss_mb']:.0f} MB", file=sys.stderr)
     sp = spark_job(d, args.repeat)

@@ -158,10 +158,10 @@ class Session:
                     t_read_end = meta.pop("_t_read_end", None)
                     if self.verdicts == "each":
                         t_an = time.monotonic()
-                        v = self.analyze_run(run_id)
+                        v, steps = self.analyze_run(run_id)
                         phases = meta.setdefault("phases", {})
                         phases["analysis_s"] = round(time.monotonic() - t_an, 3)
-                        phases["analysis_steps_s"] = getattr(self, "analysis_steps", {})
+                        phases["analysis_steps_s"] = steps
                         if v is not None:
                             result.verdicts.append(v)
                             self._line(console.run_block(v, meta))
@@ -264,13 +264,14 @@ class Session:
             self._line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
                           " and network faults are unavailable")
 
-    def analyze_run(self, run_id: str) -> Optional[dict]:
+    def analyze_run(self, run_id: str) -> tuple[Optional[dict], dict]:
+        """The run's verdict, and the seconds its analysis spent per step."""
         spark = spark_mod.get_spark(self.spark_master)
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
         analysis = metrics.analyze(spark, df, timing=not self.soak)
         analysis.release()  # the run's own block shows verdicts only; the logs are the session's
-        self.analysis_steps = analysis.meta.get("seconds", {})
-        return session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
+        v = session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
+        return v, analysis.meta.get("seconds", {})
 
     # -- one run ---------------------------------------------------------------
     def _run_one(self, sb: Sandbox, run_id: str, index: int) -> dict:

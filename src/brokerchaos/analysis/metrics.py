@@ -851,6 +851,7 @@ class _Job:
         self.held.append(blocks)
         self.frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
         self.msgs = {run: dict(f) for run, f in self.frames.items()}
+        self.recv_rows = sum(f["recv_rows"] or 0 for f in self.frames.values())
         self.clock.lap("blocks")
         unplain = sum(f["_unplain"] for f in self.frames.values())
         self.first = None
@@ -884,8 +885,8 @@ class _Job:
         self.clock.lap("losses")
 
     def ordering(self) -> None:
-        plain = sum(f["recv_rows"] or 0 for f in self.frames.values()) <= self.t.plain_rows
-        j = jumps(self.df, self.first, rereads=self.first is not None, held=self.held, tuning=self.t, plain=plain)
+        j = jumps(self.df, self.first, rereads=self.first is not None, held=self.held, tuning=self.t,
+                  plain=self.recv_rows <= self.t.plain_rows)
         self.jumps = j.persist(StorageLevel.MEMORY_AND_DISK)
         self.kept.append(self.jumps)
         self.jc = {r["run"]: r.asDict() for r in jump_counts(self.jumps).collect()}
@@ -901,14 +902,13 @@ class _Job:
                                 if _live_reader(f, self.live.get(run, {}).get("t_first")))
         # the history's rows (the observers' deliveries included): up to a limit, latency
         # percentiles are exact
-        rows = sum(f["rows"] or 0 for f in self.frames.values()) + sum(x["rows"] for x in self.live.values())
-        self.exact = rows <= self.t.exact_percentile_rows
+        live_rows = sum(x["rows"] for x in self.live.values())
+        self.exact = sum(f["rows"] or 0 for f in self.frames.values()) + live_rows <= self.t.exact_percentile_rows
         # the first delivery of each run, to any consumer: one that starts after a fault
         # window has closed read nothing across it
         self.first_recv = {run: min((x for x in (f["t_first_recv"], self.live.get(run, {}).get("t_first"))
                                      if x is not None), default=None) for run, f in self.frames.items()}
-        self.plain_recv = (sum(f["recv_rows"] or 0 for f in self.frames.values())
-                           + sum(x["rows"] for x in self.live.values())) <= self.t.plain_rows
+        self.plain_recv = self.recv_rows + live_rows <= self.t.plain_rows
 
     def live_consumers(self) -> None:
         """What the observers received: rows, duplicates (a message again to the same
@@ -991,7 +991,7 @@ class _Job:
         windows = [x for x in self.windows_ if self.timing and x[1] == 0
                    and self.first_recv.get(x[0]) is not None and self.first_recv[x[0]] <= x[3]]
         self.session = _session_facts(self.spark, self.df, windows, self.frames, self.t,
-                                      sum(f["recv_rows"] or 0 for f in self.frames.values()) <= self.t.plain_rows)
+                                      self.recv_rows <= self.t.plain_rows)
         self.clock.lap("session facts")
 
     def verdict(self, run: str, position: int) -> Verdict:

@@ -201,3 +201,49 @@ def test_a_stepdown_that_keeps_its_holder_is_ready_at_once_and_one_that_moves_na
         assert w["effect"]["moved_to"] == moved_to and w["effect"]["moved_s"] < 1.0, w
         readies = [r for r in rows if r["type"] == "ready"]
         assert len(readies) == 1 and readies[0]["window"] == w["id"], rows
+
+
+class _SlowDescribe(FakeRoles):
+    async def describe(self):
+        await asyncio.sleep(0.2)
+        return {"leader": self.lead}
+
+
+def test_a_heal_under_way_when_the_write_ends_is_finished_not_cut_short(tmp_path):
+    # The runner cancels a nemesis still running when the write phase ends. Landing inside a
+    # heal (here while the cluster describes itself, before the node is started) it once left
+    # the node down and the window without a heal: seen in CI as a Kafka run whose killed
+    # broker was never started again.
+    dep = FakeDeployment()
+    dep.roles = _SlowDescribe()
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+
+        async def before(_dep, _nodes):
+            pass
+
+        spec = FaultSpec(action="kill", target="n1", trigger={"at_seconds": 0}, duration=0.1)
+        n = Nemesis(0, spec, dep, None, 1, "r1", rec, AckGate(), lambda: ["n1"], [].append, before)
+        task = asyncio.create_task(n.run())
+        for _ in range(300):
+            if n.healing:
+                break
+            await asyncio.sleep(0.01)
+        assert n.healing and "n1" not in dep.cluster.up
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await n.wait_healed()  # what the runner does before its read
+        assert "n1" in dep.cluster.up
+        await n.heal_active("end of run")  # and its `finally`: nothing left to heal
+        await n.settle(1)
+        rec.close()
+        return n
+
+    n = asyncio.run(body())
+    rows = sorted(ds.dataset(str(tmp_path)).to_table().to_pylist(), key=lambda r: r["seq"])
+    heals = [r for r in rows if r["type"] == "heal"]
+    assert len(heals) == 1 and "after duration" in heals[0]["detail"]
+    w = n.windows[0]
+    assert w["healed_ms"] >= w["t_ms"] and w["roles_during"] == {"leader": "n2"}
+    assert [verb for _, verb, _ in dep.cluster.log] == ["kill", "start"]

@@ -434,15 +434,17 @@ class Session:
                         # an operation under way (a rolling restart) finishes, bounded
                         n.stopping = True
                         await asyncio.wait([task], timeout=n.injecting)
-                    if not task.done() and n.active is not None and n.spec.duration is not None:
+                    if not task.done() and (n.healing or n.active is not None and n.spec.duration is not None):
                         # a window under way lasts its configured duration (no new window starts)
                         n.stopping = True
-                        await asyncio.wait([task], timeout=n.spec.duration + 5)
+                        await asyncio.wait([task], timeout=(n.spec.duration or 0) + 5)
                     if not task.done():
                         if not n.windows:
                             n.state["why"] = f"trigger not reached (acks: {gate.acks})"
                         task.cancel()
                 await asyncio.gather(*nem_tasks, progress, return_exceptions=True)
+                for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
+                    await n.wait_healed()
                 out["write_s"] = round(time.monotonic() - t_write, 3)
                 gc.unfreeze()  # what the run left behind is the collector's again (soaks)
                 stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]

@@ -75,6 +75,7 @@ class Nemesis:
         }
         self._uid = 0
         self._watchers: list[asyncio.Task] = []
+        self._healing: Optional[asyncio.Future] = None
 
     @property
     def label(self) -> str:
@@ -196,7 +197,26 @@ class Nemesis:
         self.rec.flush()
         return t
 
+    @property
+    def healing(self) -> bool:
+        return self._healing is not None and not self._healing.done()
+
     async def heal_active(self, why: str) -> None:
+        # A heal under way is never cut short: the runner cancels a nemesis whose write phase
+        # ended, and a heal cancelled in its middle would leave the window open and the node
+        # down with nobody left to heal it (active is already cleared). The heal runs as its
+        # own task; a cancelled caller leaves it to finish, and the next caller waits for it.
+        while self.healing:
+            await asyncio.shield(self._healing)
+        self._healing = asyncio.ensure_future(self._heal(why))
+        await asyncio.shield(self._healing)
+
+    async def wait_healed(self) -> None:
+        """Wait for a heal whose caller was cancelled (each step of a heal is bounded)."""
+        while self.healing:
+            await asyncio.gather(asyncio.shield(self._healing), return_exceptions=True)
+
+    async def _heal(self, why: str) -> None:
         await self._release()
         if self.active is None:
             return

@@ -41,15 +41,22 @@ def summarise(dirs: list[Path]) -> str:
     by: dict[str, list[dict]] = {}
     for action, w in windows(dirs):
         by.setdefault(action, []).append(w)
-    lines = ["| action | windows | delay p50 | delay p95 | delay max | target lookup p50 | within 100 ms |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| action | windows | delay p50 | delay p95 | delay max | target lookup p50 | within 100 ms "
+             "| from the view (confirmed / stale / unanswered) |",
+             "|---|---|---|---|---|---|---|---|"]
     for action in sorted(by):
         ws = by[action]
         d = [w["delay_ms"] for w in ws]
         r = [w["resolve_ms"] for w in ws if w.get("resolve_ms") is not None]
         ok = sum(1 for x in d if x <= 100)
+        viewed = [w for w in ws if w.get("target_by") == "view"]
+        conf = [sum(1 for w in viewed if w.get("target_confirmed") is v) for v in (True, False, None)]
         lines.append(f"| {action} | {len(ws)} | {pct(d, .5):.0f} ms | {pct(d, .95):.0f} ms | {max(d):.0f} ms | "
-                     f"{pct(r, .5):.0f} ms | {ok} of {len(ws)} |")
+                     f"{pct(r, .5):.0f} ms | {ok} of {len(ws)} | {len(viewed)} ({' / '.join(map(str, conf))}) |")
+    every = [w["delay_ms"] for _, w in windows(dirs)]
+    if every:
+        lines.append(f"\nAll {len(every)} windows: p50 {pct(every, .5):.0f} ms, p99 {pct(every, .99):.0f} ms, "
+                     f"max {max(every):.0f} ms; {sum(1 for x in every if x <= 100)} within 100 ms")
     return "\n".join(lines)
 
 

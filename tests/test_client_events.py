@@ -72,3 +72,41 @@ def test_aio_pika_close_of_the_connection_in_use_is_a_disconnect_and_ours_is_not
         assert len(events) == 1 and p.down
 
     asyncio.run(body())
+
+
+def test_callbacks_handed_from_library_threads_all_run_on_the_loop_in_order():
+    # paho's and pulsar-client's threads hand their callbacks over in bursts (Handoff): none
+    # may be lost or reordered, whatever the interleaving with the loop's drains
+    import threading
+
+    from brokerchaos.systems.base import Handoff
+
+    got: list = []
+
+    async def body():
+        loop = asyncio.get_running_loop()
+        h = Handoff(loop)
+        done = asyncio.Event()
+        n_threads, n = 4, 5000
+
+        def take(thread, i):
+            assert threading.current_thread() is threading.main_thread()
+            got.append((thread, i))
+            if len(got) == n_threads * n:
+                done.set()
+
+        def feed(thread):
+            for i in range(n):
+                h.put(take, thread, i)
+
+        threads = [threading.Thread(target=feed, args=(k,)) for k in range(n_threads)]
+        for t in threads:
+            t.start()
+        await asyncio.wait_for(done.wait(), 30)
+        for t in threads:
+            t.join()
+
+    asyncio.run(body())
+    assert len(got) == 4 * 5000
+    for k in range(4):
+        assert [i for t, i in got if t == k] == list(range(5000))

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pyarrow.dataset as ds
+import pytest
 
 from brokerchaos.analysis.metrics import pair_windows
 from brokerchaos.faults.nemesis import AckGate, Nemesis
@@ -247,3 +248,63 @@ def test_a_heal_under_way_when_the_write_ends_is_finished_not_cut_short(tmp_path
     w = n.windows[0]
     assert w["healed_ms"] >= w["t_ms"] and w["roles_during"] == {"leader": "n2"}
     assert [verb for _, verb, _ in dep.cluster.log] == ["kill", "start"]
+
+
+class _SlowLeader(FakeRoles):
+    """A leader lookup that gets slow (a stream-info request queued behind the load)."""
+
+    def __init__(self):
+        super().__init__("n2")
+        self.delay = 0.0
+        self.asked = 0
+
+    async def leader(self):
+        self.asked += 1
+        lead = self.lead  # what the cluster says when asked, answered `delay` later
+        await asyncio.sleep(self.delay)
+        return lead
+
+    async def describe(self):
+        return {"leader": self.lead}
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_slow_leader_lookup_does_not_delay_the_fault_and_the_view_is_confirmed(tmp_path, moved):
+    dep = FakeDeployment()
+    dep.roles = roles = _SlowLeader()
+    lines = []
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate = AckGate()
+
+        async def before(_dep, _nodes):
+            pass
+
+        spec = FaultSpec(action="kill", target="leader", trigger={"after_acks": 5}, duration=0.2)
+        n = Nemesis(0, spec, dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, before)
+        task = asyncio.create_task(n.run())
+        await asyncio.sleep(0.3)  # the background view has looked
+        assert roles.asked >= 1
+        roles.delay = 0.6
+        if moved:  # the leader moved since the view looked: the lookup will say so
+            roles.lead = "n3"
+        for _ in range(5):
+            gate.on_first_ack()
+        await asyncio.wait_for(task, 5)
+        await n.heal_active("end of run")
+        await n.settle(5)
+        rec.close()
+        return n
+
+    n = asyncio.run(body())
+    w = n.windows[0]
+    # the fault did not wait for the 0.6 s lookup: it took the view, then the lookup
+    # (asked at the trigger) confirmed it or named the node it should have been
+    assert w["target_by"] == "view" and w["resolve_ms"] < 100 and w["view_age_ms"] < 2000, w
+    assert w["nodes"] == ["n2"] and w["roles_before"] == {"leader": "n2"}
+    assert w["target_confirmed"] is (not moved), w
+    if moved:
+        assert w["target_when_asked"] == ["n3"]
+        assert any("the background view named n2, the cluster answered n3" in x for x in lines), lines
+    assert [(verb, node) for _, verb, node in dep.cluster.log] == [("kill", "n2"), ("start", "n2")]

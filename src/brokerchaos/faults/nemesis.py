@@ -18,7 +18,14 @@ from ..scenario import FaultSpec
 from .base import Fault, FaultContext
 from .registry import FAULTS
 from .schedule import plan, rng_for
-from .targets import resolve
+from .targets import parse, resolve
+
+# Roles a target is resolved from with no random choice: the background view may answer for
+# them (a seeded choice, `follower` or `random`, is drawn once, when the fault fires)
+VIEWED = frozenset({"leader", "coordinator", "followers"})
+VIEW_EVERY = 0.5  # seconds between two looks of the background view
+VIEW_MAX_AGE_NS = 2_000_000_000  # an older view is not used: the fault waits for its lookup
+FRESH_WAIT = 0.03  # how long a fault waits for its own lookup before it takes the view
 
 
 class AckGate:
@@ -76,6 +83,11 @@ class Nemesis:
         self._uid = 0
         self._watchers: list[asyncio.Task] = []
         self._healing: Optional[asyncio.Future] = None
+        # (target, when asked, the cluster's description then): kept current while the
+        # nemesis waits for its trigger, so that a lookup slowed by the load (a stream-info
+        # request behind thousands of acks) does not delay the fault
+        self._view: Optional[tuple] = None
+        self._viewer: Optional[asyncio.Future] = None
 
     @property
     def label(self) -> str:
@@ -107,9 +119,50 @@ class Nemesis:
             except Exception as e:
                 self.state["release_error"] = f"{type(e).__name__}: {e}"
 
+    def _viewable(self) -> bool:
+        try:
+            terms = [t for part in parse(self.spec.target, self.cls.takes_groups) for t in part]
+        except ValueError:
+            return False
+        names = set(self.deployment.cluster.host_names)
+        return (any(n in VIEWED for n, _ in terms)
+                and all(c is None and (n in VIEWED or n in names) for n, c in terms))
+
+    async def _keep_view(self) -> None:
+        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes)
+        # the flag as well as the cancel: Python 3.11's wait_for (in _describe) can swallow a
+        # cancel that lands as its inner call completes, and the loop would go on for ever
+        while self._viewer is not None:
+            t = time.monotonic_ns()
+            try:
+                async with asyncio.timeout(5):
+                    target = await resolve(self.spec.target, ctx, groups=self.cls.takes_groups)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the next look may answer; a view too old is not used
+                target = None
+            if target is not None:
+                w: dict = {}
+                await self._describe(w, "roles")
+                self._view = (target, t, w.get("roles"))
+            await asyncio.sleep(VIEW_EVERY)
+
     async def run(self) -> None:
         if self.spec.action == "none":
             return
+        self._viewer = asyncio.ensure_future(self._keep_view()) if self._viewable() else None
+        try:
+            await self._run()
+        finally:
+            await self._stop_view()
+
+    async def _stop_view(self) -> None:
+        viewer, self._viewer = self._viewer, None
+        if viewer is not None:
+            viewer.cancel()
+            await asyncio.gather(viewer, return_exceptions=True)
+
+    async def _run(self) -> None:
         t_begin = time.monotonic()
         fault = await self._prepared()
         if fault is None:
@@ -137,6 +190,8 @@ class Nemesis:
                 return
             self.pending = None
             ok = await self._window(k, t_start, fault)
+            if k == len(self.schedule) - 1:
+                await self._stop_view()  # no window left to aim
             if self.spec.duration is not None and self.active is not None:
                 await asyncio.sleep(self.spec.duration)
                 await self.heal_active("after duration")
@@ -150,10 +205,13 @@ class Nemesis:
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         first = self.cls.opens_window_first or self.cls.own_windows
         try:
-            target = await resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups)
+            target, view = await self._target(fault, w, t_start)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             await self.before_fault(self.deployment, target.nodes)
-            await self._describe(w, "roles_before")
+            if view is None:
+                await self._describe(w, "roles_before")
+            elif view[2]:
+                w["roles_before"] = view[2]  # as the view saw the cluster (view_age_ms)
             if first:
                 self._opened(k, w, fault, target, t_start)
             self.injecting = fault.inject_bound(len(target.nodes))
@@ -174,6 +232,38 @@ class Nemesis:
         if not self.cls.recoverable:
             self.active = None
         return True
+
+    async def _target(self, fault: Fault, w: dict, t_start: int) -> tuple:
+        """The target, from the cluster when it answers within FRESH_WAIT, else from the
+        background view (at most VIEW_MAX_AGE_NS old); the lookup then goes on, and what it
+        answers confirms the view or says it was stale (`target_confirmed` in run.json)."""
+        fresh = asyncio.ensure_future(resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups))
+        view = self._view
+        if view is None or time.monotonic_ns() - view[1] > VIEW_MAX_AGE_NS:
+            return await fresh, None
+        done, _ = await asyncio.wait({fresh}, timeout=FRESH_WAIT)
+        if done:
+            return fresh.result(), None
+        w["target_by"] = "view"
+        w["view_age_ms"] = round((t_start - view[1]) / 1e6, 3)
+        self._watchers.append(asyncio.ensure_future(self._confirm(fresh, view[0], w)))
+        return view[0], view
+
+    async def _confirm(self, fresh: asyncio.Future, viewed, w: dict) -> None:
+        try:
+            got = await asyncio.wait_for(fresh, 10)
+        except asyncio.CancelledError:
+            fresh.cancel()
+            raise
+        except Exception as e:  # asked before the fault; a node it hit may never answer
+            w["target_confirmed"] = None
+            w["confirm_error"] = f"{type(e).__name__}: {e}"[:200]
+            return
+        w["target_confirmed"] = got.nodes == viewed.nodes and got.groups == viewed.groups
+        if not w["target_confirmed"]:
+            w["target_when_asked"] = got.nodes
+            self.line(f"Fault: {self.label}: the background view named {viewed.label()}, the cluster "
+                      f"answered {got.label()} (asked at the trigger)")
 
     def _opened(self, k: int, w: dict, fault: Fault, target, t_start: int) -> None:
         """The window is in effect: its fault row (unless the fault records its own windows),

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,45 @@ class ClientEvents:
 
     def on_event(self, kind: str, node: Optional[str], detail: Optional[str]) -> None:
         pass
+
+
+class Handoff:
+    """Callbacks from a client library's own thread (paho's network loop, pulsar-client's
+    IO threads) run on the event loop, in order, many per wake-up: one
+    call_soon_threadsafe per burst instead of one per message, whose self-pipe write and
+    wake-up cost more than the callback (measured: the recorded MQTT and Pulsar producers
+    at half the rate of the bare client)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.q: collections.deque = collections.deque()
+        self.lock = threading.Lock()
+        self.scheduled = False
+
+    def put(self, fn: Callable, *args) -> None:
+        """From any thread. After the loop is closed (the run is over), dropped."""
+        self.q.append((fn, args))
+        with self.lock:
+            if self.scheduled:
+                return
+            self.scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            pass
+
+    def _drain(self) -> None:
+        # cleared first: whatever is put from here on is either taken below or schedules
+        # another drain, so nothing waits for a wake-up that never comes
+        with self.lock:
+            self.scheduled = False
+        q = self.q
+        while q:
+            fn, args = q.popleft()
+            try:
+                fn(*args)
+            except Exception as e:  # one callback's error must not strand the rest
+                self.loop.call_exception_handler({"message": f"callback {fn!r} failed", "exception": e})
 
 
 # capabilities: what a deployment offers and a fault needs. Node control first: a local

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
 from . import natsbin
-from .base import (POWER, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_,
-                   node_names, port_open, wait_until)
+from .base import (POWER, Client, ClientEvents, DeliverCallback, Handoff, OutcomeCallback, Roles, System,
+                   SystemError_, node_names, port_open, wait_until)
 from .cluster import LocalCluster
 from .nats import NatsServers, meta_whole
 from .rabbitmq.cluster import Management, RabbitMqttServers
@@ -321,6 +321,7 @@ class _Connection:
         mqtt = _paho()
         self.node = node
         self.loop = loop
+        self.handoff = Handoff(loop)
         self.connected = asyncio.Event()
         self.lost = False
         self.result: Optional[str] = None
@@ -358,11 +359,8 @@ class _Connection:
         self.addr = addr
 
     def _hand(self, fn, *args) -> None:
-        """From paho's thread to the event loop; after the run's loop is gone, drop it."""
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:
-            pass
+        """From paho's thread to the event loop; after the run's loop is gone, dropped."""
+        self.handoff.put(fn, *args)
 
     async def open(self, timeout: float) -> bool:
         try:

@@ -14,7 +14,7 @@ import re
 import time
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+from ..base import (Client, ClientEvents, DeliverCallback, Handoff, LiveConsumer, NodeExited, OutcomeCallback, Roles,
                     SystemError_, http_get, wait_until)
 
 # results meaning the message was never written
@@ -240,6 +240,7 @@ class PulsarProducer(ClientEvents):
         s, o, w = self.system, self.system.options, self.system.ctx.scenario.workload
         self.on_outcome = on_outcome
         self.loop = asyncio.get_running_loop()
+        self.handoff = Handoff(self.loop)
         s.follow_owner()
         timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
         self.client = s.new_client(10)
@@ -264,7 +265,7 @@ class PulsarProducer(ClientEvents):
 
     def _callback(self, value: int):
         def done(result, msg_id) -> None:  # on the client's own thread
-            self.loop.call_soon_threadsafe(self._report, value, result, str(msg_id) if msg_id is not None else None)
+            self.handoff.put(self._report, value, result, str(msg_id) if msg_id is not None else None)
         return done
 
     def _report(self, value: int, result, msg_id: Optional[str]) -> None:

@@ -19,6 +19,7 @@ stream each, in alternating order:
 
 Rate = messages ÷ (last ack − first send), connection set-up excluded on both sides. Prints
 one JSON line per system: the best and median of each and their ratio (target >= 0.9).
+BC_PROFILE=1 prints where the recorded producer's thread spent its time (cProfile).
 """
 from __future__ import annotations
 

@@ -68,6 +68,15 @@ class FakeDeployment:
         self.roles = FakeRoles()
 
 
+async def _no_observer(_dep, _nodes):
+    pass
+
+
+def _nemesis(i, spec, dep, rec, gate, lines):
+    """A nemesis on the fake deployment, as the runner builds one (client on n1)."""
+    return Nemesis(i, spec, dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer)
+
+
 def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None):
     """Run one nemesis per spec for a write phase; `acks` first acks arrive at once."""
     dep = FakeDeployment()
@@ -82,12 +91,7 @@ def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None):
     async def body():
         rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
         gate = AckGate()
-
-        async def before(_dep, _nodes):
-            pass
-
-        nems = [Nemesis(i, FaultSpec(**spec), dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, before)
-                for i, spec in enumerate(specs)]
+        nems = [_nemesis(i, FaultSpec(**spec), dep, rec, gate, lines) for i, spec in enumerate(specs)]
         tasks = [asyncio.create_task(n.run()) for n in nems]
         for _ in range(acks):
             gate.on_first_ack()
@@ -220,12 +224,8 @@ def test_a_heal_under_way_when_the_write_ends_is_finished_not_cut_short(tmp_path
 
     async def body():
         rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
-
-        async def before(_dep, _nodes):
-            pass
-
         spec = FaultSpec(action="kill", target="n1", trigger={"at_seconds": 0}, duration=0.1)
-        n = Nemesis(0, spec, dep, None, 1, "r1", rec, AckGate(), lambda: ["n1"], [].append, before)
+        n = _nemesis(0, spec, dep, rec, AckGate(), [])
         task = asyncio.create_task(n.run())
         for _ in range(300):
             if n.healing:
@@ -277,12 +277,8 @@ def test_a_slow_leader_lookup_does_not_delay_the_fault_and_the_view_is_confirmed
     async def body():
         rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
         gate = AckGate()
-
-        async def before(_dep, _nodes):
-            pass
-
         spec = FaultSpec(action="kill", target="leader", trigger={"after_acks": 5}, duration=0.2)
-        n = Nemesis(0, spec, dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, before)
+        n = _nemesis(0, spec, dep, rec, gate, lines)
         task = asyncio.create_task(n.run())
         await asyncio.sleep(0.3)  # the background view has looked
         assert roles.asked >= 1

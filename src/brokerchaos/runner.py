@@ -507,6 +507,7 @@ class Session:
         the write phase ends, so that nothing is kept for good over a long session)."""
         warm = getattr(self, "_warm", None)
         if warm is not None and warm.is_alive():
+            warm.enough()
             await asyncio.to_thread(warm.join, 300)
         gc.collect()
         gc.freeze()

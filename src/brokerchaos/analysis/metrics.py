@@ -30,6 +30,29 @@ MS = 1_000_000.0
 DEFAULT = Tuning()
 
 
+def _columns_once(build):
+    """`build(*args)`'s columns, built once per Spark context and arguments.
+
+    A Column is an immutable expression tree in the JVM, and building one from Python costs
+    a py4j round trip per function and operator: the block summary's ~60 aggregates took
+    90 ms of each analysis to build, the same every time. They are kept per context (a
+    stopped session's JVM objects are gone) and per argument (the Tuning, a flag).
+    """
+    cache: dict = {}
+
+    def get(*args):
+        from pyspark import SparkContext
+
+        key = (id(SparkContext._active_spark_context), args)
+        if key not in cache:
+            if len(cache) > 8:
+                cache.clear()
+            cache[key] = build(*args)
+        return cache[key]
+
+    return get
+
+
 def read_history(spark: SparkSession, *paths: str) -> DataFrame:
     """Every `*.parquet` file at any depth below each path, in format v1."""
     return (
@@ -168,17 +191,28 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAU
     per block and type before anything is shuffled, where a per-message groupBy moves every
     row. Grouping by type first keeps the per-row work to unconditional min/max/bit_or.
     """
+    typed = _with_per_run(df, first_fault, "_tf", t=t).groupBy("run", "producer", _blk(t).alias("blk"), "type").agg(
+        *_typed_columns(t))
+    return typed.groupBy("run", "producer", "blk").agg(*_block_columns())
+
+
+@_columns_once
+def _typed_columns(t: Tuning) -> list:
     ts = F.col("t_ns")
     tf = F.col("_tf")
     node = F.col("node").isNotNull()
-    typed = _with_per_run(df, first_fault, "_tf", t=t).groupBy("run", "producer", _blk(t).alias("blk"), "type").agg(
+    return [
         F.bit_or(_bit(t)).alias("_B"), F.count(F.lit(1)).alias("_n"),
         F.min(ts).alias("_lo"), F.max(ts).alias("_hi"),
         # where the transmitter/receiver was: the time of its last event with a node up to
         # the first fault, and of its first; the node itself is looked up afterwards
         F.max(F.when(node & (ts <= tf), ts)).alias("_nf"), F.min(F.when(node, ts)).alias("_n0"),
         F.min(F.when(ts >= tf, ts)).alias("_af"), F.count("send_ns").alias("_sn"),
-    )
+    ]
+
+
+@_columns_once
+def _block_columns() -> list:
     ty_ = F.col("type")
 
     def bits(ty: str):
@@ -187,7 +221,7 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAU
     def of(ty, col: str, agg):
         return agg(F.when(ty_.isin(*ty) if isinstance(ty, tuple) else ty_ == ty, F.col(col)))
 
-    return typed.groupBy("run", "producer", "blk").agg(
+    return [
         bits("send").alias("S"), bits("ack").alias("A"), bits("nack").alias("N"),
         bits("unknown").alias("U"), bits("recv").alias("R"),
         F.coalesce(of("recv", "_n", F.sum), F.lit(0).cast("long")).alias("rn"),
@@ -207,7 +241,7 @@ def message_blocks(df: DataFrame, first_fault: dict[str, int], t: Tuning = DEFAU
         of("recv", "_nf", F.max).alias("t_rxm_f"),
         of("recv", "_n0", F.min).alias("t_rxm_0"),
         of("ready", "_af", F.min).alias("t_ready"),
-    )
+    ]
 
 
 def _plain_block():
@@ -224,8 +258,13 @@ def _unplain_block():
 def block_rollup(blocks: DataFrame) -> DataFrame:
     """Per run: the counts over the plain blocks, how many blocks were not plain, and the
     run's times."""
+    return blocks.groupBy("run").agg(*_rollup_columns())
+
+
+@_columns_once
+def _rollup_columns() -> list:
     sets = {x: F.col(x) for x in "SANUR"}
-    return blocks.groupBy("run").agg(
+    return [
         *count_columns_over_blocks(_plain_block(), sets, F.col("rn")),
         _count(_unplain_block()).alias("_unplain"),
         F.sum("rn").alias("recv_rows"),
@@ -236,7 +275,7 @@ def block_rollup(blocks: DataFrame) -> DataFrame:
         F.sum("acks").alias("acks"),
         F.sum("rows").alias("rows"),
         F.sum("sn").alias("send_ns_acks"),
-    )
+    ]
 
 
 def unplain_rows(df: DataFrame, blocks: DataFrame, broadcast: bool, t: Tuning = DEFAULT) -> DataFrame:
@@ -299,18 +338,23 @@ def ack_latency(df: DataFrame, exact: bool) -> DataFrame:
     """latency_verdicts' figures (but end-to-end) of runs whose ack rows carry the time their
     latency counts from (`send_ns`, format 1.4): aggregates over ack and send rows, per run,
     with nothing paired and no row moved."""
+    return df.where(F.col("type").isin("send", "ack")).groupBy("run").agg(*_ack_latency_columns(exact))
+
+
+@_columns_once
+def _ack_latency_columns(exact: bool) -> list:
     ty, ts = F.col("type"), F.col("t_ns")
     ack_lat = F.when((ty == "ack") & F.col("send_ns").isNotNull(), (ts - F.col("send_ns")) / MS)
     lag = F.when(ty == "send", ts - F.col("intended_ns"))
     pct = _exact_percentiles if exact else (lambda c: F.percentile_approx(c, PERCENTILES, 10_000))
-    return df.where(ty.isin("send", "ack")).groupBy("run").agg(
+    return [
         pct(ack_lat).alias("_ack_p"),
         F.max(ack_lat).alias("_ack_max"),
         F.lit(None).cast("array<double>").alias("_e2e_p"),
         F.lit(None).cast("double").alias("_e2e_max"),
         F.sum(F.when(lag > LATE_NS, 1).otherwise(0)).alias("_late"),
         F.max(lag).alias("_lag"),
-    )
+    ]
 
 
 def latency_verdicts(lat: DataFrame, exact: bool) -> DataFrame:
@@ -455,16 +499,33 @@ def bucket_gaps(rows: DataFrame, width: dict[str, int], t: Tuning = DEFAULT) -> 
     )
 
 
-def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
+class Windows:
+    """The fault windows of an analysis, (run, w, t_fault, t_wend) each, and as a (small)
+    DataFrame, built the first time a join needs it."""
+
+    def __init__(self, spark: SparkSession, rows: list[tuple]) -> None:
+        self.spark, self.rows = spark, rows
+        self._df: Optional[DataFrame] = None
+
+    @property
+    def df(self) -> DataFrame:
+        if self._df is None:
+            self._df = self.spark.createDataFrame(self.rows, "run string, w int, t_fault long, t_wend long")
+        return self._df
+
+
+def _gap_facts(g: DataFrame, w: Optional[Windows], t: Tuning = DEFAULT) -> tuple[dict, dict]:
     """Longest gap per run, and per fault window (run, w) the (clipped length, end) of the
     longest gap overlapping it (of equal ones, the earliest)."""
+    if w is not None and len(w.rows) <= t.per_run_literal:
+        return _gap_facts_literal(g, w.rows)
     facts = g.groupBy("run").agg(
         F.lit(None).cast("int").alias("w"), F.max(F.col("gap_end") - F.col("gap_start")).alias("eff"),
         F.lit(None).cast("long").alias("end"))
     if w is not None:
         eff = F.col("gap_end") - F.greatest(F.col("gap_start"), F.col("t_fault"))
         o = (
-            g.join(F.broadcast(w), "run")
+            g.join(F.broadcast(w.df), "run")
             .where((F.col("gap_end") > F.col("t_fault")) & (F.col("gap_start") <= F.col("t_wend")))
             .groupBy("run", "w")
             # of equally long intervals, the earliest: max_by alone would pick any of them
@@ -483,7 +544,30 @@ def _gap_facts(g: DataFrame, w: Optional[DataFrame]) -> tuple[dict, dict]:
     return longest, closed
 
 
-def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame],
+def _gap_facts_literal(g: DataFrame, windows: list[tuple]) -> tuple[dict, dict]:
+    """_gap_facts for a few windows: each window two conditional aggregates of one grouping
+    by run, its bounds literals. A run's own analysis has one or two windows; the join and
+    union of the general form cost it a third of a second more than this (a broadcast, a
+    second pass over the gaps, which a small history's one partition does not share)."""
+    gap_end, gap_start = F.col("gap_end"), F.col("gap_start")
+    aggs = [F.max(gap_end - gap_start).alias("eff")]
+    for k, (run, _, tf, te) in enumerate(windows):
+        inside = (F.col("run") == run) & (gap_end > tf) & (gap_start <= te)
+        eff = gap_end - F.greatest(gap_start, F.lit(tf))
+        aggs += [F.max(F.when(inside, eff)).alias(f"_e{k}"),
+                 # of equally long intervals, the earliest (max_by skips the null orderings)
+                 F.max_by(gap_end, F.when(inside, F.struct(eff, -gap_end))).alias(f"_x{k}")]
+    longest: dict = {}
+    closed: dict = {}
+    for r in g.groupBy("run").agg(*aggs).collect():
+        longest[r["run"]] = r["eff"]
+        for k, (run, i, *_) in enumerate(windows):
+            if run == r["run"] and r[f"_e{k}"] is not None:
+                closed[(run, i)] = (r[f"_e{k}"], r[f"_x{k}"])
+    return longest, closed
+
+
+def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[Windows],
                   tuning: Tuning = DEFAULT) -> tuple[dict, dict]:
     """`_gap_facts` of the ack gaps, from time buckets where that is exact.
 
@@ -502,16 +586,15 @@ def ack_gap_facts(df: DataFrame, frames: dict[str, dict], w: Optional[DataFrame]
     acks = df.where(F.col("type") == "ack")
     if sum(f["acks"] or 0 for f in frames.values()) <= tuning.plain_rows:
         # few acks: paired one by one, exact at once
-        return _gap_facts(gaps(acks, tuning, plain=True), w)
-    longest, closed = _gap_facts(bucket_gaps(acks, width, tuning), w)
+        return _gap_facts(gaps(acks, tuning, plain=True), w, tuning)
+    longest, closed = _gap_facts(bucket_gaps(acks, width, tuning), w, tuning)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
     if w is not None:
         # a window no bucket gap overlaps may still hold gaps inside a bucket
-        walk |= {r["run"] for r in w.select("run", "w").collect()
-                 if r["run"] in width and (r["run"], r["w"]) not in closed}
+        walk |= {run for run, i, *_ in w.rows if run in width and (run, i) not in closed}
     if walk:
-        l2, c2 = _gap_facts(gaps(_only_runs(acks, walk, tuning), tuning), w)
+        l2, c2 = _gap_facts(gaps(_only_runs(acks, walk, tuning), tuning), w, tuning)
         for run in walk:
             longest.pop(run, None)
         closed = {k: v for k, v in closed.items() if k[0] not in walk}
@@ -723,23 +806,24 @@ def _session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: di
     first `ready` after that fault, and the receiver's longest delivery gap in its window.
 
     The times of those events come with the block summaries; here the rows at those times
-    are looked up (a broadcast join on a handful of (run, time) pairs) for their node.
+    are looked up for their node (by a filter on a handful of times, or a broadcast join on
+    the (run, time) pairs when they are many).
     """
     t, ts = F.col("type"), F.col("t_ns")
     out: dict[str, dict] = {run: {"t_ready": f["t_ready"]} for run, f in frames.items()}
     want = [(run, kind, f[f"t_{kind}"]) for run, f in frames.items()
             for kind in ("txm_f", "txm_0", "rxm_f", "rxm_0") if f[f"t_{kind}"] is not None]
     if want:
-        at = spark.createDataFrame(sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
         times = sorted({tm for _, _, tm in want})
-        # a few times: also a filter the Parquet reader skips row groups with
-        near = ts.isin(times) if len(times) <= tuning.value_ranges else F.lit(True)
-        rows = (
-            df.where(t.isin("send", "recv") & F.col("node").isNotNull() & near)
-            .join(F.broadcast(at), ["run", "t_ns"])
-            .select("run", "t_ns", "type", "client", "seq", "node")
-            .collect()
-        )
+        rows = df.where(t.isin("send", "recv") & F.col("node").isNotNull())
+        if len(times) <= tuning.value_ranges:
+            # a few times: a filter the Parquet reader skips row groups with, and enough (the
+            # rows of other runs at the same times are left out below)
+            rows = rows.where(ts.isin(times))
+        else:
+            at = spark.createDataFrame(sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
+            rows = rows.join(F.broadcast(at), ["run", "t_ns"])
+        rows = rows.select("run", "t_ns", "type", "client", "seq", "node").collect()
         for run, kind, tm in want:
             ty = "send" if kind.startswith("tx") else "recv"
             cands = sorted((r["client"], r["seq"], r["node"]) for r in rows
@@ -799,8 +883,10 @@ class _Job:
     """One analysis, concern by concern. `held` is freed when the job ends; `kept` stays
     cached for the logs until Analysis.release()."""
 
-    def __init__(self, spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning) -> None:
+    def __init__(self, spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, small: bool = False) -> None:
         self.spark, self.df, self.timing, self.t = spark, df, timing, tuning
+        # the history is in memory, one partition (_in_memory)
+        self.small = small
         self.clock = _Clock()
         self.held: list[DataFrame] = []
         self.kept: list[DataFrame] = []
@@ -847,8 +933,12 @@ class _Job:
         """Every count: from the blocks' bit sets, and message by message for the blocks that
         are not plain; then, where acked messages are missing, what the read found instead."""
         df, t = self.df, self.t
-        blocks = message_blocks(df, self.first_fault, t).persist(StorageLevel.MEMORY_AND_DISK)
-        self.held.append(blocks)
+        blocks = message_blocks(df, self.first_fault, t)
+        if not self.small:
+            # read again by the closer look and the losses: in a small history, a pass over the
+            # rows in memory costs less than the cache (the common run reads them once)
+            blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
+            self.held.append(blocks)
         self.frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
         self.msgs = {run: dict(f) for run, f in self.frames.items()}
         self.recv_rows = sum(f["recv_rows"] or 0 for f in self.frames.values())
@@ -857,7 +947,8 @@ class _Job:
         self.first = None
         if unplain:
             rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
-            near = _value_ranges(blocks, t) if unplain <= 100_000 else None
+            # the filter skips Parquet row groups; rows in memory have none to skip
+            near = _value_ranges(blocks, t) if unplain <= 100_000 and not self.small else None
             if near is not None:
                 rows = rows.where(near)
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
@@ -877,7 +968,8 @@ class _Job:
             return
         # worth two passes when it happens: which acked messages, and what the read found
         # where the broker said it had stored them
-        near = _value_ranges(blocks, t, _lost_bits() != 0, no_identity=False) if n_lost <= 100_000 else None
+        near = (_value_ranges(blocks, t, _lost_bits() != 0, no_identity=False)
+                if n_lost <= 100_000 and not self.small else None)
         self.lost = losses(df, ids, n_lost <= t.broadcast_lost, self.held, near).persist(StorageLevel.MEMORY_AND_DISK)
         self.kept.append(self.lost)
         for r in self.lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
@@ -896,8 +988,7 @@ class _Job:
         self.windows_ = _fault_windows(self.nemesis_rows, {k: f["t_end"] for k, f in self.frames.items()})
         self.w = None
         if self.windows_:
-            self.w = self.spark.createDataFrame(
-                [(r, i, tf, te) for r, i, tf, te, *_ in self.windows_], "run string, w int, t_fault long, t_wend long")
+            self.w = Windows(self.spark, [(r, i, tf, te) for r, i, tf, te, *_ in self.windows_])
         self.live_runs = sorted(run for run, f in self.frames.items()
                                 if _live_reader(f, self.live.get(run, {}).get("t_first")))
         # the history's rows (the observers' deliveries included): up to a limit, latency
@@ -972,7 +1063,7 @@ class _Job:
         # (one that received nothing inside it is the outage this is about)
         live = (
             recv.groupBy("run", "client").agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
-            .join(F.broadcast(self.w), "run")
+            .join(F.broadcast(self.w.df), "run")
             .where((F.col("_lo") <= F.col("t_wend")) & (F.col("_hi") >= F.col("t_fault")))
             .select("run", "client")
             .distinct()
@@ -980,7 +1071,7 @@ class _Job:
         rg = gaps(recv.join(F.broadcast(live), ["run", "client"]), self.t,
                   self.plain_recv).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            self.max_recv_gap, rclosed = _gap_facts(rg, self.w)
+            self.max_recv_gap, rclosed = _gap_facts(rg, self.w, self.t)
         finally:
             rg.unpersist()
         # the consumer side of each window: its longest delivery gap from the fault on
@@ -1061,13 +1152,34 @@ class _Job:
         }
 
 
+def _in_memory(df: DataFrame, t: Tuning) -> Optional[DataFrame]:
+    """A small history (Tuning.small_bytes) as one cached partition, else None.
+
+    coalesce(1), unlike repartition(1), says its output is a single partition, so the
+    planner adds no exchange for any grouping, window or join above it: every query of the
+    analysis is one stage of one task over rows already in memory. The size is the scan's
+    own estimate (the files' bytes), known without a job.
+    """
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # a Spark Connect session: the plain path is as exact
+        return None
+    # a Scala BigInt: py4j hands over a number or an object, by version; both print as one
+    size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    if size > t.small_bytes:
+        return None
+    return df.coalesce(1).persist(StorageLevel.MEMORY_ONLY)
+
+
 def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tuning = DEFAULT) -> "Analysis":
     """Every verdict of every run in `df`.
 
     timing=False leaves out the time-based figures (latency percentiles, ack and receive
     gaps, outages): the seeds' own figures only, which need no per-message join.
     """
-    job = _Job(spark, df, timing, tuning)
+    small = _in_memory(df, tuning)
+    job = _Job(spark, small if small is not None else df, timing, tuning, small=small is not None)
+    if small is not None:
+        job.held.append(small)
     try:
         job.nemesis()
         job.counts()

@@ -84,6 +84,11 @@ def get_spark(master: Optional[str] = None):
                 # an analysis compiles ~270 generated classes; at the default of 100 cached the
                 # next run's analysis compiled them all again (9.5 s -> 6 s warm, 100k messages)
                 .config("spark.sql.codegen.cache.maxEntries", "4000")
+                # PySpark otherwise records the Python call site of every function and column
+                # operator (a stack walk and four more py4j round trips each, ~0.6 ms): an
+                # analysis builds ~2,000 of them, 0.3-0.4 s of a small run's verdict. What it
+                # buys is the Python line in a runtime error's query context.
+                .config("spark.python.sql.dataFrameDebugging.enabled", "false")
                 .config("spark.sql.warehouse.dir",
                         os.path.join(os.environ.get("TMPDIR", "/tmp"), "brokerchaos-spark-warehouse"))
                 .getOrCreate()
@@ -97,24 +102,39 @@ def get_spark(master: Optional[str] = None):
         return spark
 
 
-def warm_up_async(master: Optional[str] = None, analysis: bool = True) -> threading.Thread:
-    """Start the JVM in the background while the first cluster starts, and (`analysis`) run
-    one small analysis in it, so that the first run's verdict comes at the warm speed
-    (analysis/warmup.py). The write phase waits for this to end."""
+class WarmUp(threading.Thread):
+    """The JVM's start and (`analysis`) a few small analyses, in the background while the
+    first cluster starts (analysis/warmup.py); `enough()` says the write is about to begin:
+    the round under way is the last."""
 
-    def body() -> None:
+    ROUNDS = 4
+
+    def __init__(self, master: Optional[str], analysis: bool) -> None:
+        super().__init__(name="spark-warm-up", daemon=True)
+        self.master, self.analysis = master, analysis
+        self._enough = threading.Event()
+
+    def enough(self) -> None:
+        self._enough.set()
+
+    def run(self) -> None:
         try:
-            spark = get_spark(master)
-            if analysis:
+            spark = get_spark(self.master)
+            if self.analysis:
                 from .warmup import warm_up
 
-                warm_up(spark)
+                warm_up(spark, self.ROUNDS, self._enough)
         except Exception:  # the real call reports it
             pass
 
-    t = threading.Thread(target=body, name="spark-warm-up", daemon=True)
-    t.start()
-    return t
+
+def warm_up_async(master: Optional[str] = None, analysis: bool = True) -> WarmUp:
+    """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
+    it with small analyses, so that the first runs' verdicts come at the warm speed. The
+    write phase calls enough() and waits for this to end."""
+    w = WarmUp(master, analysis)
+    w.start()
+    return w
 
 
 def stop() -> None:

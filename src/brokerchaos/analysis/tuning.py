@@ -35,3 +35,8 @@ class Tuning:
     # instead of lag() per bucket and a carry between buckets (three): for a run's worth of
     # rows the buckets' extra jobs cost more than the one task they spare
     plain_rows: int = 1_000_000
+    # a history up to this many bytes of Parquet (a run of ~20,000 messages) is read once into
+    # memory as one partition: every query then has no shuffle (one partition already meets
+    # any grouping), one task and no file to open, which is what a small run's queries spend
+    # their time on; past it, the copy costs more than the second core and the reads it spares
+    small_bytes: int = 1 << 20

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from pathlib import Path
+from typing import Optional
 
 from ..history import Recorder
 
@@ -47,14 +48,24 @@ def _history(path: Path, messages: int = 2_000) -> None:
         c.record("read_end", detail="complete", t_ns=2 * 10**10)
 
 
-def warm_up(spark) -> None:
-    """One analysis of a small history, once per process (later calls return at once)."""
+def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None) -> None:
+    """Analyses of a small history, once per process (later calls return at once): the first
+    always, up to `rounds` in all until `enough` is set. The JIT keeps compiling Spark's
+    planner for dozens of analyses (54 s of compiler CPU over the first 32 in one JVM,
+    measured with -XX:+CITime); each round while the first cluster starts is one the runs'
+    verdicts do not wait for. Rounds alternate between the history read once into memory and
+    read from its files, the two ways a run's analysis goes (Tuning.small_bytes)."""
     from . import metrics
+    from .tuning import Tuning
 
     with _lock:
         if _done.is_set():
             return
         with tempfile.TemporaryDirectory(prefix="brokerchaos-warm-up-") as d:
             _history(Path(d))
-            metrics.analyze(spark, metrics.read_history(spark, d)).release()
+            for i in range(rounds):
+                if i and enough is not None and enough.is_set():
+                    break
+                tuning = Tuning() if i % 2 == 0 else Tuning(small_bytes=0)
+                metrics.analyze(spark, metrics.read_history(spark, d), tuning=tuning).release()
         _done.set()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import oracle
 
+from brokerchaos.analysis import metrics
 from brokerchaos.analysis.tuning import Tuning
 
 KEYS = [
@@ -188,3 +189,26 @@ def test_spark_matches_oracle(rows, plain, in_memory, spark_analyze, tmp_path_fa
     got_lost = sorted((r["run"], r["producer"], r["value"], r["acked_at"], r["first_ack_ns"], r["read_there"])
                       for r in a.losses.collect())
     assert got_lost == sorted((v["run"], *x) for v in expected for x in v["_lost"])
+
+
+def test_a_small_history_is_read_into_memory_once_and_a_larger_one_from_its_files(spark, tmp_path):
+    from brokerchaos.analysis import warmup
+
+    warmup._history(tmp_path)  # 2,000 messages: nacks, a fault window, a block read twice, a loss
+    df = metrics.read_history(spark, str(tmp_path))
+    small = metrics._in_memory(df, Tuning())
+    assert small is not None
+    # one partition, so that no query above it needs a shuffle
+    assert small.rdd.getNumPartitions() == 1
+    small.unpersist()
+    assert metrics._in_memory(df, Tuning(small_bytes=0)) is None
+    a = metrics.analyze(spark, df)
+    b = metrics.analyze(spark, df, tuning=Tuning(small_bytes=0))
+    try:
+        assert a.verdicts == b.verdicts
+        v = a.verdicts[0]
+        assert (v["acked_missing"], v["neg_ack_count"], v["fault_ack_gaps_ms"] != [None]) == (1, 4, True)
+        assert sorted(r["value"] for r in a.duplicates.collect()) == sorted(r["value"] for r in b.duplicates.collect())
+    finally:
+        a.release()
+        b.release()

@@ -53,8 +53,9 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None) ->
     always, up to `rounds` in all until `enough` is set. The JIT keeps compiling Spark's
     planner for dozens of analyses (54 s of compiler CPU over the first 32 in one JVM,
     measured with -XX:+CITime); each round while the first cluster starts is one the runs'
-    verdicts do not wait for. Rounds alternate between the history read once into memory and
-    read from its files, the two ways a run's analysis goes (Tuning.small_bytes)."""
+    verdicts do not wait for. Rounds alternate between the history read from its files and
+    read once into memory, the two ways a run's analysis goes (Tuning.small_bytes); the
+    files first, as most scenarios' runs are too large for memory."""
     from . import metrics
     from .tuning import Tuning
 
@@ -66,6 +67,6 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None) ->
             for i in range(rounds):
                 if i and enough is not None and enough.is_set():
                     break
-                tuning = Tuning() if i % 2 == 0 else Tuning(small_bytes=0)
+                tuning = Tuning(small_bytes=0) if i % 2 == 0 else Tuning()
                 metrics.analyze(spark, metrics.read_history(spark, d), tuning=tuning).release()
         _done.set()

@@ -36,14 +36,15 @@ def _columns_once(build):
     A Column is an immutable expression tree in the JVM, and building one from Python costs
     a py4j round trip per function and operator: the block summary's ~60 aggregates took
     90 ms of each analysis to build, the same every time. They are kept per context (a
-    stopped session's JVM objects are gone) and per argument (the Tuning, a flag).
+    stopped session's JVM objects are gone; the context itself is the key, as an id could be
+    a new context's) and per argument (the Tuning, a flag).
     """
     cache: dict = {}
 
     def get(*args):
         from pyspark import SparkContext
 
-        key = (id(SparkContext._active_spark_context), args)
+        key = (SparkContext._active_spark_context, args)
         if key not in cache:
             if len(cache) > 8:
                 cache.clear()
@@ -885,10 +886,10 @@ class _Job:
 
     def __init__(self, spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, small: bool = False) -> None:
         self.spark, self.df, self.timing, self.t = spark, df, timing, tuning
-        # the history is in memory, one partition (_in_memory)
+        # the history is in memory, one partition (_in_memory), freed when the job ends
         self.small = small
         self.clock = _Clock()
-        self.held: list[DataFrame] = []
+        self.held: list[DataFrame] = [df] if small else []
         self.kept: list[DataFrame] = []
         self.dups = duplicates(df.where(F.lit(False)))
         self.lost = None
@@ -1178,8 +1179,6 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
     """
     small = _in_memory(df, tuning)
     job = _Job(spark, small if small is not None else df, timing, tuning, small=small is not None)
-    if small is not None:
-        job.held.append(small)
     try:
         job.nemesis()
         job.counts()

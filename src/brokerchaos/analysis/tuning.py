@@ -30,6 +30,7 @@ class Tuning:
     value_ranges: int = 64
     # per-run constants (first fault, bucket width) up to this many runs are a map literal in
     # the expression; a map lookup scans its keys, so more runs get a broadcast join instead
+    # (and so do the fault windows' bounds in the gap facts: literals up to this many windows)
     per_run_literal: int = 16
     # up to this many rows, consecutive rows are paired by one lag() per stream (one shuffle)
     # instead of lag() per bucket and a carry between buckets (three): for a run's worth of

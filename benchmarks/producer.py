@@ -1,7 +1,7 @@
 """The producer is never the bottleneck: the recorded producer against the bare client.
 
     sudo .venv/bin/python benchmarks/producer.py [--systems nats,redis,rabbitmq,mqtt,kafka,pulsar]
-                                                 [--messages 100000] [--rounds 3]
+                                                 [--messages 100000] [--rounds 3] [--processes 1]
 
 For each system, one cluster started as `brokerchaos run` starts it (the settings of the
 scenario named in SCENARIOS, no fault, no rate), then rounds of two write phases on a fresh
@@ -16,6 +16,11 @@ stream each, in alternating order:
   definition, kept by a semaphore or a count where the library has no bound of its own);
 - recorded: the harness's ProducerLoop with the system's driver, every send and outcome a
   history row (Parquet, as in a run).
+
+With `--processes P` (P > 1) each round has two more write phases: the bare loop in P forked
+processes (messages ÷ P each), and the recorded producers in P processes as
+`workload.processes: P` runs them (ProducerProcesses, one ProducerLoop each), compared with
+the faster of the two bare sides.
 
 Rate = messages ÷ (last ack − first send), connection set-up excluded on both sides. Prints
 one JSON line per system: the best and median of each and their ratio (target >= 0.9).
@@ -50,6 +55,7 @@ SCENARIOS = {
     "mqtt": "mosquitto-kill.yaml", "kafka": "kafka-acksall-kill-leader.yaml", "pulsar": "pulsar-no-fail.yaml",
 }
 TIMEOUT = 300.0
+_KEPT: list = []
 
 
 class Clock:
@@ -59,7 +65,11 @@ class Clock:
         self.n, self.acked, self.t0, self.t1 = n, 0, None, None
         self.done = threading.Event()
 
+    barrier = None  # in a process of several: they all start sending at once
+
     def start(self) -> None:
+        if Clock.barrier is not None:
+            Clock.barrier.wait(60)
         self.t0 = time.monotonic()
 
     def ack(self) -> None:
@@ -165,7 +175,7 @@ async def bare_rabbitmq(dep, n: int, in_flight: int, size: int) -> float:
 def _paho_loop(host: str, port: int, topic: str, qos: int, n: int, in_flight: int, size: int) -> float:
     import paho.mqtt.client as mqtt
 
-    cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bare", clean_session=True)
+    cl = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"bare-{os.getpid()}", clean_session=True)
     cl.max_inflight_messages_set(in_flight)
     cl.max_queued_messages_set(0)
     c, connected, slots = Clock(n), threading.Event(), threading.Semaphore(in_flight)
@@ -253,6 +263,9 @@ def _pulsar_loop(system, n: int, in_flight: int, size: int) -> float:
         return c.rate()
     finally:
         client.close()
+        # freed while its IO threads log through Python, a pulsar-client object can deadlock
+        # on the interpreter lock: kept until the process ends
+        _KEPT.append((client, locals().get("p")))
 
 
 async def bare_pulsar(dep, n: int, in_flight: int, size: int) -> float:
@@ -261,6 +274,90 @@ async def bare_pulsar(dep, n: int, in_flight: int, size: int) -> float:
 
 BARE = {"nats": bare_nats, "redis": bare_redis, "rabbitmq": bare_rabbitmq, "mqtt": bare_mqtt,
         "kafka": bare_kafka, "pulsar": bare_pulsar}
+
+
+def bare_in_processes(dep, system: str, n: int, in_flight: int, size: int, procs: int) -> float:
+    """The bare loop in `procs` forked processes, n / procs messages each, all starting to
+    send together: messages ÷ (last ack anywhere − first send anywhere)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    Clock.barrier = ctx.Barrier(procs)
+    out = ctx.Queue()
+
+    def child() -> None:
+        import gc
+
+        gc.freeze()  # as workload/processes.py does: nothing of the parent's is finalized here
+        c = {}
+        real_rate = Clock.rate
+
+        def rate(self) -> float:  # the window, not the rate: they are combined in the parent
+            c["window"] = (self.t0, self.t1)
+            return real_rate(self)
+
+        Clock.rate = rate
+        try:
+            asyncio.run(BARE[system](dep, n // procs, in_flight, size))
+            out.put(c["window"])
+        except BaseException as e:
+            out.put(f"{type(e).__name__}: {e}")
+        out.close()
+        out.join_thread()
+        os._exit(0)  # without freeing the client objects (see _pulsar_loop)
+
+    try:
+        ps = [ctx.Process(target=child, daemon=True) for _ in range(procs)]
+        for p in ps:
+            p.start()
+        got = [out.get(timeout=TIMEOUT + 60) for _ in ps]
+        for p in ps:
+            p.join(30)
+    finally:
+        Clock.barrier = None
+    bad = [g for g in got if isinstance(g, str)]
+    if bad:
+        raise SystemExit(f"{system}: a bare process failed: {bad[0]}")
+    return (n // procs * procs) / (max(t1 for _, t1 in got) - min(t0 for t0, _ in got))
+
+
+async def recorded_in_processes(dep, s, hist: Path, k: int, procs: int) -> float:
+    """The harness's producers as `workload.processes` runs them: `procs` processes of one
+    ProducerLoop each, n / procs messages each; the rate from their history rows (first send
+    to last ack, the loop's own clock), after all have connected."""
+    import multiprocessing
+
+    from brokerchaos.workload import ProducerProcesses
+
+    w = s.workload.model_copy(update={"messages": s.workload.messages // procs})
+    barrier = multiprocessing.get_context("fork").Barrier(procs)
+    origin = time.monotonic_ns()
+    run = f"round-{k}-x{procs}"
+    where = hist / run
+
+    def make(name: str) -> ProducerLoop:
+        client = dep.client.producer(name)
+        inner_open = client.open
+
+        async def open_then_wait(on_outcome) -> None:
+            await inner_open(on_outcome)
+            barrier.wait(60)
+
+        client.open = open_then_wait
+        return ProducerLoop(name, client, Recorder(where, run, name, origin), w)
+
+    names = [f"p{i}" for i in range(1, procs + 1)]
+    group = ProducerProcesses(names, procs, w, make, lambda: None, dep.client.forked)
+    await group.start()
+    await group.run(time.monotonic() + TIMEOUT)
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    t = ds.dataset(str(where)).to_table(columns=["type", "t_ns", "producer", "value"])
+    sends = t.filter(pc.equal(t["type"], "send"))["t_ns"]
+    acks = t.filter(pc.equal(t["type"], "ack"))
+    acked = len(set(zip(acks["producer"].to_pylist(), acks["value"].to_pylist())))
+    return acked / ((pc.max(acks["t_ns"]).as_py() - pc.min(sends).as_py()) / 1e9)
 
 
 async def recorded(dep, s, hist: Path, k: int) -> float:
@@ -293,17 +390,18 @@ async def recorded(dep, s, hist: Path, k: int) -> float:
     return c.rate()
 
 
-async def rounds(dep, s, rounds_n: int, hist: Path) -> dict:
+async def rounds(dep, s, rounds_n: int, hist: Path, procs: int = 1) -> dict:
     await dep.up(timeout=180)
     w = s.workload
     # pyarrow's Parquet writer loads its parts on the first flush (0.4 s): a session has
     # done that before its first producer does, in its warm-up analysis
     with Recorder(hist.parent / "warm-up", "warm-up", "p1", time.monotonic_ns()) as r:
         r.record("send", "p1", 1)
-    out: dict = {"bare": [], "recorded": []}
+    sides = ("bare", "recorded") if procs == 1 else ("bare", "recorded", f"bare-{procs}", f"recorded-{procs}")
+    out: dict = {which: [] for which in sides}
     try:
         for k in range(rounds_n):
-            order = ("bare", "recorded") if k % 2 == 0 else ("recorded", "bare")
+            order = sides if k % 2 == 0 else sides[::-1]
             for which in order:
                 # a fresh stream each time, by a name of its own (Kafka deletes topics lazily)
                 dep.begin_run(f"bench-{k}-{which}", dep.ctx.logdir)
@@ -311,8 +409,13 @@ async def rounds(dep, s, rounds_n: int, hist: Path) -> dict:
                 try:
                     if which == "bare":
                         rate = await BARE[s.system](dep, w.messages, w.in_flight, w.message_size)
-                    else:
+                    elif which == "recorded":
                         rate = await recorded(dep, s, hist, k)
+                    elif which.startswith("bare-"):
+                        rate = await asyncio.to_thread(bare_in_processes, dep, s.system, w.messages, w.in_flight,
+                                                       w.message_size, procs)
+                    else:
+                        rate = await recorded_in_processes(dep, s, hist, k, procs)
                     out[which].append(round(rate))
                 finally:
                     await dep.client.drop_stream()
@@ -321,7 +424,7 @@ async def rounds(dep, s, rounds_n: int, hist: Path) -> dict:
     return out
 
 
-def bench(system: str, messages: int, rounds_n: int) -> dict:
+def bench(system: str, messages: int, rounds_n: int, procs: int = 1) -> dict:
     doc = sc.load_document(ROOT / "scenarios" / SCENARIOS[system])
     doc.pop("faults", None)
     doc["fault"] = {"action": "none"}
@@ -338,29 +441,39 @@ def bench(system: str, messages: int, rounds_n: int) -> dict:
         dep = Deployment(cls, s, sb, "bench", Path(tmp) / "logs")
         try:
             dep.cluster.start()
-            got = sb.run_client(lambda: rounds(dep, s, rounds_n, Path(tmp) / "history"),
-                                timeout=180 + rounds_n * 2 * (TIMEOUT + 60))
+            got = sb.run_client(lambda: rounds(dep, s, rounds_n, Path(tmp) / "history", procs),
+                                timeout=180 + rounds_n * 3 * (TIMEOUT + 60))
             rows = _sends_and_acks(Path(tmp) / "history")
         finally:
             dep.stop()
-    want = rounds_n * messages
-    if rows.get("send") != want or rows.get("ack") != want:
-        raise SystemExit(f"{system}: the recorded rounds wrote {rows}, expected {want} sends and acks")
+    want = rounds_n * (messages + (messages // procs * procs if procs > 1 else 0))
+    if rows.get("acked") != want or rows.get("sent") != want:
+        raise SystemExit(f"{system}: the recorded rounds wrote {rows}, expected {want} messages sent and acked")
     best = {k: max(v) for k, v in got.items()}
     med = {k: statistics.median(v) for k, v in got.items()}
-    return {"system": system, "scenario": SCENARIOS[system], "messages": messages, "in_flight": s.workload.in_flight,
-            "msgs_per_s": got, "best": best, "median": med,
-            "ratio_best": round(best["recorded"] / best["bare"], 3),
-            "ratio_median": round(med["recorded"] / med["bare"], 3), "recorded_rows": rows}
+    out = {"system": system, "scenario": SCENARIOS[system], "messages": messages, "in_flight": s.workload.in_flight,
+           "processes": procs, "msgs_per_s": got, "best": best, "median": med,
+           "ratio_best": round(best["recorded"] / best["bare"], 3),
+           "ratio_median": round(med["recorded"] / med["bare"], 3), "recorded_rows": rows}
+    if procs > 1:
+        # against the fastest bare loop: in one process, or in as many as the recorded side has
+        rec, bare = f"recorded-{procs}", max(("bare", f"bare-{procs}"), key=lambda k: med[k])
+        out.update({"reference": bare, f"ratio_median_{procs}": round(med[rec] / med[bare], 3),
+                    f"ratio_best_{procs}": round(best[rec] / max(best["bare"], best[f"bare-{procs}"]), 3)})
+    return out
 
 
 def _sends_and_acks(hist: Path) -> dict:
-    """What the recorded rounds wrote: every send and every ack is there (checked)."""
+    """What the recorded rounds wrote: every message sent and acked (checked), and the rows."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    t = ds.dataset(str(hist)).to_table(columns=["type"])
+    t = ds.dataset(str(hist)).to_table(columns=["run", "producer", "value", "type"])
     counts = {r["values"]: r["counts"] for r in pc.value_counts(t["type"]).to_pylist()}
+    # a resend after a timeout is two sends and maybe two acks of one message: counted once here
+    for kind, key in (("send", "sent"), ("ack", "acked")):
+        k = t.filter(pc.equal(t["type"], kind))
+        counts[key] = len(set(zip(*(k[c].to_pylist() for c in ("run", "producer", "value")))))
     return counts
 
 
@@ -369,13 +482,19 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SCENARIOS))
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="recorded producers in this many processes (workload.processes), one producer each; the bare "
+                         "loop runs in one process and in as many, the faster is the reference")
     args = ap.parse_args()
+    if args.processes < 1:
+        print("--processes: must be at least 1", file=sys.stderr)
+        sys.exit(2)
     for system in args.systems.split(","):
         if system not in SCENARIOS:
             print(f"--systems: unknown system {system!r} (one of {', '.join(SCENARIOS)})", file=sys.stderr)
             sys.exit(2)
     for system in args.systems.split(","):
-        print(json.dumps(bench(system, args.messages, args.rounds)), flush=True)
+        print(json.dumps(bench(system, args.messages, args.rounds, args.processes)), flush=True)
 
 
 if __name__ == "__main__":

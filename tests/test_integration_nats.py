@@ -113,6 +113,28 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     assert not (Path("/tmp/brokerchaos") / obs.sid).exists()
 
 
+def test_producers_in_processes_of_their_own_trigger_the_fault_and_record_every_message(tmp_path, spark):
+    s = sc.load("scenarios/nats-kill-leader.yaml",
+                {"runs": 1, "messages": 20_000, "producers": 2, "processes": 2, "after_acks": 10_000,
+                 "name": "it-processes"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    pids = meta["producer_processes"]
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # gone with the write phase
+    assert v["read_complete"] is True and v["send_count"] == 40_000, v
+    _no_loss_of_ours(v)
+    # the N-th ack, counted over both processes, fired the fault: the history has at least
+    # that many acks before the fault row
+    rows = _history(result.dir / "run-001" / "history")
+    (fault,) = [r for r in rows if r["type"] == "fault"]
+    assert meta["fault"]["acks_at_effect"] >= 10_000
+    acked_before = {(r["producer"], r["value"]) for r in rows if r["type"] == "ack" and r["t_ns"] < fault["t_ns"]}
+    assert len(acked_before) >= 10_000
+    assert {r["producer"] for r in rows if r["type"] == "send"} == {"p1", "p2"}
+
+
 def test_the_demo_on_a_terminal_draws_bars_and_ends_with_its_report(tmp_path):
     """`make demo` as a user runs it (smaller), in a pseudo-terminal: a bar for the runs and
     one for the current run's messages, the seed's lines above them; the last line names

@@ -165,3 +165,89 @@ def test_the_read_says_where_it_is_as_the_seed_does(tmp_path):
                      "Received: 7 Curr Entry: 0:6 (read complete)"]
     rows = ds.dataset(str(tmp_path / "h")).to_table().to_pylist()
     assert [r["value"] for r in rows if r["type"] == "recv"] == list(range(1, 8))
+
+
+# -- producers in processes of their own (workload.processes) --------------------------------------
+
+def _in_processes(tmp_path, rule, names, processes, cancel_after=None, fail=None, **spec):
+    """Runs `names` through ProducerProcesses (forked processes, the Scripted client in
+    each); returns the group, the first acks counted here, and the history rows."""
+    from brokerchaos.workload import ProducerProcesses
+
+    w = WorkloadSpec(**{"messages": 300, "in_flight": 20, "ack_timeout": 0.2, "retry_backoff": 0.01, **spec})
+    origin = time.monotonic_ns()
+
+    def make(name):
+        client = Scripted(rule)
+        if name == fail:
+            async def refuse(on_outcome):
+                raise ConnectionRefusedError("no broker here")
+            client.open = refuse
+        loop = ProducerLoop(name, client, Recorder(tmp_path, "r", name, origin), w)
+        client.loop = loop
+        return loop
+
+    firsts = []
+    group = ProducerProcesses(names, processes, w, make, lambda: firsts.append(1))
+
+    async def main():
+        await group.start(timeout=30)
+        if cancel_after is None:
+            await group.run(time.monotonic() + 30)
+            return
+        task = asyncio.ensure_future(group.run(time.monotonic() + 30))
+        await asyncio.sleep(cancel_after)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    try:
+        asyncio.run(main())
+    finally:
+        assert not any(p.is_alive() for p in group.procs), "a producer process outlived its write phase"
+    rows = ds.dataset(str(tmp_path), format="parquet").to_table().to_pylist()
+    return group, len(firsts), rows
+
+
+def test_producers_in_processes_record_and_count_as_in_the_harness(tmp_path):
+    import os
+
+    rule = lambda v, n: "nack" if v % 10 == 0 else None if v % 7 == 0 else "ack"
+    group, firsts, rows = _in_processes(tmp_path, rule, ["p1", "p2", "p3"], 2)
+    assert [len(g) for g in group.groups] == [2, 1]
+    assert len({p.pid for p in group.procs} | {os.getpid()}) == 3  # two processes besides ours
+    for name, p in group.producers.items():
+        mine = [r for r in rows if r["producer"] == name]
+        kinds = {}
+        for r in mine:
+            kinds.setdefault(r["type"], set()).add(r["value"])
+        assert kinds["send"] == set(range(1, 301))
+        # what the runner sees here (progress lines, live readers) is what the history says
+        assert p.acct.sent == 300 and p.acct.pos == len(kinds["ack"]) and p.acct.neg == len(kinds["nack"])
+        assert p.acct.unknown == len(kinds["unknown"] - kinds["ack"] - kinds["nack"])
+        assert sum(s == 4 for s in p.acct.state) == p.acct.pos  # each message's outcome came back
+        assert p.client.node() == "n1" and p.stopped_early is None
+    assert firsts == sum(p.acct.pos for p in group.producers.values())  # after_acks triggers count them all
+
+
+def test_a_cancelled_write_stops_the_processes_and_every_outstanding_message_is_recorded(tmp_path):
+    # never answered, and a timeout far away: everything in flight is outstanding at the cancel
+    group, _, rows = _in_processes(tmp_path, lambda v, n: None, ["p1", "p2"], 2, cancel_after=1.0,
+                                   ack_timeout=60)
+    for name in ("p1", "p2"):
+        sent = {r["value"] for r in rows if r["producer"] == name and r["type"] == "send"}
+        unknown = {r["value"] for r in rows if r["producer"] == name and r["type"] == "unknown"}
+        assert len(sent) == 20 and unknown == sent  # the in-flight bound, each recorded at the end
+        assert {r["detail"] for r in rows if r["producer"] == name and r["type"] == "unknown"} == {
+            "outstanding when the write phase ended"}
+
+
+def test_a_producer_process_that_fails_fails_the_write_naming_its_producer(tmp_path):
+    try:
+        _in_processes(tmp_path, lambda v, n: "ack", ["p1", "p2"], 2, fail="p2")
+    except RuntimeError as e:
+        assert "p2" in str(e) and "ConnectionRefusedError: no broker here" in str(e)
+    else:
+        raise AssertionError("expected the write to fail")

@@ -42,6 +42,8 @@ def test_fault_shorthand_splits_action_and_target():
         ({"fault": "kill", "target": "n7"}, "fault.target"),
         ({"fault": "kill", "after_acks": 10**9}, "fault.trigger.after_acks"),
         ({"fault": "kill-follower", "replicas": 1}, "fault.target"),
+        ({"processes": 2}, "workload.processes"),  # more processes than producers
+        ({"processes": 0}, "workload.processes"),
     ],
 )
 def test_bad_input_names_the_field(overrides, field):

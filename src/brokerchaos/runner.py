@@ -29,7 +29,7 @@ from .sandbox import Sandbox
 from .scenario import Scenario
 from .systems import SYSTEMS, Deployment, LiveReader
 from .systems.base import node_names
-from .workload import LiveProgress, ProducerLoop, finish_live, read_all, start_live
+from .workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
 
 
 class Observer:
@@ -413,11 +413,19 @@ class Session:
             # where one run can receive another's messages, names carry the run id (the
             # seed's sequence id), so those are stowaways and not this run's messages
             names = [f"p{i}" + (f"-{run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
-            producers.extend(
-                ProducerLoop(name, dep.client.producer(name), Recorder(hist, run_id, name, origin), w,
-                             gate.on_first_ack)
-                for name in names
-            )
+
+            def producer(name: str) -> ProducerLoop:
+                return ProducerLoop(name, dep.client.producer(name), Recorder(hist, run_id, name, origin), w,
+                                    gate.on_first_ack)
+
+            group = None
+            if w.processes > 1:
+                group = ProducerProcesses(names, w.processes, w, producer, gate.on_first_ack, dep.client.forked)
+                await group.start()
+                out["producer_processes"] = [p.pid for p in group.procs]
+                producers.extend(group.loops)
+            else:
+                producers.extend(producer(name) for name in names)
             for p in producers:
                 for t in trackers:
                     t.add(p)
@@ -426,7 +434,10 @@ class Session:
             t_write = time.monotonic()
             deadline = t_write + w.write_timeout
             try:
-                await asyncio.gather(*(p.run(deadline) for p in producers))
+                if group is not None:
+                    await group.run(deadline)
+                else:
+                    await asyncio.gather(*(p.run(deadline) for p in producers))
             finally:
                 progress.cancel()
                 for n, task in zip(nemeses, nem_tasks):

@@ -43,6 +43,10 @@ class WorkloadSpec(_Strict):
     in_flight: int = Field(10_000, ge=1, description="max messages sent but not yet answered, per producer "
                                                     "(default 10000)", json_schema_extra=CLI)
     producers: int = Field(1, ge=1, le=64, description="concurrent producers (default 1)", json_schema_extra=CLI)
+    processes: int = Field(
+        1, ge=1, le=64, description="operating-system processes the producers are spread over (default 1: all in "
+                                    "the harness's own); more where one Python process cannot keep up with the broker",
+        json_schema_extra=CLI)
     consumers: int = Field(0, ge=0, le=16, description="live consumers reading during the write phase, besides the "
                                                       "end read (default 0)", json_schema_extra=CLI)
     rate: Optional[float] = Field(
@@ -302,6 +306,11 @@ def check_cross_fields(s: Scenario) -> None:
     if s.cluster.replicas > s.cluster.nodes:
         raise ScenarioError(
             f"scenario field 'cluster.replicas': {s.cluster.replicas} replicas cannot fit on {s.cluster.nodes} nodes"
+        )
+    if s.workload.processes > s.workload.producers:
+        raise ScenarioError(
+            f"scenario field 'workload.processes': {s.workload.processes} processes for {s.workload.producers} "
+            "producer(s): each process runs at least one producer"
         )
     total = s.workload.messages * s.workload.producers
     for path, f in s.fault_fields():

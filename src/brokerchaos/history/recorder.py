@@ -20,6 +20,10 @@ from .schema import COLUMNS, EVENT_TYPES, SCHEMA
 # the order of a buffered row's fields (run and client are the recorder's own)
 _ROW_COLUMNS = ("seq", "t_ns", "type", "producer", "value", "offset", "node", "detail", "window", "intended_ns",
                 "send_ns")
+# the rows as one struct array, converted by Arrow from the tuples: 0.3 µs a row, where
+# transposing them into Python lists first cost 1.0-1.6 (two rows per message)
+_ROW = pa.struct([SCHEMA.field(c) for c in _ROW_COLUMNS])
+_KNOWN = frozenset(EVENT_TYPES)
 
 
 class Recorder:
@@ -72,7 +76,7 @@ class Recorder:
     ) -> int:
         """Append one event; returns its t_ns. An unknown type is refused here, not found by
         the analysis later."""
-        if type_ not in EVENT_TYPES:
+        if type_ not in _KNOWN:
             raise ValueError(f"unknown history event type {type_!r} (known: {', '.join(EVENT_TYPES)})")
         t = time.monotonic_ns() - self.origin if t_ns is None else t_ns
         with self._lock:
@@ -102,10 +106,10 @@ class Recorder:
         n = len(rows)
         if n == 0:
             return
-        cols = dict(zip(_ROW_COLUMNS, zip(*rows)))
-        cols["run"] = [self.run] * n
-        cols["client"] = [self.client] * n
-        table = pa.Table.from_pydict({c: cols[c] for c in COLUMNS}, schema=SCHEMA)
+        batch = pa.RecordBatch.from_struct_array(pa.array(rows, type=_ROW))
+        own = {"run": pa.repeat(pa.scalar(self.run, pa.string()), n),
+               "client": pa.repeat(pa.scalar(self.client, pa.string()), n)}
+        table = pa.Table.from_arrays([own[c] if c in own else batch.column(c) for c in COLUMNS], schema=SCHEMA)
         name = f"{self.client}-{self._part:05d}.parquet"
         tmp = self.directory / (name + ".tmp")
         pq.write_table(table, tmp, compression="zstd")

@@ -376,6 +376,10 @@ class Client:
     async def drop_stream(self) -> None:
         """Free the run's stream/queue on a cluster that will be reused (best effort)."""
 
+    def forked(self) -> None:
+        """In a producer process forked from the harness (`workload.processes`): let go of
+        what belongs to the harness's event loop (tasks, connections), without closing it."""
+
     def producer(self, name: str) -> Producer:
         raise NotImplementedError
 

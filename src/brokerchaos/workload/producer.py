@@ -162,8 +162,12 @@ class ProducerLoop:
                     ahead = (due - time.monotonic_ns()) / 1e9
                     if ahead > 0.001:
                         await asyncio.sleep(ahead)
-                await self._drain_resends()
-                if not await self._acquire(deadline):
+                # the common case without a coroutine each (three per message cost 1 µs)
+                if self._resend:
+                    await self._drain_resends()
+                if self._free > 0:
+                    self._free -= 1
+                elif not await self._acquire(deadline):
                     self.stopped_early = f"write_timeout reached after {value - 1} messages"
                     break
                 await self._send(value, 1, intended)

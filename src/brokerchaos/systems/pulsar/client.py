@@ -122,6 +122,9 @@ class PulsarClient(Client):
             raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster")
         return node
 
+    def forked(self) -> None:
+        self._watch = None  # the harness's; a producer process follows the owner itself
+
     def follow_owner(self) -> None:
         """Keep `owner_now` current while producers run: the client library does not say
         which broker it writes to, so the history's node is the owner as the cluster says."""

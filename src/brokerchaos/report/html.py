@@ -138,7 +138,9 @@ def header(scenario: dict, metas: dict, session_dir: Path, command: Optional[str
         ("Cluster", f"{cl.get('nodes')} nodes" + (f", external {s['external']}" if s.get("external") else "")),
         ("Durability", durability),
         ("Workload", f"{_fmt(wl.get('messages'))} messages, {_fmt(wl.get('in_flight'))} in flight, "
-                     f"{_fmt(wl.get('producers'))} producer(s), rate {wl.get('rate') or 'unbounded'}"),
+                     f"{_fmt(wl.get('producers'))} producer(s)"
+                     + (f" in {wl['processes']} processes" if (wl.get("processes") or 1) > 1 else "")
+                     + f", rate {wl.get('rate') or 'unbounded'}"),
         ("Fault(s)", _faults_text(s)), ("Seed", s.get("seed")), ("Runs", s.get("runs")),
     ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)

@@ -66,6 +66,7 @@ class Clock:
         self.done = threading.Event()
 
     barrier = None  # in a process of several: they all start sending at once
+    last = None  # the window of the last rate taken: several processes' are combined
 
     def start(self) -> None:
         if Clock.barrier is not None:
@@ -81,6 +82,7 @@ class Clock:
     def rate(self) -> float:
         if self.t1 is None:
             raise SystemExit(f"only {self.acked} of {self.n} messages acked")
+        Clock.last = (self.t0, self.t1)
         return self.n / (self.t1 - self.t0)
 
 
@@ -289,17 +291,9 @@ def bare_in_processes(dep, system: str, n: int, in_flight: int, size: int, procs
         import gc
 
         gc.freeze()  # as workload/processes.py does: nothing of the parent's is finalized here
-        c = {}
-        real_rate = Clock.rate
-
-        def rate(self) -> float:  # the window, not the rate: they are combined in the parent
-            c["window"] = (self.t0, self.t1)
-            return real_rate(self)
-
-        Clock.rate = rate
         try:
             asyncio.run(BARE[system](dep, n // procs, in_flight, size))
-            out.put(c["window"])
+            out.put(Clock.last)
         except BaseException as e:
             out.put(f"{type(e).__name__}: {e}")
         out.close()

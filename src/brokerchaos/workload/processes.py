@@ -77,7 +77,6 @@ class ProducerProcesses:
 
     def __init__(self, names: list[str], processes: int, spec: WorkloadSpec, make: Callable[[str], object],
                  on_first_ack: Callable[[], None], forked: Callable[[], None] = lambda: None) -> None:
-        self.spec = spec
         self.make = make
         self.forked = forked
         self.on_first_ack = on_first_ack
@@ -138,9 +137,7 @@ class ProducerProcesses:
             self.errors.append(f"producer process(es) {', '.join(str(p.pid) for p in late)} still running "
                                f"{GRACE:.0f} s after the write deadline: stopped (their stacks are on stderr)")
         finally:
-            await asyncio.to_thread(self._stop)
-            for t in readers:
-                t.join(5)
+            await asyncio.to_thread(self._stop, readers)
         if self.errors:
             raise RuntimeError("; ".join(self.errors))
 
@@ -175,7 +172,7 @@ class ProducerProcesses:
         elif kind == "error":
             self.errors.append(msg[1])
 
-    def _stop(self) -> None:
+    def _stop(self, readers: tuple = ()) -> None:
         for p in self.procs:
             p.join(0 if p.exitcode is not None else 0.5)
             if p.is_alive():  # cancelled, or past the deadline: its finally records the outstanding
@@ -189,6 +186,8 @@ class ProducerProcesses:
                 p.join(5)
         for conn in self.conns:
             conn.close()
+        for t in readers:  # each ends with its process's end of the pipe
+            t.join(5)
 
 
 def _resolve(fut: asyncio.Future) -> None:

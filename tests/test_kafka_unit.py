@@ -66,3 +66,83 @@ def test_broker_state_log_lines_become_disconnect_and_reconnect_events():
     p.closing = True
     line(head + "10.9.0.2:9092/2: Broker changed state UP -> DOWN")  # our own close
     assert len(events) == 2
+
+
+def _stats(leader: int, brokers: list[tuple[str, int, str]]) -> str:
+    """librdkafka's statistics, the parts read: partition leaders and brokers' states (as a
+    KRaft run recorded them: the `-1` partition is librdkafka's unassigned one)."""
+    import json
+
+    return json.dumps({
+        "topics": {"t": {"partitions": {"0": {"leader": leader}, "-1": {"leader": -1}}}},
+        "brokers": {f"{addr}/{nid}": {"nodename": addr, "nodeid": nid, "state": state}
+                    for addr, nid, state in brokers},
+    })
+
+
+def following() -> KafkaProducer:
+    nodes = {"10.0.0.1:9092": "n1", "10.0.0.2:9092": "n2", "10.0.0.3:9092": "n3"}
+    cluster = SimpleNamespace(node_at=lambda host, port: nodes.get(f"{host}:{port}"))
+    system = SimpleNamespace(stream_name="t", options=SimpleNamespace(acks="all"), cluster=cluster)
+    return KafkaProducer(system, "p1")
+
+
+def test_the_client_node_is_the_leader_before_its_connection_is_up_and_after_it_dies():
+    p = following()
+    # the start: the bootstrap broker's connection is up, the leader's not yet
+    p._follow(_stats(2, [("10.0.0.3:9092", 3, "UP"), ("10.0.0.2:9092", 2, "INIT"), ("10.0.0.1:9092", 1, "INIT")]))
+    assert p.node() == "n2"
+    # the leader killed: the metadata still names it, the client tries it and writes to no one else
+    p._follow(_stats(2, [("10.0.0.3:9092", 3, "UP"), ("10.0.0.2:9092", 2, "TRY_CONNECT"), ("10.0.0.1:9092", 1, "UP")]))
+    assert p.node() == "n2"
+    # the metadata refreshed mid-election: no leader, the last one stays
+    p._follow(_stats(-1, [("10.0.0.3:9092", 3, "UP"), ("10.0.0.1:9092", 1, "UP")]))
+    assert p.node() == "n2"
+    p._follow(_stats(1, [("10.0.0.3:9092", 3, "UP"), ("10.0.0.1:9092", 1, "UP")]))
+    assert p.node() == "n1"
+
+
+def test_brokers_sharing_one_id_give_the_one_connected():
+    # tansu's brokers all call themselves the same node id
+    p = following()
+    p._follow(_stats(7, [("10.0.0.1:9092", 7, "INIT"), ("10.0.0.3:9092", 7, "UP")]))
+    assert p.node() == "n3"
+
+
+def test_kraft_cluster_ids_never_start_with_a_dash(monkeypatch):
+    import uuid
+
+    from brokerchaos.systems.kafka import apache
+
+    # 0xf8: the first base64 character is '-', which the storage tool takes for an option
+    ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x08" + bytes(15))])
+    monkeypatch.setattr(apache.uuid, "uuid4", lambda: next(ids))
+    assert apache.cluster_id() == "CAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_the_partitions_delegation_moves_the_client_node_at_once():
+    import logging
+
+    from brokerchaos.systems.kafka.client import _BrokerStates
+
+    p = following()
+    p.topic = "bc-run-001"
+    h = _BrokerStates(p)
+
+    def log(line: str) -> None:
+        h.emit(logging.LogRecord("rdkafka", logging.DEBUG, "", 0, line, None, None))
+
+    # as librdkafka 2.x logged a leader kill and the fail-over (debug: topic)
+    log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-001 [0]: delegate to broker 10.0.0.3:9092/3 "
+        "(rktp 0x7f35b06fe630, term 0, ref 3)")
+    assert p.node() == "n3"
+    log("BRKDELGT [p1#producer-6] [thrd:10.0.0.3:9092/3]: bc-run-001 [0]: delegate to broker (none) "
+        "(rktp 0x7f35b06fe630, term 0, ref 3)")
+    log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-001 [0]: no longer delegated to broker 10.0.0.3:9092/3")
+    assert p.node() == "n3"
+    log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-0010 [0]: delegate to broker 10.0.0.2:9092/2 (rktp 0x1)")
+    log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-001 [1]: delegate to broker 10.0.0.2:9092/2 (rktp 0x1)")
+    assert p.node() == "n3"  # another topic, another partition
+    log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-001 [0]: delegate to broker 10.0.0.1:9092/1 "
+        "(rktp 0x7f35b06fe630, term 0, ref 4)")
+    assert p.node() == "n1"

@@ -64,6 +64,15 @@ def _node_name(broker: Optional[int]) -> Optional[str]:
     return f"n{broker}" if broker is not None and broker >= 0 else None
 
 
+def cluster_id() -> str:
+    """A random cluster id as Kafka's own Uuid.randomUuid() makes it: never starting with '-'
+    (one in 64 would), which the storage tool's argument parser takes for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 class ApacheKafka(LocalCluster):
     """What both modes share: broker processes, their properties, versions from their logs."""
 
@@ -183,7 +192,7 @@ class KRaftKafka(ApacheKafka):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         # one cluster id for every process's storage, formatted before its first start
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = cluster_id()
 
     def voters(self) -> str:
         ip, port = self.address(CONTROLLER, "controller")

@@ -212,11 +212,16 @@ class KafkaRoles(Roles):
 class _BrokerStates(logging.Handler):
     """librdkafka's broker state changes (its `debug: broker` log, facility STATE, served by
     poll() on the loop's thread) as client events: UP -> anything is a disconnect, and the
-    next -> UP of that broker its reconnect."""
+    next -> UP of that broker its reconnect. And (`debug: topic`, facility BRKDELGT) the
+    broker the topic's first partition is handed to: the one the producer writes to from
+    then on, known before any of its acks, as the log is served from the same queue as the
+    delivery reports (the statistics say it too, but up to an interval late: acks from a new
+    leader were put down to the old one)."""
 
     # a learned broker (host:port/id); the bootstrap entries (…/bootstrap) are dropped
     # once the metadata names the brokers, which is not a disconnect
     CHANGE = re.compile(r"(\S+):(\d+)/\d+: Broker changed state (\w+) -> (\w+)")
+    DELEGATE = re.compile(r"(\S+) \[0\]: delegate to broker (\S+):(\d+)/\d+ ")
 
     def __init__(self, producer: "KafkaProducer") -> None:
         super().__init__(logging.DEBUG)
@@ -225,8 +230,14 @@ class _BrokerStates(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            m = self.CHANGE.search(record.getMessage())
+            line = record.getMessage()
+            m = self.CHANGE.search(line)
             if not m:
+                d = self.DELEGATE.search(line)
+                # to the internal broker (:0/internal) when no leader is known: where it
+                # wrote last stays, as with the statistics
+                if d and d.group(1) == self.producer.topic and d.group(3) != "0":
+                    self.producer._node = self.producer.system.cluster.node_at(d.group(2), int(d.group(3)))
                 return
             host, port, old, new = m.groups()
             node = self.producer.system.cluster.node_at(host, int(port)) or f"{host}:{port}"
@@ -265,7 +276,7 @@ class KafkaProducer(ClientEvents):
             # not logging.getLogger: that one registers it for good, one per run of a soak
             log = logging.Logger(f"brokerchaos.librdkafka.{self.name}", logging.DEBUG)
             log.addHandler(_BrokerStates(self))
-            conf.update({"debug": "broker", "log_level": 7, "logger": log})
+            conf.update({"debug": "broker,topic", "log_level": 7, "logger": log})
         self.p = Producer(conf)
         self.poller = asyncio.create_task(self._poll())
         # where it will write, known before the first statistics arrive (a fast run can
@@ -287,17 +298,23 @@ class KafkaProducer(ClientEvents):
 
     def _follow(self, raw: str) -> None:
         """The broker the client writes to: the leader its metadata names for the lowest
-        partition, among the brokers it is connected to."""
+        partition, whether or not its connection is up yet. Not some other broker that is
+        connected: at the start the leader's connection can come up after the bootstrap
+        broker's, and after a kill the metadata names the dead leader until it is refreshed,
+        and librdkafka writes to no one else meanwhile (a `client-node` fault resolved then
+        hit a broker the producer never wrote to)."""
         try:
             stats = json.loads(raw)
         except ValueError:
             return
         parts = stats.get("topics", {}).get(self.topic, {}).get("partitions", {})
         led = [p for k, p in sorted(parts.items()) if k != "-1" and p.get("leader", -1) >= 0]
-        leader = led[0]["leader"] if led else None
-        up = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0 and b.get("state") == "UP"]
+        if not led:  # no leader known (an election, or metadata not in yet): where it wrote last
+            return
+        leader = led[0]["leader"]
+        named = [b for b in stats.get("brokers", {}).values() if b.get("nodeid") == leader]
         # tansu's brokers all call themselves the same id: then the one connected is it
-        for b in sorted(up, key=lambda b: b.get("nodeid") != leader):
+        for b in sorted(named, key=lambda b: b.get("state") != "UP"):
             host, _, port = b.get("nodename", "").rpartition(":")
             self._node = self.system.cluster.node_at(host, int(port)) if port.isdigit() else None
             return

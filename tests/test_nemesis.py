@@ -31,6 +31,10 @@ class FakeCluster:
         self._did("kill", node)
         self.up.discard(node)
 
+    async def kill_nodes(self, nodes, timeout=10.0):  # as a cluster file's hooks do it
+        for n in nodes:
+            self.kill(n, timeout)
+
     def start_node(self, node):
         self._did("start", node)
         self.up.add(node)
@@ -77,9 +81,9 @@ def _nemesis(i, spec, dep, rec, gate, lines):
     return Nemesis(i, spec, dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer)
 
 
-def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None):
+def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None, dep=None):
     """Run one nemesis per spec for a write phase; `acks` first acks arrive at once."""
-    dep = FakeDeployment()
+    dep = dep or FakeDeployment()
     if roles is not None:
         dep.roles = roles
     if fail_inject:
@@ -304,3 +308,88 @@ def test_a_slow_leader_lookup_does_not_delay_the_fault_and_the_view_is_confirmed
         assert w["target_when_asked"] == ["n3"]
         assert any("the background view named n2, the cluster answered n3" in x for x in lines), lines
     assert [(verb, node) for _, verb, node in dep.cluster.log] == [("kill", "n2"), ("start", "n2")]
+
+
+class _SlowDescription(FakeRoles):
+    """A description that gets slow under load (Kafka's metadata: 11-75 ms at a trigger)."""
+
+    def __init__(self):
+        super().__init__("n2")
+        self.delay = 0.0
+        self.asked = 0
+
+    async def describe(self):
+        self.asked += 1
+        lead = self.lead
+        await asyncio.sleep(self.delay)
+        return {"leader": lead}
+
+
+def test_a_slow_description_does_not_delay_a_fault_on_a_named_node(tmp_path):
+    # `n1` and `client-node` have no view of their target; their roles_before came from a
+    # description asked after the target, which the fault waited for
+    dep = FakeDeployment()
+    dep.roles = roles = _SlowDescription()
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate = AckGate()
+        n = _nemesis(0, FaultSpec(action="kill", target="n1", trigger={"after_acks": 5}, duration=0.2),
+                     dep, rec, gate, [])
+        task = asyncio.create_task(n.run())
+        await asyncio.sleep(0.3)  # the background look has described the cluster
+        assert roles.asked >= 1
+        roles.delay, roles.lead = 0.6, "n3"
+        for _ in range(5):
+            gate.on_first_ack()
+        await asyncio.wait_for(task, 5)
+        await n.heal_active("end of run")
+        await n.settle(5)
+        rec.close()
+        return n
+
+    w = asyncio.run(body()).windows[0]
+    assert w["nodes"] == ["n1"] and w["delay_ms"] < 300, w
+    # the roles as the background look saw them, and how old that look was
+    assert w["roles_before"] == {"leader": "n2"} and 0 < w["roles_before_age_ms"] < 2000, w
+    assert w["roles_during"] == {"leader": "n3"}
+
+
+def test_a_kill_is_in_effect_at_its_signal_not_when_the_process_is_reaped(tmp_path):
+    dep = FakeDeployment()
+    signalled = []
+
+    async def kill_nodes(nodes, timeout=10.0):
+        signalled.append(time.monotonic_ns())
+        for n in nodes:
+            dep.cluster.kill(n)
+        await asyncio.sleep(0.3)  # a JVM torn down after SIGKILL
+        return signalled[0]
+
+    dep.cluster.kill_nodes = kill_nodes
+    _, nems, rows, _ = _run(tmp_path, [{"action": "kill", "target": "n1", "trigger": {"at_seconds": 0.1},
+                                        "duration": 0.2}], dep=dep)
+    (w,) = nems[0].windows
+    (fault,) = [r for r in rows if r["type"] == "fault"]
+    assert fault["t_ns"] == int(w["t_ms"] * 1e6) or abs(fault["t_ns"] / 1e6 - w["t_ms"]) < 0.01
+    # the window (and its row) at the signal, the 300 ms until the process was gone apart
+    assert w["effect"]["exit_ms"] >= 290 and w["delay_ms"] < 150, w
+    heal = next(r for r in rows if r["type"] == "heal")
+    assert (heal["t_ns"] - fault["t_ns"]) / 1e9 >= 0.2 + 0.29
+
+
+def test_a_graceful_stop_is_in_effect_at_its_sigterm(tmp_path):
+    dep = FakeDeployment()
+
+    def stop_node(node, timeout=30.0):  # a broker's controlled shutdown, in a worker thread
+        dep.cluster._did("stop", node)
+        time.sleep(0.3)
+        dep.cluster.up.discard(node)
+        return True
+
+    dep.cluster.stop_node = stop_node
+    _, nems, rows, _ = _run(tmp_path, [{"action": "stop", "target": "n1", "trigger": {"at_seconds": 0.1},
+                                        "duration": 0.2}], dep=dep)
+    (w,) = nems[0].windows
+    assert w["effect"]["clean_exit"] == [True] and w["effect"]["exit_ms"] >= 290 and w["delay_ms"] < 150, w
+    assert [verb for _, verb, _ in dep.cluster.log] == ["stop", "start"]

@@ -66,3 +66,40 @@ def test_signals_reach_our_live_process(tmp_path):
         if p.alive():
             p.popen.kill()
             p.popen.wait()
+
+
+def test_an_exit_is_seen_on_the_event_loop_as_it_happens(tmp_path):
+    import asyncio
+
+    p = process.spawn("awaited", ["sleep", "60"], None, tmp_path / "awaited.log")
+    q = process.spawn("survivor", ["sleep", "60"], None, tmp_path / "survivor.log")
+    try:
+        async def body():
+            # a process that does not exit: False at the timeout, and it is left alone
+            assert await process.exited(q, 0.2) is False
+            ticks = 0
+
+            async def tick():  # the loop stays free while it waits
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            t = asyncio.create_task(tick())
+            await asyncio.sleep(0.1)
+            process.send_signal(p, signal.SIGKILL)
+            t0 = time.monotonic()
+            assert await process.exited(p, 5)
+            waited = time.monotonic() - t0
+            t.cancel()
+            return waited, ticks
+
+        waited, ticks = asyncio.run(body())
+        assert not p.alive() and p.popen.returncode == -signal.SIGKILL and p.pidfd is None
+        assert q.alive() and ticks >= 5, ticks
+        assert waited < 1.0, waited
+    finally:
+        for x in (p, q):
+            if x.alive():
+                x.popen.kill()
+                x.popen.wait()

@@ -86,6 +86,9 @@ class Fault:
         self.effect: dict[str, Any] = {}
         # the fault wrote its window's `ready` row itself: the heal adds no second one
         self.ready_recorded = False
+        # when the fault took effect (monotonic ns), if before inject returned: a kill is in
+        # effect at the signal, its processes reaped later
+        self.effect_ns: Optional[int] = None
 
     @classmethod
     def needs_for(cls, params: Any) -> frozenset[str]:

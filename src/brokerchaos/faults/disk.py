@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .base import Target
-from .process import _Restarting
+from .process import _Restarting, kill
 from .registry import FAULTS
 
 
@@ -88,9 +88,9 @@ class Corrupt(_Restarting):
     async def inject(self, target: Target) -> None:
         cluster = self.ctx.cluster
         self.effect["changes"] = {}
+        self.nodes.extend(target.nodes)
+        await kill(self, target.nodes)
         for n in target.nodes:
-            self.nodes.append(n)
-            cluster.kill(n)
             files = cluster.data_files(n)
             self.effect["changes"][n] = corrupt_files(files, self.p.bits, self.p.bytes, self.ctx.rng,
                                                       cluster.datadir / n)

@@ -87,6 +87,9 @@ class Nemesis:
         # nemesis waits for its trigger, so that a lookup slowed by the load (a stream-info
         # request behind thousands of acks) does not delay the fault
         self._view: Optional[tuple] = None
+        # (when asked, the description): the same look for every target, so that the
+        # window's `roles_before` does not hold the fault back either
+        self._seen: Optional[tuple] = None
         self._viewer: Optional[asyncio.Future] = None
 
     @property
@@ -130,27 +133,31 @@ class Nemesis:
 
     async def _keep_view(self) -> None:
         ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes)
+        viewable = self._viewable()
         # the flag as well as the cancel: Python 3.11's wait_for (in _describe) can swallow a
         # cancel that lands as its inner call completes, and the loop would go on for ever
         while self._viewer is not None:
             t = time.monotonic_ns()
-            try:
-                async with asyncio.timeout(5):
-                    target = await resolve(self.spec.target, ctx, groups=self.cls.takes_groups)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the next look may answer; a view too old is not used
-                target = None
+            target = None
+            if viewable:
+                try:
+                    async with asyncio.timeout(5):
+                        target = await resolve(self.spec.target, ctx, groups=self.cls.takes_groups)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the next look may answer; a view too old is not used
+                    pass
+            roles = await self._roles()
             if target is not None:
-                w: dict = {}
-                await self._describe(w, "roles")
-                self._view = (target, t, w.get("roles"))
+                self._view = (target, t, roles)
+            if roles and "error" not in roles:
+                self._seen = (t, roles)
             await asyncio.sleep(VIEW_EVERY)
 
     async def run(self) -> None:
         if self.spec.action == "none":
             return
-        self._viewer = asyncio.ensure_future(self._keep_view()) if self._viewable() else None
+        self._viewer = asyncio.ensure_future(self._keep_view())
         try:
             await self._run()
         finally:
@@ -204,12 +211,13 @@ class Nemesis:
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         first = self.cls.opens_window_first or self.cls.own_windows
+        described = asyncio.ensure_future(self._roles())  # asked at the trigger, with the target
         try:
             target, view = await self._target(fault, w, t_start)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             await self.before_fault(self.deployment, target.nodes)
             if view is None:
-                await self._describe(w, "roles_before")
+                await self._roles_before(w, described)
             elif view[2]:
                 w["roles_before"] = view[2]  # as the view saw the cluster (view_age_ms)
             if first:
@@ -220,12 +228,14 @@ class Nemesis:
             finally:
                 self.injecting = None
         except Exception as e:  # recorded; the run goes on and says so
+            described.cancel()
             w["error"] = f"{type(e).__name__}: {e}"
             if k == 0:
                 self.state["error"] = w["error"]
             self.line(f"Fault: {self.label} FAILED: {w['error']}")
             await self.heal_active("inject failed")
             return False
+        described.cancel()
         if not first:
             self._opened(k, w, fault, target, t_start)
         w["effect"] = fault.effect
@@ -265,17 +275,35 @@ class Nemesis:
             self.line(f"Fault: {self.label}: the background view named {viewed.label()}, the cluster "
                       f"answered {got.label()} (asked at the trigger)")
 
+    async def _roles_before(self, w: dict, described: asyncio.Future) -> None:
+        """The description asked at the trigger, if it answers within FRESH_WAIT of the
+        target being known; else the background look (at most VIEW_MAX_AGE_NS old, its age in
+        `roles_before_age_ms`); with neither, the fault waits for its answer."""
+        seen = self._seen
+        if seen is not None and time.monotonic_ns() - seen[0] <= VIEW_MAX_AGE_NS:
+            done, _ = await asyncio.wait({described}, timeout=FRESH_WAIT)
+            if not done:
+                w["roles_before"] = seen[1]
+                w["roles_before_age_ms"] = round((time.monotonic_ns() - seen[0]) / 1e6, 3)
+                return
+        got = await described
+        if got:
+            w["roles_before"] = got
+
     def _opened(self, k: int, w: dict, fault: Fault, target, t_start: int) -> None:
         """The window is in effect: its fault row (unless the fault records its own windows),
-        and what run.json keeps of it."""
+        and what run.json keeps of it. At the moment the fault says it took effect, if it
+        says (a kill: the signal, not the reaping of a JVM 50-100 ms later)."""
+        t_eff = fault.effect_ns if fault.effect_ns is not None else time.monotonic_ns()
         if self.cls.own_windows:
             t = self.rec.now()
         else:
-            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"])
+            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"],
+                                t_ns=t_eff - self.rec.origin)
             self.rec.flush()
         w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
                  acks_at_effect=self.gate.acks, t_ms=round(t / 1e6, 3),
-                 delay_ms=round((time.monotonic_ns() - t_start) / 1e6, 3), effect=fault.effect)
+                 delay_ms=round((t_eff - t_start) / 1e6, 3), effect=fault.effect)
         if k == 0:
             for key in ("nodes", "acks_at_effect", "t_ms", "delay_ms", "resolve_ms"):
                 self.state[key] = w.get(key)
@@ -338,14 +366,19 @@ class Nemesis:
             await self._describe(w, "roles_after")
 
     async def _describe(self, w: dict, key: str) -> None:
+        got = await self._roles()
+        if got:
+            w[key] = got
+
+    async def _roles(self) -> dict:
         """The stream as the cluster describes it (the seed's topic details), bounded: a
         cluster in the middle of a fault may not answer, and that is what gets kept."""
         try:
-            got = await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
+            return await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
+        except asyncio.CancelledError:
+            raise
         except Exception as e:
-            got = {"error": f"{type(e).__name__}: {e}"[:200]}
-        if got:
-            w[key] = got
+            return {"error": f"{type(e).__name__}: {e}"[:200]}
 
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left."""

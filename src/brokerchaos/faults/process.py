@@ -3,6 +3,7 @@ started, or an external cluster file's hooks)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,15 +36,36 @@ class _Restarting(Fault):
             self.nodes.pop(0)
 
 
+async def kill(fault: Fault, nodes: list[str]) -> None:
+    """SIGKILL the nodes: in effect at the signal; `exit_ms` in the window's effect is how
+    long until every process was gone (a JVM's teardown)."""
+    t = await fault.ctx.cluster.kill_nodes(nodes)
+    if t is not None:
+        fault.effect_ns = t
+        fault.effect["exit_ms"] = round((time.monotonic_ns() - t) / 1e6, 1)
+
+
+async def stop(fault: Fault, nodes: list[str], timeout: float) -> list[bool]:
+    """Stop the nodes gracefully, one after the other (whether each exited cleanly): in
+    effect at the first SIGTERM, as the broker's own shutdown (a Kafka broker's controlled
+    shutdown moving its leaders away: about 0.5 s) is part of what is tested; `exit_ms` is
+    how long until the last one was down."""
+    fault.effect_ns = time.monotonic_ns()
+    clean = []
+    for n in nodes:
+        clean.append(await asyncio.to_thread(fault.ctx.cluster.stop_node, n, timeout))
+    fault.effect["exit_ms"] = round((time.monotonic_ns() - fault.effect_ns) / 1e6, 1)
+    return clean
+
+
 @FAULTS.register("kill")
 class Kill(_Restarting):
     description = "SIGKILL the target's broker process; heal starts it again on the same data"
     needs = frozenset({"kill", "start"})
 
     async def inject(self, target: Target) -> None:
-        for n in target.nodes:
-            self.ctx.cluster.kill(n)
-            self.nodes.append(n)
+        self.nodes.extend(target.nodes)  # heal starts those not running, whatever happened
+        await kill(self, target.nodes)
 
 
 @FAULTS.register("kill-wipe")
@@ -53,9 +75,9 @@ class KillWipe(_Restarting):
     needs = frozenset({"kill", "start", "wipe"})
 
     async def inject(self, target: Target) -> None:
+        self.nodes.extend(target.nodes)
+        await kill(self, target.nodes)
         for n in target.nodes:
-            self.ctx.cluster.kill(n)
-            self.nodes.append(n)
             self.ctx.cluster.wipe(n)
 
 
@@ -71,11 +93,8 @@ class Stop(_Restarting):
     needs = frozenset({"stop", "start"})
 
     async def inject(self, target: Target) -> None:
-        clean = []
-        for n in target.nodes:
-            self.nodes.append(n)
-            clean.append(await asyncio.to_thread(self.ctx.cluster.stop_node, n, self.p.timeout))
-        self.effect["clean_exit"] = clean
+        self.nodes.extend(target.nodes)
+        self.effect["clean_exit"] = await stop(self, target.nodes, self.p.timeout)
 
 
 @FAULTS.register("pause")
@@ -114,13 +133,11 @@ class Restart(_Restarting):
         return frozenset({"stop", "start"}) if getattr(params, "graceful", False) else cls.needs
 
     async def inject(self, target: Target) -> None:
-        cluster = self.ctx.cluster
-        for n in target.nodes:
-            self.nodes.append(n)
-            if self.p.graceful:
-                await asyncio.to_thread(cluster.stop_node, n, self.p.timeout)
-            else:
-                cluster.kill(n)
+        self.nodes.extend(target.nodes)
+        if self.p.graceful:
+            await stop(self, target.nodes, self.p.timeout)
+        else:
+            await kill(self, target.nodes)
         if self.p.down:
             await asyncio.sleep(self.p.down)
         await self.heal()

@@ -208,6 +208,14 @@ class Cluster:
     def kill(self, node: str, timeout: float = 10.0) -> None:
         raise NotImplementedError
 
+    async def kill_nodes(self, nodes: list[str], timeout: float = 10.0) -> Optional[int]:
+        """`kill` each node, off the event loop (the producers share it): here one after
+        another (a cluster file's hooks), in effect when they return (None). A LocalCluster
+        signals them all at once and returns when it did (monotonic ns)."""
+        for n in nodes:
+            await asyncio.to_thread(self.kill, n, timeout)
+        return None
+
     def stop_node(self, node: str, timeout: float = 30.0) -> bool:
         """Graceful stop; True if the node exited cleanly."""
         raise NotImplementedError

@@ -43,10 +43,11 @@ def summarise(dirs: list[Path]) -> str:
     by: dict[str, list[dict]] = {}
     for action, w in windows(dirs):
         by.setdefault(action, []).append(w)
-    lines = ["| action | windows | delay p50 | delay p95 | delay max | target lookup p50 | within 100 ms "
+    lines = ["| action | windows | delay p50 | delay p95 | delay max | target lookup p50 | action begun p50 / max "
+             "| within 100 ms "
              "| from the view (confirmed / stale / unanswered) | roles_before from the background look "
              "| exit after the signal p50 / max |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for action in sorted(by):
         ws = by[action]
         d = [w["delay_ms"] for w in ws]
@@ -57,9 +58,11 @@ def summarise(dirs: list[Path]) -> str:
         looked = sum(1 for w in ws if w.get("roles_before_age_ms") is not None)
         ex = [w["effect"]["exit_ms"] for w in ws if (w.get("effect") or {}).get("exit_ms") is not None]
         exits = f"{pct(ex, .5):.0f} / {max(ex):.0f} ms" if ex else "-"
+        at = [w["inject_at_ms"] for w in ws if w.get("inject_at_ms") is not None]
+        begun = f"{pct(at, .5):.0f} / {max(at):.0f} ms" if at else "-"
         lines.append(f"| {action} | {len(ws)} | {pct(d, .5):.0f} ms | {pct(d, .95):.0f} ms | {max(d):.0f} ms | "
-                     f"{pct(r, .5):.0f} ms | {ok} of {len(ws)} | {len(viewed)} ({' / '.join(map(str, conf))}) | "
-                     f"{looked} | {exits} |")
+                     f"{pct(r, .5):.0f} ms | {begun} | {ok} of {len(ws)} | "
+                     f"{len(viewed)} ({' / '.join(map(str, conf))}) | {looked} | {exits} |")
     every = [w["delay_ms"] for _, w in windows(dirs)]
     if every:
         lines.append(f"\nAll {len(every)} windows: p50 {pct(every, .5):.0f} ms, p99 {pct(every, .99):.0f} ms, "

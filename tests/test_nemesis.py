@@ -350,6 +350,7 @@ def test_a_slow_description_does_not_delay_a_fault_on_a_named_node(tmp_path):
 
     w = asyncio.run(body()).windows[0]
     assert w["nodes"] == ["n1"] and w["delay_ms"] < 300, w
+    assert w["resolve_ms"] <= w["inject_at_ms"] <= w["delay_ms"], w
     # the roles as the background look saw them, and how old that look was
     assert w["roles_before"] == {"leader": "n2"} and 0 < w["roles_before_age_ms"] < 2000, w
     assert w["roles_during"] == {"leader": "n3"}

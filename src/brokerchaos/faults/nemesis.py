@@ -138,7 +138,7 @@ class Nemesis:
     async def _keep_view(self) -> None:
         ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes)
         viewable = self._viewable()
-        # the flag as well as the cancel: Python 3.11's wait_for (in _describe) can swallow a
+        # the flag as well as the cancel: Python 3.11's wait_for (in _roles) can swallow a
         # cancel that lands as its inner call completes, and the loop would go on for ever
         while self._viewer is not None:
             t = time.monotonic_ns()
@@ -383,8 +383,6 @@ class Nemesis:
         cluster in the middle of a fault may not answer, and that is what gets kept."""
         try:
             return await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
-        except asyncio.CancelledError:
-            raise
         except Exception as e:
             return {"error": f"{type(e).__name__}: {e}"[:200]}
 

@@ -149,8 +149,8 @@ SMALL = Tuning(
 )
 
 
-@given(rows=history(), plain=st.booleans(), in_memory=st.booleans())
-def test_spark_matches_oracle(rows, plain, in_memory, spark_analyze, tmp_path_factory):
+@given(rows=history(), plain_rows=st.sampled_from([0, 3, 10 ** 9]), in_memory=st.booleans(), ranked=st.booleans())
+def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, spark_analyze, tmp_path_factory):
     if not rows:
         return
     # a run of nothing but an observer's rows (no producer sent, nobody else read, no fault)
@@ -158,11 +158,15 @@ def test_spark_matches_oracle(rows, plain, in_memory, spark_analyze, tmp_path_fa
     watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
     assume(all(any((r["run"], r["client"]) not in watched for r in rows if r["run"] == run)
                for run in {r["run"] for r in rows}))
-    # or, as in a run's own analysis, row by row in one lag() per stream
-    tuning = dataclasses.replace(SMALL, plain_rows=10 ** 9) if plain else SMALL
+    # or, as in a run's own analysis, row by row in one lag() per stream; or (3) each way by
+    # size, as a large history's ack gaps: buckets paired by one lag(), then the walk
+    tuning = dataclasses.replace(SMALL, plain_rows=plain_rows)
     # a small history is read into memory as one partition (no shuffle at all); a large one
     # is read from its files in parallel: both ways, whatever the history's size
     tuning = dataclasses.replace(tuning, small_bytes=1 << 30 if in_memory else 0)
+    if ranked:
+        # latency ranked through a histogram, as past 6 M rows, its buckets split down to 2 values
+        tuning = dataclasses.replace(tuning, sorted_latency_rows=0, rank_bucket_rows=2)
     a = spark_analyze(rows, tmp_path_factory.mktemp("h"), tuning)
     expected = oracle.analyze(rows)
     assert [v["run"] for v in a.verdicts] == [v["run"] for v in expected]

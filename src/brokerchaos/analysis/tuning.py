@@ -7,9 +7,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Tuning:
-    # exact percentiles hold every latency of a run in one aggregation buffer; past this many
-    # history rows Spark's percentile_approx is used instead, and said (latency_exact = false)
+    # latencies paired message by message (acks without send_ns, end-to-end) are sorted in
+    # one aggregation buffer per run; past this many history rows Spark's percentile_approx
+    # is used instead, and said (latency_exact = false)
     exact_percentile_rows: int = 6_000_000
+    # acks that carry their send time (format 1.4) are ranked instead, exactly at any size:
+    # up to this many history rows each run's latencies are sorted in one list; past it a
+    # histogram finds the buckets that hold the percentiles' ranks and only those are sorted
+    sorted_latency_rows: int = 6_000_000
+    # a bucket of more latencies than this is split again before its values are sorted
+    rank_bucket_rows: int = 4_000_000
     # consumer events per ordering bucket: big enough that per-bucket overhead stays small,
     # small enough that a 10-million-message stream still spreads over every core
     seq_bucket: int = 1 << 20

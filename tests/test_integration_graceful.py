@@ -115,8 +115,14 @@ def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_p
     and coming back to it after the leader refused the clients for a second (with a single
     reset librdkafka is back within 3 ms, while its retry back-off keeps acks away for up to
     120 ms: the two would measure different things). A stall of the harness's own (once: the
-    Spark JVM starting during the first write, a 503 ms ack gap) would break it."""
-    s = sc.load(scenario, {"runs": 1, "messages": 6_000, "at_seconds": 1.5, "duration": 1.0, "name": "it-callbacks"})
+    Spark JVM starting during the first write, a 503 ms ack gap) would break it.
+
+    The write goes on 3 s after the fault (2,000 msg/s), longer than NATS's ack timeout and
+    back-off (2.1 s): a message whose reply the reset lost is sent again among the others'
+    acks. With 1.5 s (6,000 messages, the fault at 1.5 s) the write's other acks were over
+    before those retries, and the ack-free wait for them (656 ms, 5 messages) was the
+    window's longest gap."""
+    s = sc.load(scenario, {"runs": 1, "messages": 8_000, "at_seconds": 1.0, "duration": 1.0, "name": "it-callbacks"})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     rows = _rows(result.dir / v["run"])

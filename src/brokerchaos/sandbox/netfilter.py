@@ -7,19 +7,46 @@ Commands run with `ip netns exec` on namespaces this project created, never the 
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
-from typing import Optional
+from typing import Iterator, Optional
 
 from .netns import NetnsError
 
 IPTABLES_WAIT = "5"  # the xtables lock is shared by every namespace on the machine
 
 
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """The calling thread, and the processes it starts meanwhile (they inherit it), ahead of
+    every ordinary thread on the machine (SCHED_FIFO, the lowest real-time priority).
+
+    A fault's commands are a few milliseconds of work, but on two cores shared with three
+    JVMs still compiling (Kafka's first run after its cluster started) they waited for a
+    core: three namespaces' `iptables-restore` took 58-95 ms. With twelve busy processes on
+    the two cores: 45-104 ms as ordinary processes, 6-8 ms like this (the kernel keeps 5% of
+    each second for ordinary threads whatever real-time ones do, and these end in
+    milliseconds). Where the policy cannot be set (no CAP_SYS_NICE), nothing changes.
+    """
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (OSError, AttributeError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+
+
 def run_sync(ns: str, argv: list[str], stdin: Optional[str] = None, timeout: float = 15.0,
              check: bool = True) -> subprocess.CompletedProcess:
     try:
-        r = subprocess.run(["ip", "netns", "exec", ns, *argv], input=stdin, capture_output=True,
-                           text=True, timeout=timeout)
+        with urgent():
+            r = subprocess.run(["ip", "netns", "exec", ns, *argv], input=stdin, capture_output=True,
+                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise NetnsError(f"`{' '.join(argv)}` in {ns} did not finish within {timeout}s") from None
     if check and r.returncode != 0:
@@ -34,21 +61,22 @@ def run_many(cmds: list[tuple[str, list[str], Optional[str]]], timeout: float = 
     are less than what waking the loop for each thread's result costs while thousands of
     acks are queued, and the fault must land within 100 ms of its trigger.
     """
-    procs = []
-    for ns, argv, stdin in cmds:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        procs.append((p, stdin))
-    out = []
-    for p, stdin in procs:
-        try:
-            so, err = p.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            out.append((-1, "", f"did not finish within {timeout}s"))
-            continue
-        out.append((p.returncode, so, err.strip()))
+    with urgent():
+        procs = []
+        for ns, argv, stdin in cmds:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            procs.append((p, stdin))
+        out = []
+        for p, stdin in procs:
+            try:
+                so, err = p.communicate(stdin, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                out.append((-1, "", f"did not finish within {timeout}s"))
+                continue
+            out.append((p.returncode, so, err.strip()))
     return out
 
 

@@ -341,19 +341,18 @@ def latency_table(df: DataFrame, live_runs: list[str], t: Tuning = DEFAULT) -> D
     )
 
 
-def ack_latency(acks: DataFrame, exact: bool) -> DataFrame:
+def ack_latency(acks: DataFrame) -> DataFrame:
     """latency_verdicts' figures (but end-to-end) of runs whose ack rows carry the time their
     latency counts from (`send_ns`, format 1.4): aggregates over the ack rows, per run, with
-    nothing paired and no row moved."""
-    return acks.groupBy("run").agg(*_ack_latency_columns(exact))
+    nothing paired and no row moved (past sorted_latency_rows: ranked_ack_latency)."""
+    return acks.groupBy("run").agg(*_ack_latency_columns())
 
 
 @_columns_once
-def _ack_latency_columns(exact: bool) -> list:
+def _ack_latency_columns() -> list:
     ack_lat = (F.col("t_ns") - F.col("send_ns")) / MS
-    pct = _exact_percentiles if exact else (lambda c: F.percentile_approx(c, PERCENTILES, 10_000))
     return [
-        pct(ack_lat).alias("_ack_p"),
+        _exact_percentiles(ack_lat).alias("_ack_p"),
         F.max(ack_lat).alias("_ack_max"),
         F.lit(None).cast("array<double>").alias("_e2e_p"),
         F.lit(None).cast("double").alias("_e2e_max"),
@@ -397,7 +396,7 @@ def ranked_ack_latency(acks: DataFrame, t: Tuning = DEFAULT) -> dict[str, dict]:
         bs.sort()
         size[run] = n = sum(x[1] for x in bs)
         out[run]["_ack_max"] = bs[-1][3] / MS
-        _place(need, run, [(c, lo, hi) for _, c, lo, hi in bs], _ranks(n))
+        _place(need, run, [(c, lo, hi) for _, c, lo, hi in bs], {r: r for r in _ranks(n)})
     value: dict[tuple, int] = {}
     while need:
         sort, split = [], []
@@ -430,10 +429,9 @@ def _ranks(n: int) -> set[int]:
     return {r for q in PERCENTILES for r in (math.floor(q * (n - 1)), math.ceil(q * (n - 1)))}
 
 
-def _place(need: dict, run: str, parts: list[tuple], ranks) -> None:
-    """Each rank (a dict: rank within the parts -> rank in the run, or a set of run ranks)
-    into the part, (count, lo, hi) in order, that holds it."""
-    ranks = ranks if isinstance(ranks, dict) else {r: r for r in ranks}
+def _place(need: dict, run: str, parts: list[tuple], ranks: dict[int, int]) -> None:
+    """Each of `ranks` (rank within the parts -> rank in the run) into the part, (count, lo,
+    hi) in order, that holds it."""
     cum = 0
     for c, lo, hi in parts:
         for k, r in ranks.items():
@@ -698,12 +696,13 @@ def ack_gap_facts(acks: DataFrame, frames: dict[str, dict], w: Optional[Windows]
             width[run] = max(1, span * tuning.bucket_acks // (f["acks"] - 1))
     if not width:
         return {}, {}
-    if sum(f["acks"] or 0 for f in frames.values()) <= tuning.plain_rows:
+    n_acks = sum(f["acks"] or 0 for f in frames.values())
+    if n_acks <= tuning.plain_rows:
         # few acks: paired one by one, exact at once
         return _gap_facts(gaps(acks, tuning, plain=True), w, tuning)
     # up to plain_rows buckets, paired by one lag() (one shuffle): at 10 M acks (625,000
     # buckets) 0.4 s against 2.6 s for the buckets of buckets
-    plain = sum(f["acks"] or 0 for f in frames.values()) // tuning.bucket_acks <= tuning.plain_rows
+    plain = n_acks // tuning.bucket_acks <= tuning.plain_rows
     longest, closed = _gap_facts(bucket_gaps(acks, width, tuning, plain), w, tuning)
     walk = {run for run, wd in width.items() if longest.get(run) is None or longest[run] < wd}
     walk |= {run for (run, _), (eff, _) in closed.items() if eff < width[run]}
@@ -1156,10 +1155,11 @@ class _Job:
         by_acks = sorted(run for run, f in self.frames.items() if f["send_ns_acks"] and run not in self.live_runs)
         paired = sorted(set(self.frames) - set(by_acks))
         if by_acks:
-            d = _only_runs(self._acks(), by_acks, self.t) if paired else self._acks()
+            d = self._acks()
+            d = _only_runs(d, by_acks, self.t) if paired else d
             if self.rows <= self.t.sorted_latency_rows:
                 d = d.where(F.col("send_ns").isNotNull())
-                self.lats.update({r["run"]: r.asDict() for r in ack_latency(d, True).collect()})
+                self.lats.update({r["run"]: r.asDict() for r in ack_latency(d).collect()})
             else:
                 self.lats.update(ranked_ack_latency(d, self.t))
         # exact, but where latencies are paired past exact_percentile_rows

@@ -33,12 +33,12 @@ def urgent() -> Iterator[None]:
         before = os.sched_getscheduler(0), os.sched_getparam(0)
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except (OSError, AttributeError):
-        yield
-        return
+        before = None
     try:
         yield
     finally:
-        os.sched_setscheduler(0, before[0], before[1])
+        if before is not None:
+            os.sched_setscheduler(0, *before)
 
 
 def run_sync(ns: str, argv: list[str], stdin: Optional[str] = None, timeout: float = 15.0,

@@ -9,8 +9,10 @@ export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
 
 .PHONY: setup system demo test test-unit test-fast lint clean-sandbox
 
+# the Spark class archive: a faster JVM start, not a requirement (README, "Spark")
 setup: system $(VENV)/.installed
 	@$(VENV)/bin/brokerchaos fetch >/dev/null
+	@$(VENV)/bin/python -m brokerchaos.analysis.cds || true
 
 system:
 	@./scripts/setup-system.sh

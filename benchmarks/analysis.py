@@ -202,13 +202,15 @@ def duckdb_query(directory: Path) -> dict | None:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def cold_command(directory: Path, timing: bool) -> float:
-    """What a user types: `brokerchaos analyze DIR`, JVM start and the written logs included."""
+def cold_command(directory: Path, timing: bool, fast_start: bool = True) -> float:
+    """What a user types: `brokerchaos analyze DIR`, JVM start and the written logs included;
+    `fast_start=False` without the class archive and the quick JIT (README, "Spark")."""
     exe = Path(sys.executable).with_name("brokerchaos")
+    env = dict(os.environ, **({} if fast_start else {"BROKERCHAOS_SPARK_FAST_START": "0"}))
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
         r = subprocess.run([str(exe), "analyze", str(directory), "--out", out] + ([] if timing else ["--no-timing"]),
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         took = time.perf_counter() - t
     if r.returncode not in (0, 3, 4):
         raise SystemExit(f"brokerchaos analyze failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -335,7 +337,8 @@ def main() -> None:
     cold = {}
     if not args.no_cold:
         cold = {"analyze_cold_s": round(cold_command(d, True), 2),
-                "analyze_cold_no_timing_s": round(cold_command(d, False), 2)}
+                "analyze_cold_no_timing_s": round(cold_command(d, False), 2),
+                "analyze_cold_no_fast_start_s": round(cold_command(d, True, fast_start=False), 2)}
         print(f"brokerchaos analyze, cold: {cold}", file=sys.stderr)
     cores = {}
     if not args.no_cores:

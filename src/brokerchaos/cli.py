@@ -443,12 +443,12 @@ def cmd_analyze(args) -> int:
     if not _java_ok(args.spark_master):
         return 1
     from .analysis import metrics
-    from .analysis.spark import get_spark
+    from .analysis.spark import get_spark, one_shot_options
     from .report import console, files, session_table
 
     report = None
     try:
-        spark = get_spark(args.spark_master)
+        spark = get_spark(args.spark_master, one_shot_options(checked.bytes))
         df = metrics.read_history(spark, *checked.paths)
         analysis = metrics.analyze(spark, df, timing=not args.no_timing)
         session_table.complete(analysis.verdicts)

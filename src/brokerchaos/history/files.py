@@ -44,6 +44,7 @@ class Checked:
 
     paths: list[str]
     files: int
+    bytes: int = 0  # the history files' size on disk
     _tmp: Optional[tempfile.TemporaryDirectory] = None
 
     def cleanup(self) -> None:
@@ -61,6 +62,7 @@ def check(path: Path) -> Checked:
     HistoryError.
     """
     files = history_files(path)
+    size = sum(f.stat().st_size for f in files)
     want = {f.name: f.type for f in SCHEMA}
     fixes: list[tuple[Path, pa.Schema]] = []
     for f in files:
@@ -88,7 +90,7 @@ def check(path: Path) -> Checked:
         if nulls:
             fixes.append((f, schema))
     if not fixes:
-        return Checked([str(path)], len(files))
+        return Checked([str(path)], len(files), size)
     tmp = tempfile.TemporaryDirectory(prefix="brokerchaos-history-")
     fixed = {f for f, _ in fixes}
     out = [str(f) for f in files if f not in fixed]
@@ -99,4 +101,4 @@ def check(path: Path) -> Checked:
         dest = Path(tmp.name) / f"{i:06d}-{f.name}"
         pq.write_table(pa.Table.from_arrays(cols, schema=pa.schema(fields)), dest)
         out.append(str(dest))
-    return Checked(out, len(files), tmp)
+    return Checked(out, len(files), size, tmp)

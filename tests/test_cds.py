@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from brokerchaos.analysis import cds
+from brokerchaos.analysis import spark as sp
 from brokerchaos.analysis.spark import QUICK_JIT_BYTES, one_shot_options
 
 IDENT = {"libjvm": "/jvm/lib/server/libjvm.so", "libjvm_size": 1, "libjvm_mtime_ns": 2,
@@ -15,9 +15,9 @@ IDENT = {"libjvm": "/jvm/lib/server/libjvm.so", "libjvm_size": 1, "libjvm_mtime_
 @pytest.fixture
 def archive(tmp_path, monkeypatch):
     a = tmp_path / "spark-classes.jsa"
-    monkeypatch.setattr(cds, "ARCHIVE", a)
-    monkeypatch.setattr(cds, "STAMP", a.with_suffix(".json"))
-    monkeypatch.setattr(cds, "identity", lambda: dict(IDENT))
+    monkeypatch.setattr(sp, "ARCHIVE", a)
+    monkeypatch.setattr(sp, "STAMP", a.with_suffix(".json"))
+    monkeypatch.setattr(sp, "archive_identity", lambda: dict(IDENT))
     a.write_bytes(b"x" * 100)
     return a
 
@@ -31,30 +31,30 @@ def _stamp(a, **over):
 
 def test_a_whole_archive_for_this_jvm_is_mapped_quietly(archive):
     _stamp(archive)
-    assert cds.java_options() == [f"-XX:SharedArchiveFile={archive}", cds.QUIET]
+    assert sp.archive_options() == [f"-XX:SharedArchiveFile={archive}", sp.QUIET_CDS]
 
 
 def test_no_stamp_no_archive(archive):
     # a build cut short leaves the archive without its stamp: mapping it could crash the JVM
-    assert cds.java_options() == []
+    assert sp.archive_options() == []
 
 
 def test_an_archive_cut_or_replaced_after_its_stamp_is_left_out(archive):
     _stamp(archive)
     archive.write_bytes(b"x" * 50)
-    assert cds.java_options() == []
+    assert sp.archive_options() == []
 
 
 def test_an_archive_of_another_jvm_or_pyspark_is_left_out(archive):
     _stamp(archive, identity=dict(IDENT, libjvm_mtime_ns=99))  # a JDK upgraded in place
-    assert cds.java_options() == []
+    assert sp.archive_options() == []
     _stamp(archive, identity=dict(IDENT, pyspark="4.1.0"))
-    assert cds.java_options() == []
+    assert sp.archive_options() == []
 
 
 def test_a_garbled_stamp_is_no_archive(archive):
     archive.with_suffix(".json").write_text("{not json")
-    assert cds.java_options() == []
+    assert sp.archive_options() == []
 
 
 def test_only_small_histories_analysed_once_run_the_first_tier_only():
@@ -65,8 +65,8 @@ def test_only_small_histories_analysed_once_run_the_first_tier_only():
 def test_the_session_jvm_maps_the_archive_make_setup_built(spark):
     """`make setup` builds the archive; the tests' JVM, started after it, must map it (the
     JVM leaves out an archive it cannot use, quietly: only its memory map tells)."""
-    opts = cds.java_options()
-    assert opts, f"no valid class archive at {cds.ARCHIVE}: `make setup` builds it (python -m brokerchaos.analysis.cds)"
+    opts = sp.archive_options()
+    assert opts, f"no valid class archive at {sp.ARCHIVE}: `make setup` builds it (python -m brokerchaos.analysis.cds)"
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     with open(f"/proc/{pid}/maps") as f:
-        assert str(cds.ARCHIVE) in f.read()
+        assert str(sp.ARCHIVE) in f.read()

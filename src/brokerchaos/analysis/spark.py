@@ -5,6 +5,7 @@ to a standalone/YARN/k8s master, and an `sc://` URL to a Spark Connect endpoint.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -31,6 +32,55 @@ def _java_home() -> None:
             "the analysis needs Java 17 for Spark: run `make setup` (installs openjdk-17-jre-headless) "
             "or set JAVA_HOME"
         )
+
+
+# The class archive analysis/cds.py builds (README, "Spark"): where it is, and when a JVM may
+# map it. An archive cut short crashes the JVM that maps it (measured: SIGSEGV in
+# FileMapInfo::relocate_pointers_in_core_regions), so it is used only while the stamp beside
+# it matches its size and time and names this JVM and these jars: a JDK or PySpark upgraded
+# under the same path leaves it out until it is built again.
+ARCHIVE = Path(sys.prefix) / "brokerchaos" / "spark-classes.jsa"
+STAMP = ARCHIVE.with_suffix(".json")
+# the JVM's own warnings would go to the command's stdout, which --format json keeps for the
+# verdicts: a jar changed since the dump (the archive is then not used), and at the dump one
+# line for each of the ~1,400 classes it leaves out (Janino's signed jar, generated classes)
+QUIET_CDS = "-Xlog:cds*=off"
+
+
+def archive_identity() -> Optional[dict]:
+    """What the archive is made for: this JVM (its libjvm's path, size and time: an upgrade
+    in place changes them) and this PySpark's jars."""
+    _java_home()
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    if not java:
+        return None
+    jvm = Path(os.path.realpath(java)).parent.parent / "lib" / "server" / "libjvm.so"
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    try:
+        st, jst = jvm.stat(), jars.stat()
+    except OSError:
+        return None
+    return {"libjvm": str(jvm), "libjvm_size": st.st_size, "libjvm_mtime_ns": st.st_mtime_ns,
+            "pyspark": pyspark.__version__, "jars": str(jars), "jars_mtime_ns": jst.st_mtime_ns}
+
+
+def archive_options() -> list[str]:
+    """The options that map the archive, or none when there is no whole archive for this JVM."""
+    try:
+        stamp = json.loads(STAMP.read_text())
+        st = ARCHIVE.stat()
+    except (OSError, ValueError):
+        return []
+    if (stamp.get("size"), stamp.get("mtime_ns")) != (st.st_size, st.st_mtime_ns):
+        return []
+    if stamp.get("identity") != archive_identity():
+        return []
+    return [f"-XX:SharedArchiveFile={ARCHIVE}", QUIET_CDS]
 
 
 def check_java(master: Optional[str] = None) -> None:
@@ -81,10 +131,8 @@ def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
             spark = SparkSession.builder.remote(master).getOrCreate()
         else:
             cores = os.cpu_count() or 2
-            from . import cds
-
             quiet = f"-Dlog4j2.configurationFile=file:{LOG4J}"
-            driver = " ".join([quiet, *(cds.java_options() if fast_start() else ()), *java_options])
+            driver = " ".join([quiet, *(archive_options() if fast_start() else ()), *java_options])
             spark = (
                 SparkSession.builder.master(master)
                 .appName("brokerchaos")

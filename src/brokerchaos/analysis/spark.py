@@ -21,7 +21,7 @@ JAVA17 = "/usr/lib/jvm/java-17-openjdk-amd64"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
-def _java_home() -> None:
+def _java_home() -> str:
     # Spark 4 needs Java 17 or 21; machines here also carry a newer JDK it does not support.
     if not os.environ.get("JAVA_HOME") and os.path.isdir(JAVA17):
         os.environ["JAVA_HOME"] = JAVA17
@@ -32,6 +32,7 @@ def _java_home() -> None:
             "the analysis needs Java 17 for Spark: run `make setup` (installs openjdk-17-jre-headless) "
             "or set JAVA_HOME"
         )
+    return java
 
 
 # The class archive analysis/cds.py builds (README, "Spark"): where it is, and when a JVM may
@@ -50,14 +51,10 @@ QUIET_CDS = "-Xlog:cds*=off"
 def archive_identity() -> Optional[dict]:
     """What the archive is made for: this JVM (its libjvm's path, size and time: an upgrade
     in place changes them) and this PySpark's jars."""
-    _java_home()
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     try:
+        java = _java_home()
         import pyspark
-    except ImportError:
-        return None
-    if not java:
+    except (RuntimeError, ImportError):
         return None
     jvm = Path(os.path.realpath(java)).parent.parent / "lib" / "server" / "libjvm.so"
     jars = Path(pyspark.__file__).resolve().parent / "jars"

@@ -9,10 +9,11 @@ Python to check this one.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -838,12 +839,22 @@ def losses(df: DataFrame, lost: DataFrame, broadcast: bool, held: Optional[list]
 class Analysis:
     verdicts: list[dict]
     jumps: DataFrame
-    duplicates: DataFrame
     latency_exact: bool
-    losses: Optional[DataFrame] = None
+    # the duplicate and loss logs' frames, built when first read: a run's own verdict never
+    # reads them, and building them (empty ones included) was ~0.1 s of py4j calls per analysis
+    build_duplicates: Callable[[], DataFrame]
+    build_losses: Callable[[], DataFrame]
     meta: dict = field(default_factory=dict)
     # cached frames the logs read from; release() frees them
     kept: list = field(default_factory=list)
+
+    @functools.cached_property
+    def duplicates(self) -> DataFrame:
+        return self.build_duplicates()
+
+    @functools.cached_property
+    def losses(self) -> DataFrame:
+        return self.build_losses()
 
     def release(self) -> None:
         """Free what the jump and duplicate logs were kept in; they are computed again from
@@ -1006,7 +1017,7 @@ class _Job:
         self.clock = _Clock()
         self.held: list[DataFrame] = [df] if small else []
         self.kept: list[DataFrame] = []
-        self.dups = duplicates(df.where(F.lit(False)))
+        self.dups = lambda: duplicates(df.where(F.lit(False)))
         self.lost = None
         self.jumps = None
         self.msgs: dict[str, dict] = {}
@@ -1070,7 +1081,7 @@ class _Job:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
             self.kept.append(rows)
             # a message read twice is in a block that is not plain: these rows hold every one
-            self.dups = duplicates(rows)
+            self.dups = lambda: duplicates(rows)
             for r in message_counts(message_table(rows)).collect():
                 m = self.msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
                 for k in COUNT_KEYS:
@@ -1078,17 +1089,18 @@ class _Job:
             self.first = first_reads(rows)
             self.clock.lap("blocks looked at closely")
         n_lost = sum(m.get("acked_missing") or 0 for m in self.msgs.values())
-        ids = lost_messages(blocks, t)
         if not n_lost:
-            self.lost = losses(df.where(F.lit(False)), ids.where(F.lit(False)), True)
+            self.lost = lambda: losses(df.where(F.lit(False)), lost_messages(blocks, t).where(F.lit(False)), True)
             return
+        ids = lost_messages(blocks, t)
         # worth two passes when it happens: which acked messages, and what the read found
         # where the broker said it had stored them
         near = (_value_ranges(blocks, t, _lost_bits() != 0, no_identity=False)
                 if n_lost <= 100_000 and not self.small else None)
-        self.lost = losses(df, ids, n_lost <= t.broadcast_lost, self.held, near).persist(StorageLevel.MEMORY_AND_DISK)
-        self.kept.append(self.lost)
-        for r in self.lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
+        lost = losses(df, ids, n_lost <= t.broadcast_lost, self.held, near).persist(StorageLevel.MEMORY_AND_DISK)
+        self.kept.append(lost)
+        self.lost = lambda: lost
+        for r in lost.groupBy("run").agg(_count(F.col("overwritten")).alias("n")).collect():
             self.msgs[r["run"]]["acked_missing_overwritten"] = r["n"]
         self.clock.lap("losses")
 
@@ -1329,5 +1341,5 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
     # the runs whose acks carry their send time (format 1.4): the report's latency plot needs
     # no pairing for them either
     send_ns_runs = sorted(run for run, f in job.frames.items() if f["send_ns_acks"])
-    return Analysis(verdicts, job.jumps, job.dups, job.latency_exact, losses=job.lost,
+    return Analysis(verdicts, job.jumps, job.latency_exact, job.dups, job.lost,
                     meta={"seconds": job.clock.laps, "send_ns_runs": send_ns_runs}, kept=job.kept)

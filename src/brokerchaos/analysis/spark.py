@@ -170,15 +170,17 @@ def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
 
 
 class WarmUp(threading.Thread):
-    """The JVM's start and (`analysis`) a few small analyses, in the background while the
-    first cluster starts (analysis/warmup.py); `enough()` says the write is about to begin:
-    the round under way is the last."""
+    """The JVM's start and (`analysis`) small analyses in the background (analysis/warmup.py):
+    while the first cluster starts, and between runs. `stop()` says a write is about to begin:
+    the process's first analysis is waited for (a run's verdict must not be the cold one),
+    any later one is cut short by cancelling its Spark jobs."""
 
-    ROUNDS = 4
+    ROUNDS = 4  # while the first cluster starts
+    TAG = "brokerchaos-warm-up"
 
-    def __init__(self, master: Optional[str], analysis: bool) -> None:
+    def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS) -> None:
         super().__init__(name="spark-warm-up", daemon=True)
-        self.master, self.analysis = master, analysis
+        self.master, self.analysis, self.rounds = master, analysis, rounds
         self._enough = threading.Event()
 
     def enough(self) -> None:
@@ -190,16 +192,47 @@ class WarmUp(threading.Thread):
             if self.analysis:
                 from .warmup import warm_up
 
-                warm_up(spark, self.ROUNDS, self._enough)
-        except Exception:  # the real call reports it
+                sc = spark.sparkContext
+                sc.addJobTag(self.TAG)  # this thread's jobs, for the canceller
+                done = threading.Event()
+                # started from here, in the root namespace where the JVM listens: stop() is
+                # called from the client namespace's threads, which cannot reach it
+                threading.Thread(target=self._canceller, args=(sc, done), name="spark-warm-up-cancel",
+                                 daemon=True).start()
+                try:
+                    warm_up(spark, self.rounds, self._enough)
+                finally:
+                    done.set()
+                    self._enough.set()  # the canceller's wait ends with the thread
+                    sc.removeJobTag(self.TAG)
+        except Exception:  # a round cancelled by stop(); else the real call reports it
             pass
 
+    def _canceller(self, sc, done: threading.Event) -> None:
+        from .warmup import first_done
 
-def warm_up_async(master: Optional[str] = None, analysis: bool = True) -> WarmUp:
+        self._enough.wait()  # set by stop(), at the latest once the thread has ended
+        while not done.wait(0.02):
+            if first_done():
+                # a job submitted after a cancel is not cancelled by it: again until the
+                # round gives up (at its first cancelled job, ~0.1 s of planning apart)
+                try:
+                    sc.cancelJobsWithTag(self.TAG)
+                except Exception:  # the session is stopping: nothing left to cancel
+                    return
+
+    def stop(self, timeout: float) -> None:
+        """Return when the thread has ended, or after `timeout` seconds (it is a daemon)."""
+        self.enough()
+        self.join(timeout)
+
+
+def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS) -> WarmUp:
     """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
-    it with small analyses, so that the first runs' verdicts come at the warm speed. The
-    write phase calls enough() and waits for this to end."""
-    w = WarmUp(master, analysis)
+    it with small analyses, so that the first runs' verdicts come at the warm speed; called
+    again after a run's verdict, the gap before the next write warms it further. The write
+    phase calls stop()."""
+    w = WarmUp(master, analysis, rounds)
     w.start()
     return w
 

@@ -2,7 +2,8 @@
 and compiles ~270 classes for it, and the JIT has not seen the planner's code yet (measured
 on a 100,000-message NATS run: 14 s first, then 6.8 s, 3.1 s, 2.5 s). A session pays that
 before its first run's write phase, while its first cluster starts, on a small history of
-the same shape as a run's, so that a run's verdict comes at the warm speed.
+the same shape as a run's, so that a run's verdict comes at the warm speed; and it goes on
+warming in the gaps between runs, where no write is under way.
 
 Generated code is cached by its text, which does not depend on the run's names or times,
 so what this compiles is what the runs' analyses use.
@@ -16,9 +17,11 @@ from typing import Optional
 
 from ..history import Recorder
 
-_done = threading.Event()
 _lock = threading.Lock()
-
+_rounds = 0  # analyses run so far in this process
+# the JIT keeps compiling Spark's planner for about this many analyses (-XX:+CITime, session
+# 17); a session's gaps are not spent on warming past it
+CAP = 32
 
 def _history(path: Path, messages: int = 2_000) -> None:
     """One run, written as a run writes it: a producer (sends, acks carrying their send time,
@@ -48,25 +51,38 @@ def _history(path: Path, messages: int = 2_000) -> None:
         c.record("read_end", detail="complete", t_ns=2 * 10**10)
 
 
-def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None) -> None:
-    """Analyses of a small history, once per process (later calls return at once): the first
-    always, up to `rounds` in all until `enough` is set. The JIT keeps compiling Spark's
-    planner for dozens of analyses (54 s of compiler CPU over the first 32 in one JVM,
-    measured with -XX:+CITime); each round while the first cluster starts is one the runs'
-    verdicts do not wait for. Rounds alternate between the history read from its files and
-    read once into memory, the two ways a run's analysis goes (Tuning.small_bytes); the
-    files first, as most scenarios' runs are too large for memory."""
+def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None) -> int:
+    """Up to `rounds` analyses of a small history, until `enough` is set, never more than
+    CAP in a process; the process's first always (it is several times slower than the next:
+    a run must not wait for it). Returns how many ran.
+
+    The JIT keeps compiling Spark's planner for dozens of analyses (54 s of compiler CPU
+    over the first 32 in one JVM, measured with -XX:+CITime), so a session warms it while
+    its first cluster starts and again in the gaps between runs; each round there is one
+    the runs' verdicts do not wait for. Rounds alternate between the history read from its
+    files and read once into memory, the two ways a run's analysis goes
+    (Tuning.small_bytes); the files first, as most scenarios' runs are too large for memory.
+    A round cut short (spark.WarmUp cancels its jobs when a write is about to begin) raises."""
+    global _rounds
     from . import metrics
     from .tuning import Tuning
 
+    ran = 0
     with _lock:
-        if _done.is_set():
-            return
+        if _rounds >= CAP:
+            return 0
         with tempfile.TemporaryDirectory(prefix="brokerchaos-warm-up-") as d:
             _history(Path(d))
-            for i in range(rounds):
-                if i and enough is not None and enough.is_set():
+            while ran < rounds and _rounds < CAP:
+                if _rounds and enough is not None and enough.is_set():
                     break
-                tuning = Tuning(small_bytes=0) if i % 2 == 0 else Tuning()
+                tuning = Tuning(small_bytes=0) if _rounds % 2 == 0 else Tuning()
                 metrics.analyze(spark, metrics.read_history(spark, d), tuning=tuning).release()
-        _done.set()
+                _rounds += 1
+                ran += 1
+    return ran
+
+
+def first_done() -> bool:
+    """The process's first analysis is behind it."""
+    return _rounds > 0

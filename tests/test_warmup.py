@@ -1,0 +1,51 @@
+"""The session's warm-up analyses: the first waited for, later ones cut short when a write is
+about to begin, and nothing of them left in the session that analyses the runs."""
+from __future__ import annotations
+
+import threading
+
+from brokerchaos.analysis import metrics, warmup
+from brokerchaos.analysis.spark import WarmUp, warm_up_async
+
+
+def test_stop_waits_for_the_process_first_round_and_starts_no_other(spark, monkeypatch):
+    monkeypatch.setattr(warmup, "_rounds", 0)
+    w = warm_up_async(rounds=3)
+    w.stop(300)
+    assert not w.is_alive()
+    # the first analysis is never cancelled (a run's verdict would be the cold one), and
+    # stop() said the write begins: no second round
+    assert warmup._rounds == 1
+
+
+def test_a_later_round_is_cancelled_within_its_jobs(spark, monkeypatch):
+    monkeypatch.setattr(warmup, "_rounds", 1)
+    started = threading.Event()
+    real = metrics.analyze
+
+    def analyze(*a, **k):
+        started.set()
+        return real(*a, **k)
+
+    monkeypatch.setattr(metrics, "analyze", analyze)
+    w = warm_up_async(rounds=warmup.CAP)
+    assert started.wait(120), "no warm-up round began"
+    w.stop(60)  # the round has just begun: its jobs are cancelled as they come
+    assert not w.is_alive(), "the warm-up did not stop within 60 s"
+    # the round under way was cut, not finished (it is counted when it ends)
+    assert warmup._rounds == 1
+    # the tag stays with the warm-up's thread: this thread's jobs run and are not cancelled
+    assert WarmUp.TAG not in spark.sparkContext.getJobTags()
+    monkeypatch.setattr(metrics, "analyze", real)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        warmup._history(Path(d))
+        (v,) = metrics.analyze(spark, metrics.read_history(spark, d)).verdicts
+    assert v["send_count"] == 2_000 and v["acked_missing"] == 1
+
+
+def test_no_more_than_cap_rounds_in_a_process(spark, monkeypatch):
+    monkeypatch.setattr(warmup, "_rounds", warmup.CAP)
+    assert warmup.warm_up(spark, rounds=5) == 0

@@ -103,3 +103,22 @@ def test_an_exit_is_seen_on_the_event_loop_as_it_happens(tmp_path):
             if x.alive():
                 x.popen.kill()
                 x.popen.wait()
+
+
+def test_what_holds_up_a_killed_process_is_read_from_proc(tmp_path):
+    # a process SIGKILL has not reached (here: none sent) is not on its way out
+    live = process.spawn("live", ["sleep", "60"], None, tmp_path / "live.log")
+    # one that has exited and is not reaped yet is (a zombie's parent has not waited)
+    gone = process.spawn("gone", ["true"], None, tmp_path / "gone.log")
+    try:
+        assert process.dying(live) is None
+        deadline = time.monotonic() + 5
+        while open(f"/proc/{gone.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "never a zombie"
+            time.sleep(0.02)
+        why = process.dying(gone)
+        assert why is not None and why.startswith("state Z"), why
+        assert process.wait_exit(gone, 5) and process.dying(gone) is None  # reaped: nothing to say
+    finally:
+        process.terminate(live, grace=1)
+        process.terminate(gone, grace=1)

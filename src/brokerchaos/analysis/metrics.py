@@ -1073,15 +1073,24 @@ class _Job:
         unplain = sum(f["_unplain"] for f in self.frames.values())
         self.first = None
         if unplain:
-            rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
-            # the filter skips Parquet row groups; rows in memory have none to skip
-            near = _value_ranges(blocks, t) if unplain <= 100_000 and not self.small else None
-            if near is not None:
-                rows = rows.where(near)
-            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-            self.kept.append(rows)
+            if self.small:
+                # rows in memory: every message looked at costs less than choosing the blocks'
+                # (a join with the block summary, which a small history does not keep), and
+                # its counts replace the plain blocks' instead of adding to them
+                rows = df.where(F.col("type").isin(list(MESSAGE_TYPES)))
+            else:
+                rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
+                # the filter skips Parquet row groups
+                near = _value_ranges(blocks, t) if unplain <= 100_000 else None
+                if near is not None:
+                    rows = rows.where(near)
+                rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+                self.kept.append(rows)
             # a message read twice is in a block that is not plain: these rows hold every one
             self.dups = lambda: duplicates(rows)
+            if self.small:
+                for m in self.msgs.values():
+                    m.update({k: 0 for k in COUNT_KEYS})
             for r in message_counts(message_table(rows)).collect():
                 m = self.msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
                 for k in COUNT_KEYS:

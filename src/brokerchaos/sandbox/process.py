@@ -103,6 +103,38 @@ def wait_exit(proc: Proc, timeout: float) -> bool:
     return True
 
 
+# SIGKILL's bit in /proc/PID/status's pending-signal masks
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def dying(proc: Proc) -> Optional[str]:
+    """Of a process sent SIGKILL that has not exited: what holds its exit up, when it is on
+    its way out (SIGKILL pending, or it or a thread of it in uninterruptible sleep or a
+    zombie: e.g. an fsync on a stalled disk finishes first), else None. Read from /proc: its
+    state and its threads' (with the kernel function one in D waits in)."""
+    if proc.popen.returncode is not None:
+        return None
+    base = Path(f"/proc/{proc.pid}")
+    try:
+        status = dict(line.split(":", 1) for line in (base / "status").read_text().splitlines() if ":" in line)
+        state = status.get("State", "?").strip()
+        pending = int(status.get("SigPnd", "0"), 16) | int(status.get("ShdPnd", "0"), 16)
+        threads = []
+        for t in sorted((base / "task").iterdir()):
+            st = (t / "stat").read_text()
+            t_state = st[st.rindex(")") + 2]
+            if t_state in "DZ":
+                wchan = (t / "wchan").read_text().strip() if (t / "wchan").exists() else ""
+                threads.append(f"{t.name} {t_state}" + (f" in {wchan}" if wchan and wchan != "0" else ""))
+    except (OSError, ValueError):
+        return None  # gone meanwhile: the caller's next wait says so
+    # a leader that has taken its SIGKILL may itself wait in D for a thread that has not
+    if not (pending & _SIGKILL_BIT or state[:1] in "DZ" or threads):
+        return None
+    return (f"state {state}" + (", SIGKILL pending" if pending & _SIGKILL_BIT else "")
+            + (f"; threads {', '.join(threads[:4])}" if threads else ""))
+
+
 async def exited(proc: Proc, timeout: float) -> bool:
     """wait_exit without holding the event loop: the pidfd turns readable when the process
     exits."""

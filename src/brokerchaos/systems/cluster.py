@@ -137,11 +137,22 @@ class LocalCluster(Cluster):
     def exited(self, node: str) -> NodeExited:
         return NodeExited(f"{node} exited while starting; see {self.log(node)}")
 
+    # a killed process whose exit is held up in the kernel (seen once: a RabbitMQ node still
+    # there 10 s after SIGKILL, its log silent from the signal on) is waited for this much
+    # longer, as long as /proc says it is on its way out
+    DYING_S = 60.0
+
     def kill(self, node: str, timeout: float = 10.0) -> None:
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGKILL)
-        if not process.wait_exit(proc, timeout):
+        if process.wait_exit(proc, timeout):
+            return
+        why = process.dying(proc)
+        if why is None:
             raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout}s after SIGKILL")
+        if not process.wait_exit(proc, self.DYING_S):
+            raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout + self.DYING_S:.0f}s after SIGKILL "
+                               f"({why})")
 
     async def kill_nodes(self, nodes: list[str], timeout: float = 10.0) -> Optional[int]:
         # every signal first: a JVM takes 50-100 ms to be torn down after SIGKILL (its heap
@@ -152,9 +163,16 @@ class LocalCluster(Cluster):
             process.send_signal(proc, signal.SIGKILL)
         t = time.monotonic_ns()
         gone = await asyncio.gather(*(process.exited(p, timeout) for p in procs))
-        alive = [f"{n} (pid {p.pid})" for n, p, ok in zip(nodes, procs, gone) if not ok]
-        if alive:
-            raise SystemError_(f"{', '.join(alive)} still alive {timeout}s after SIGKILL")
+        held = {n: (p, process.dying(p)) for n, p, ok in zip(nodes, procs, gone) if not ok}
+        late = [n for n, (p, why) in held.items() if why is not None]
+        if late:  # the signal is in effect; their exit (the window's exit_ms) comes later
+            for n, ok in zip(late, await asyncio.gather(*(process.exited(held[n][0], self.DYING_S) for n in late))):
+                if ok:
+                    del held[n]
+        if held:
+            alive = [f"{n} (pid {p.pid}, {timeout + self.DYING_S:.0f}s: {why})" if why else
+                     f"{n} (pid {p.pid}, {timeout}s)" for n, (p, why) in held.items()]
+            raise SystemError_(f"{', '.join(alive)} still alive after SIGKILL")
         return t
 
     def stop_node(self, node: str, timeout: float = 30.0) -> bool:

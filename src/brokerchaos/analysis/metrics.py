@@ -1078,6 +1078,8 @@ class _Job:
                 # (a join with the block summary, which a small history does not keep), and
                 # its counts replace the plain blocks' instead of adding to them
                 rows = df.where(F.col("type").isin(list(MESSAGE_TYPES)))
+                for m in self.msgs.values():
+                    m.update({k: 0 for k in COUNT_KEYS})
             else:
                 rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
                 # the filter skips Parquet row groups
@@ -1088,9 +1090,6 @@ class _Job:
                 self.kept.append(rows)
             # a message read twice is in a block that is not plain: these rows hold every one
             self.dups = lambda: duplicates(rows)
-            if self.small:
-                for m in self.msgs.values():
-                    m.update({k: 0 for k in COUNT_KEYS})
             for r in message_counts(message_table(rows)).collect():
                 m = self.msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
                 for k in COUNT_KEYS:

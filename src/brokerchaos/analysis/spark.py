@@ -203,7 +203,6 @@ class WarmUp(threading.Thread):
                     warm_up(spark, self.rounds, self._enough)
                 finally:
                     done.set()
-                    self._enough.set()  # the canceller's wait ends with the thread
                     sc.removeJobTag(self.TAG)
         except Exception:  # a round cancelled by stop(); else the real call reports it
             pass
@@ -211,9 +210,8 @@ class WarmUp(threading.Thread):
     def _canceller(self, sc, done: threading.Event) -> None:
         from .warmup import first_done
 
-        self._enough.wait()  # set by stop(), at the latest once the thread has ended
         while not done.wait(0.02):
-            if first_done():
+            if self._enough.is_set() and first_done():
                 # a job submitted after a cancel is not cancelled by it: again until the
                 # round gives up (at its first cancelled job, ~0.1 s of planning apart)
                 try:

@@ -135,6 +135,16 @@ def dying(proc: Proc) -> Optional[str]:
             + (f"; threads {', '.join(threads[:4])}" if threads else ""))
 
 
+def outlast(proc: Proc, timeout: float, more: float) -> Optional[str]:
+    """After a SIGKILL whose first wait (`timeout` s) ran out: None once the process is gone,
+    waiting up to `more` s longer while it is on its way out (dying()); else what it was
+    found as, for the error."""
+    why = dying(proc)
+    if why is None:
+        return None if wait_exit(proc, 0) else f"{timeout:.0f}s, SIGKILL not taken"
+    return None if wait_exit(proc, more) else f"{timeout + more:.0f}s, {why}"
+
+
 async def exited(proc: Proc, timeout: float) -> bool:
     """wait_exit without holding the event loop: the pidfd turns readable when the process
     exits."""

@@ -145,14 +145,9 @@ class LocalCluster(Cluster):
     def kill(self, node: str, timeout: float = 10.0) -> None:
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGKILL)
-        if process.wait_exit(proc, timeout):
-            return
-        why = process.dying(proc)
-        if why is None:
-            raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout}s after SIGKILL")
-        if not process.wait_exit(proc, self.DYING_S):
-            raise SystemError_(f"{node} (pid {proc.pid}) still alive {timeout + self.DYING_S:.0f}s after SIGKILL "
-                               f"({why})")
+        why = None if process.wait_exit(proc, timeout) else process.outlast(proc, timeout, self.DYING_S)
+        if why:
+            raise SystemError_(f"{node} (pid {proc.pid}) still alive after SIGKILL ({why})")
 
     async def kill_nodes(self, nodes: list[str], timeout: float = 10.0) -> Optional[int]:
         # every signal first: a JVM takes 50-100 ms to be torn down after SIGKILL (its heap
@@ -163,15 +158,11 @@ class LocalCluster(Cluster):
             process.send_signal(proc, signal.SIGKILL)
         t = time.monotonic_ns()
         gone = await asyncio.gather(*(process.exited(p, timeout) for p in procs))
-        held = {n: (p, process.dying(p)) for n, p, ok in zip(nodes, procs, gone) if not ok}
-        late = [n for n, (p, why) in held.items() if why is not None]
-        if late:  # the signal is in effect; their exit (the window's exit_ms) comes later
-            for n, ok in zip(late, await asyncio.gather(*(process.exited(held[n][0], self.DYING_S) for n in late))):
-                if ok:
-                    del held[n]
-        if held:
-            alive = [f"{n} (pid {p.pid}, {timeout + self.DYING_S:.0f}s: {why})" if why else
-                     f"{n} (pid {p.pid}, {timeout}s)" for n, (p, why) in held.items()]
+        # held up in the kernel: the signal is in effect, their exit (the window's exit_ms) comes later
+        held = [(n, p) for n, p, ok in zip(nodes, procs, gone) if not ok]
+        whys = await asyncio.gather(*(asyncio.to_thread(process.outlast, p, timeout, self.DYING_S) for _, p in held))
+        alive = [f"{n} (pid {p.pid}, {why})" for (n, p), why in zip(held, whys) if why]
+        if alive:
             raise SystemError_(f"{', '.join(alive)} still alive after SIGKILL")
         return t
 

@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/producer.py [--systems nats,redis,rabbitmq,mqtt,kafka,pulsar]
                                                  [--messages 100000] [--rounds 3] [--processes 1]
+                                                 [--switch 0.0005]
 
 For each system, one cluster started as `brokerchaos run` starts it (the settings of the
 scenario named in SCENARIOS, no fault, no rate), then rounds of two write phases on a fresh
@@ -22,7 +23,9 @@ processes (messages ÷ P each), and the recorded producers in P processes as
 `workload.processes: P` runs them (ProducerProcesses, one ProducerLoop each), compared with
 the faster of the two bare sides.
 
-Rate = messages ÷ (last ack − first send), connection set-up excluded on both sides. Prints
+Both loops run with the interpreter's switch interval a run's write phase has
+(workload/producer.py SWITCH_S; `--switch` sets another for both). Rate = messages ÷
+(last ack − first send), connection set-up excluded on both sides. Prints
 one JSON line per system: the best and median of each and their ratio (target >= 0.9).
 BC_PROFILE=1 prints where the recorded producer's thread spent its time (cProfile).
 """
@@ -48,7 +51,7 @@ from brokerchaos.sandbox import Sandbox  # noqa: E402
 from brokerchaos.systems.base import node_names  # noqa: E402
 from brokerchaos.systems import SYSTEMS, Deployment  # noqa: E402
 from brokerchaos.workload.payload import encode  # noqa: E402
-from brokerchaos.workload.producer import ProducerLoop  # noqa: E402
+from brokerchaos.workload.producer import SWITCH_S, ProducerLoop  # noqa: E402
 
 SCENARIOS = {
     "nats": "nats-no-fault.yaml", "redis": "redis-kill-primary.yaml", "rabbitmq": "rabbitmq-kill-leader.yaml",
@@ -479,7 +482,14 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1,
                     help="recorded producers in this many processes (workload.processes), one producer each; the bare "
                          "loop runs in one process and in as many, the faster is the reference")
+    ap.add_argument("--switch", type=float, default=SWITCH_S,
+                    help=f"the interpreter's switch interval for both loops, seconds (default {SWITCH_S}: a run's "
+                         "write phase's; Python's own is 0.005)")
     args = ap.parse_args()
+    if not args.switch > 0:
+        print("--switch: must be more than 0 seconds", file=sys.stderr)
+        sys.exit(2)
+    sys.setswitchinterval(args.switch)
     if args.processes < 1:
         print("--processes: must be at least 1", file=sys.stderr)
         sys.exit(2)

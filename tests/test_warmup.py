@@ -49,3 +49,22 @@ def test_a_later_round_is_cancelled_within_its_jobs(spark, monkeypatch):
 def test_no_more_than_cap_rounds_in_a_process(spark, monkeypatch):
     monkeypatch.setattr(warmup, "_rounds", warmup.CAP)
     assert warmup.warm_up(spark, rounds=5) == 0
+
+
+def test_a_gap_warms_on_the_history_it_is_given(spark, monkeypatch, tmp_path):
+    """After a run larger than the small history, the gap analyses that run's own history:
+    what the next run's verdict will most likely go through."""
+    warmup._history(tmp_path, messages=300)
+    monkeypatch.setattr(warmup, "_rounds", 1)
+    seen: list = []
+    real = metrics.analyze
+
+    def analyze(spark_, df, **k):
+        a = real(spark_, df, **k)
+        seen.extend(v["send_count"] for v in a.verdicts)
+        return a
+
+    monkeypatch.setattr(metrics, "analyze", analyze)
+    assert warmup.warm_up(spark, rounds=2, history=str(tmp_path)) == 2
+    assert seen == [300, 300]  # the run's, not the small history's 2,000
+    assert warmup._rounds == 3

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .analysis import metrics, outages, spark as spark_mod
+from .analysis import metrics, outages, spark as spark_mod, warmup
 from .faults.nemesis import AckGate, Nemesis
 from .history import Recorder
 from .history.schema import OBSERVER
@@ -30,6 +30,7 @@ from .scenario import Scenario
 from .systems import SYSTEMS, Deployment, LiveReader
 from .systems.base import node_names
 from .workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
+from .workload.producer import quick_switches
 
 
 class Observer:
@@ -174,8 +175,12 @@ class Session:
                         if i < s.runs:
                             # the JIT is still compiling Spark's planner after a few analyses:
                             # the gap before the next write warms it further (stopped by
-                            # _quiet_before_write; the next verdicts 15-25% sooner)
-                            self._warm = spark_mod.warm_up_async(self.spark_master, rounds=self.GAP_ROUNDS)
+                            # _quiet_before_write; the next verdicts 15-25% sooner), on this
+                            # run's own history when it is larger than the small one
+                            own = s.workload.messages * s.workload.producers > warmup.MESSAGES
+                            self._warm = spark_mod.warm_up_async(
+                                self.spark_master, rounds=self.GAP_ROUNDS,
+                                history=str(self.dir / run_id / "history") if own else None)
                     if self.soak:
                         self._line(console.soak_line(self._kept))
         finally:
@@ -392,6 +397,7 @@ class Session:
         reader_client = None
         live = False
         consumers: list = []  # (live consumer, its recorder, its progress)
+        switches = contextlib.ExitStack()
         try:
             await dep.up(timeout=90)
             await dep.client.create_stream(timeout=30)
@@ -417,6 +423,7 @@ class Session:
                 await start_live(c, rec, prog)
             out["leader_at_start"] = await dep.roles.leader()
             await self._quiet_before_write()
+            switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
             # where one run can receive another's messages, names carry the run id (the
             # seed's sequence id), so those are stowaways and not this run's messages
             names = [f"p{i}" + (f"-{run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
@@ -493,6 +500,7 @@ class Session:
             out["_t_read_end"] = time.monotonic()
             out["read_s"] = round(out["_t_read_end"] - t_read, 3)
         finally:
+            switches.close()
             try:
                 await heal("end of run")
                 for n in nemeses:

@@ -178,9 +178,10 @@ class WarmUp(threading.Thread):
     ROUNDS = 4  # while the first cluster starts
     TAG = "brokerchaos-warm-up"
 
-    def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS) -> None:
+    def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS,
+                 history: Optional[str] = None) -> None:
         super().__init__(name="spark-warm-up", daemon=True)
-        self.master, self.analysis, self.rounds = master, analysis, rounds
+        self.master, self.analysis, self.rounds, self.history = master, analysis, rounds, history
         self._enough = threading.Event()
 
     def enough(self) -> None:
@@ -200,7 +201,7 @@ class WarmUp(threading.Thread):
                 threading.Thread(target=self._canceller, args=(sc, done), name="spark-warm-up-cancel",
                                  daemon=True).start()
                 try:
-                    warm_up(spark, self.rounds, self._enough)
+                    warm_up(spark, self.rounds, self._enough, self.history)
                 finally:
                     done.set()
                     sc.removeJobTag(self.TAG)
@@ -225,12 +226,13 @@ class WarmUp(threading.Thread):
         self.join(timeout)
 
 
-def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS) -> WarmUp:
+def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS,
+                  history: Optional[str] = None) -> WarmUp:
     """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
     it with small analyses, so that the first runs' verdicts come at the warm speed; called
     again after a run's verdict, the gap before the next write warms it further. The write
-    phase calls stop()."""
-    w = WarmUp(master, analysis, rounds)
+    phase calls stop(). `history`: warm on that run's history instead of the small one."""
+    w = WarmUp(master, analysis, rounds, history)
     w.start()
     return w
 

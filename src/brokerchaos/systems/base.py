@@ -33,16 +33,17 @@ if TYPE_CHECKING:
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
 # (payload, offset, node)
 DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
-# ("disconnect" | "reconnect", node, detail): the client library's own connection events
-EventCallback = Callable[[str, Optional[str], Optional[str]], None]
+# ("disconnect" | "reconnect", node, detail[, t]): the client library's own connection events
+EventCallback = Callable[..., None]
 
 
 class ClientEvents:
     """A producer whose client library reports its connection's life (disconnects,
     reconnects) from its own callbacks: the producer loop sets `on_event` before `open`,
-    and each becomes a history row with its time and node."""
+    and each becomes a history row with its time (`t`: when the library saw it, on the
+    monotonic clock, where it says; else now) and node."""
 
-    def on_event(self, kind: str, node: Optional[str], detail: Optional[str]) -> None:
+    def on_event(self, kind: str, node: Optional[str], detail: Optional[str], t: Optional[int] = None) -> None:
         pass
 
 

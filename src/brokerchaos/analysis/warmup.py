@@ -69,9 +69,9 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
     too large for memory. With `history` (the directory of a run just analysed, larger
     than the small one), that history's: the next run's is most likely of its size and
     shape, and the JIT compiles what runs often, which on 2,000 messages the per-row code
-    is not (a 100,000-message run's analysis warm from the small one: ordering 0.45-0.75
-    s; after its own size: 0.11-0.19). A round cut short (spark.WarmUp cancels its jobs
-    when a write is about to begin) raises."""
+    is not (a 100,000-message run's ordering walk after the small one's rounds: 0.45-0.75
+    s; in a loop over histories of its size: 0.11-0.19). A round cut short (spark.WarmUp
+    cancels its jobs when a write is about to begin) raises."""
     global _rounds
     from . import metrics
     from .tuning import Tuning

@@ -187,9 +187,10 @@ class PulsarRoles(Roles):
 # a process has one client log: the first client's, in its run's log directory, at INFO (a
 # few lines per connection, none per message). Native, not a Python logger: the C++ client
 # asks a Python logger about every line, DEBUG included, several per message, each taking
-# the interpreter lock from the thread that sends or from an I/O thread (the recorded
-# Pulsar producer 12,200 -> 13,800 msg/s, the bare client's loop 23,000 -> 31,800), and a
-# client freed while its I/O threads log through Python can deadlock.
+# the interpreter lock from the thread that sends or from an I/O thread (with outcome_of's
+# lookup, 4 rounds: the recorded producer 15,400 -> 21,400 msg/s, the bare client's loop,
+# which makes its clients here too, 23,100 -> 30,700), and a client freed while its I/O
+# threads log through Python can deadlock.
 _LOG_FILE: Optional[Path] = None
 
 

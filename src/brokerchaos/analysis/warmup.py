@@ -10,6 +10,7 @@ so what this compiles is what the runs' analyses use.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 from pathlib import Path
@@ -80,21 +81,26 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
     with _lock:
         if _rounds >= CAP:
             return 0
-        with tempfile.TemporaryDirectory(prefix="brokerchaos-warm-up-") as d:
-            if history is None:
-                _history(Path(d))
+        with _source(history) as path:
             while ran < rounds and _rounds < CAP:
                 if _rounds and enough is not None and enough.is_set():
                     break
-                if history is None:
-                    tuning = Tuning(small_bytes=0) if _rounds % 2 == 0 else Tuning()
-                    df = metrics.read_history(spark, d)
-                else:
-                    tuning, df = Tuning(), metrics.read_history(spark, history)
-                metrics.analyze(spark, df, tuning=tuning).release()
+                tuning = Tuning(small_bytes=0) if history is None and _rounds % 2 == 0 else Tuning()
+                metrics.analyze(spark, metrics.read_history(spark, path), tuning=tuning).release()
                 _rounds += 1
                 ran += 1
     return ran
+
+
+@contextlib.contextmanager
+def _source(history: Optional[str]):
+    """The history to warm on: `history`, else the small one, written for the rounds."""
+    if history is not None:
+        yield history
+        return
+    with tempfile.TemporaryDirectory(prefix="brokerchaos-warm-up-") as d:
+        _history(Path(d))
+        yield d
 
 
 def first_done() -> bool:

@@ -308,14 +308,15 @@ class PulsarProducer(ClientEvents):
             batching_max_publish_delay_ms=o.batching_max_publish_delay_ms, producer_name=name)
         self.states = _ProducerStates(self, s.topic, name)
         self._tail = LogTail(_LOG_FILE)  # from here on: its creation is the first line it needs
-        self._follow = asyncio.ensure_future(self._follow_log())
         deadline = time.monotonic() + 30
         while True:
             try:
                 self.p = await asyncio.to_thread(self.client.create_producer, s.topic, **kwargs)
+                self._follow = asyncio.ensure_future(self._follow_log())
                 return
             except Exception as e:
                 if time.monotonic() > deadline:
+                    self._tail.close()  # the loop does not close a producer that never opened
                     raise SystemError_(f"cannot create a producer on {s.topic}: {e}") from None
                 await asyncio.sleep(0.5)
 

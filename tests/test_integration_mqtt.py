@@ -72,3 +72,21 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
     events = client_events(result.dir / "run-001")
     assert [e[:2] for e in events] == [("disconnect", "n1"), ("reconnect", "n1")], events
     assert events[1][2] > meta["fault"]["windows"][0]["healed_ms"] - meta["fault"]["windows"][0]["t_ms"], events
+
+
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (make setup)")
+def test_mqtt_keepalive_gives_up_a_silent_broker(tmp_path, spark):
+    # the broker cut off (packets dropped, no reset): only paho's keepalive, which the
+    # harness's loop drives (loop_misc), notices; the producer reconnects once it is healed
+    s = sc.load("scenarios/mosquitto-kill.yaml",
+                {"runs": 1, "fault": "isolate", "target": "n1", "duration": 7, "name": "it-mqtt-keepalive",
+                 "messages": 3000, "after_acks": 400, "option": ["keepalive=2"]})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    w = result.metas["run-001"]["fault"]["windows"][0]
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v
+    events = client_events(result.dir / "run-001")
+    assert [e[:2] for e in events[:2]] == [("disconnect", "n1"), ("reconnect", "n1")], events
+    # no answer for one keepalive, no PINGRESP for another: given up in the isolation
+    assert 2000 <= events[0][2] < w["healed_ms"] - w["t_ms"], events
+    assert events[1][2] >= w["healed_ms"] - w["t_ms"], events

@@ -8,6 +8,7 @@ producer closed, message too big, topic terminated) is a *nack*.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -312,6 +313,9 @@ class PulsarProducer(ClientEvents):
         while True:
             try:
                 self.p = await asyncio.to_thread(self.client.create_producer, s.topic, **kwargs)
+                from pulsar import _pulsar  # the extension module beneath pulsar-client's Python layer
+
+                self._builder, self._send_async = _pulsar.MessageBuilder, self.p._producer.send_async
                 self._follow = asyncio.ensure_future(self._follow_log())
                 return
             except Exception as e:
@@ -329,20 +333,20 @@ class PulsarProducer(ClientEvents):
             await asyncio.sleep(0.02)
             self._read_log()
 
-    def _callback(self, value: int):
-        def done(result, msg_id) -> None:  # on the client's own thread
-            self.handoff.put(self._report, value, result, str(msg_id) if msg_id is not None else None)
-        return done
-
-    def _report(self, value: int, result, msg_id: Optional[str]) -> None:
+    def _report(self, value: int, result, msg_id) -> None:
         kind, detail = outcome_of(result)
-        self.on_outcome(value, kind, msg_id if kind == "ack" else None, self.node(), detail)
+        self.on_outcome(value, kind, str(msg_id) if kind == "ack" and msg_id is not None else None, self.node(),
+                        detail)
 
     async def send(self, value: int, payload: bytes) -> None:
+        # The client's I/O thread calls back with the interpreter lock taken, which the
+        # sending thread then waits for: the callback is the hand-off itself (no Python
+        # frame of ours there) and the message id is formatted on the loop. The message is
+        # built as pulsar's Producer.send_async builds it, without its per-call checks.
+        b = self._builder().content(payload)
         if self.dedup:
-            self.p.send_async(payload, self._callback(value), sequence_id=value)
-        else:
-            self.p.send_async(payload, self._callback(value))
+            b.sequence_id(value)
+        self._send_async(b.build(), functools.partial(self.handoff.put, self._report, value))
 
     def node(self) -> Optional[str]:
         if self.p is None or not self.p.is_connected():

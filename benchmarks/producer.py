@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -50,6 +51,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from brokerchaos import scenario as sc  # noqa: E402
 from brokerchaos.history import Recorder  # noqa: E402
+from brokerchaos.runner import Terminated, _on_sigterm  # noqa: E402
 from brokerchaos.sandbox import Sandbox  # noqa: E402
 from brokerchaos.systems.base import node_names  # noqa: E402
 from brokerchaos.systems import SYSTEMS, Deployment  # noqa: E402
@@ -520,8 +522,14 @@ def main() -> None:
         if system not in SCENARIOS:
             print(f"--systems: unknown system {system!r} (one of {', '.join(SCENARIOS)})", file=sys.stderr)
             sys.exit(2)
-    for system in args.systems.split(","):
-        print(json.dumps(bench(system, args.messages, args.rounds, args.processes)), flush=True)
+    # a SIGTERM unwinds like an error: every cluster stopped, every namespace removed
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        for system in args.systems.split(","):
+            print(json.dumps(bench(system, args.messages, args.rounds, args.processes)), flush=True)
+    except Terminated:
+        print("terminated: clusters stopped, namespaces removed", file=sys.stderr)
+        sys.exit(143)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,13 @@ def test_mosquitto_graceful_restart_keeps_the_persistent_session(tmp_path, spark
 @pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (make setup)")
 def test_mqtt_keepalive_gives_up_a_silent_broker(tmp_path, spark):
     # the broker cut off (packets dropped, no reset): only paho's keepalive, which the
-    # harness's loop drives (loop_misc), notices; the producer reconnects once it is healed
+    # harness's loop drives (loop_misc), notices; the producer reconnects once it is healed.
+    # The write must still be going when the isolation takes effect, or the producer has
+    # nothing to notice: with 3,000 messages the fault was in 6-16 ms with ~2,400 still to
+    # send, ~0.1 s of writing at 25,000 msg/s; 30,000 leave a second.
     s = sc.load("scenarios/mosquitto-kill.yaml",
                 {"runs": 1, "fault": "isolate", "target": "n1", "duration": 7, "name": "it-mqtt-keepalive",
-                 "messages": 3000, "after_acks": 400, "option": ["keepalive=2"]})
+                 "messages": 30000, "after_acks": 400, "option": ["keepalive=2"]})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     w = result.metas["run-001"]["fault"]["windows"][0]

@@ -442,8 +442,8 @@ class _Connection:
             # behind a partition would hold every other task
             self.client.connect_timeout = timeout
             self.client.connect_async(self.addr[0], self.addr[1], keepalive=self.keepalive)
+            # the socket's registration, handed over by the thread, runs before this returns
             await asyncio.wait_for(asyncio.to_thread(self.client.reconnect), timeout + 1)
-            await asyncio.sleep(0)  # the socket's registration, handed over from the thread
             self.misc = asyncio.ensure_future(self._misc())
             await asyncio.wait_for(self.connected.wait(), timeout)
             return True

@@ -22,15 +22,15 @@ from .payload import encode
 
 # The interpreter's switch interval while producers run. A client library that calls back
 # from threads of its own (pulsar-client's I/O threads; paho's network loop until it moved
-# onto the event loop, systems/mqtt.py) takes the
-# interpreter lock once or more per message; the producer's thread, having let go of it
-# inside a send, waits to get it back until that thread lets go between two callbacks,
-# which a thread with more callbacks to run takes back at once, or until the interval
-# forces a switch: 5 ms by default. Measured with benchmarks/producer.py, 5 ms against
-# 0.5 ms, alternating, 4 rounds each: MQTT 11,600 -> 13,100 msg/s, Pulsar 20,900 ->
-# 22,200 (0.2 and 0.05 ms: no better). A client without threads of its own (nats-py,
-# redis-py, aio-pika; confluent-kafka calls back from poll() on the loop's thread) never
-# has another thread waiting: no switch happens.
+# onto the event loop, systems/mqtt.py) takes the interpreter lock once or more per
+# message; the producer's thread, having let go of it inside a send, waits to get it back
+# until that thread lets go between two callbacks, which a thread with more callbacks to
+# run takes back at once, or until the interval forces a switch: 5 ms by default.
+# Measured with benchmarks/producer.py, 5 ms against 0.5 ms, alternating, 4 rounds each:
+# MQTT 11,600 -> 13,100 msg/s, Pulsar 20,900 -> 22,200 (0.2 and 0.05 ms: no better). A
+# client without threads of its own (nats-py, redis-py, aio-pika; confluent-kafka calls
+# back from poll() on the loop's thread) never has another thread waiting: no switch
+# happens.
 SWITCH_S = 0.0005
 
 

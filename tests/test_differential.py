@@ -29,7 +29,9 @@ FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s
 
 
 @st.composite
-def history(draw):
+def history(draw, read_after_write: bool = False):
+    """`read_after_write`: as the seeds' runs, every consumer reads after the producers
+    have finished and every ack carries its send time (format 1.4)."""
     rnd = draw(st.randoms(use_true_random=False))
     rows = []
     for run in draw(st.sampled_from([["r1"], ["r1", "r2"], ["alpha", "r7"]])):
@@ -93,7 +95,8 @@ def history(draw):
         seq = {c: 0 for c in queues}
         t = 0
         while queues:
-            c = rnd.choice(sorted(queues))
+            c = rnd.choice([q for q in sorted(queues) if not (
+                read_after_write and q.startswith("c") and any(x.startswith("p") for x in queues))])
             ty, p, v, x = queues[c].pop(0)
             if not queues[c]:
                 del queues[c]
@@ -107,7 +110,7 @@ def history(draw):
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
                              detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe") else None,
                              intended_ns=t - x if ty == "send" and x is not None else None))
-        if draw(st.booleans()):
+        if read_after_write or draw(st.booleans()):
             # a producer of format 1.4: each message's first ack carries its first send's start
             start: dict = {}
             for r in rows:
@@ -153,11 +156,7 @@ SMALL = Tuning(
 def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, spark_analyze, tmp_path_factory):
     if not rows:
         return
-    # a run of nothing but an observer's rows (no producer sent, nobody else read, no fault)
-    # is no run the harness can record, and has no verdict: the oracle has no rows to end it
-    watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
-    assume(all(any((r["run"], r["client"]) not in watched for r in rows if r["run"] == run)
-               for run in {r["run"] for r in rows}))
+    _assume_recordable(rows)
     # or, as in a run's own analysis, row by row in one lag() per stream; or (3) each way by
     # size, as a large history's ack gaps: buckets paired by one lag(), then the walk
     tuning = dataclasses.replace(SMALL, plain_rows=plain_rows)
@@ -167,7 +166,29 @@ def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, spark_analyze
     if ranked:
         # latency ranked through a histogram, as past 6 M rows, its buckets split down to 2 values
         tuning = dataclasses.replace(tuning, sorted_latency_rows=0, rank_bucket_rows=2)
-    a = spark_analyze(rows, tmp_path_factory.mktemp("h"), tuning)
+    _check(spark_analyze(rows, tmp_path_factory.mktemp("h"), tuning), rows)
+
+
+@given(rows=history(read_after_write=True), in_memory=st.booleans())
+def test_spark_matches_oracle_on_runs_read_after_their_write(rows, in_memory, spark_analyze, tmp_path_factory):
+    """The seeds' runs (the read after the write, every ack with its send time), at the sizes
+    of a run's own analysis: latency and ack gaps in one query (metrics.ack_facts)."""
+    if not rows:
+        return
+    _assume_recordable(rows)
+    tuning = Tuning(small_bytes=1 << 30 if in_memory else 0, block_bits=2, stretch_bits=3)
+    _check(spark_analyze(rows, tmp_path_factory.mktemp("h"), tuning), rows)
+
+
+def _assume_recordable(rows) -> None:
+    # a run of nothing but an observer's rows (no producer sent, nobody else read, no fault)
+    # is no run the harness can record, and has no verdict: the oracle has no rows to end it
+    watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
+    assume(all(any((r["run"], r["client"]) not in watched for r in rows if r["run"] == run)
+               for run in {r["run"] for r in rows}))
+
+
+def _check(a, rows) -> None:
     expected = oracle.analyze(rows)
     assert [v["run"] for v in a.verdicts] == [v["run"] for v in expected]
     for got, exp in zip(a.verdicts, expected):

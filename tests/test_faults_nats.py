@@ -524,8 +524,10 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
 
     doc = {
         "name": "it-repeat", "runs": 1, "sandbox": "netns", "seed": 3,
-        # far more messages than the schedule needs: no new window starts once writing is over
-        "workload": {"messages": 200_000, "in_flight": 5_000, "retries": 60},
+        # a write that outlasts the schedule (7.5 s) on any machine: no new window starts once
+        # writing is over (200,000 messages as fast as possible were 14 s of write and 17 s of
+        # read on a slow one, and too few on a fast one)
+        "workload": {"messages": 30_000, "rate": 4_000, "in_flight": 5_000, "retries": 60},
         "fault": {"action": "pause", "target": "random", "trigger": {"at_seconds": 0.5}, "duration": 0.5,
                   "repeat": {"every": 1.5, "for": 3.5}},
     }

@@ -127,6 +127,9 @@ def test_external_mode_drives_a_cluster_through_its_hooks(tmp_path, spark):
         before = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
         result = Session(s, tmp_path / "out", observer=Quiet(), report=False).run()
         assert [m["sandbox"] for m in result.metas.values()] == ["loopback", "loopback"]
+        # whole again after the first run's heal (every broker answers), so the second reused it
+        assert result.metas["run-001"]["healthy_after"] is True, result.metas["run-001"]["health_after"]
+        assert result.metas["run-002"]["cluster"].startswith("reused"), result.metas["run-002"]["cluster"]
         for run_id, v in zip(result.metas, result.verdicts):
             meta = result.metas[run_id]
             (killed,) = meta["fault"]["nodes"]

@@ -3,6 +3,7 @@ exited and been reaped, its PID may run anything, and nothing we do reaches that
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -122,3 +123,32 @@ def test_what_holds_up_a_killed_process_is_read_from_proc(tmp_path):
     finally:
         process.terminate(live, grace=1)
         process.terminate(gone, grace=1)
+
+
+DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+
+
+def test_a_stop_shares_its_grace_among_the_processes(tmp_path):
+    # two that ignore SIGTERM and one that takes it: SIGKILLed together after the one grace,
+    # not one grace each; the paused one is woken to take its SIGTERM
+    deaf = [process.spawn(f"deaf{i}", [sys.executable, "-c", DEAF], None, tmp_path / f"d{i}.log") for i in range(2)]
+    paused = process.spawn("paused", ["sleep", "60"], None, tmp_path / "paused.log")
+    try:
+        process.send_signal(paused, signal.SIGSTOP, group=True)
+        for p in deaf:  # SIGTERM ignored from here on
+            deadline = time.monotonic() + 10
+            while "ready" not in p.log.read_text():
+                assert time.monotonic() < deadline, "never ready"
+                time.sleep(0.02)
+        t0 = time.monotonic()
+        process.terminate_all([*deaf, paused], grace=1.0)
+        took = time.monotonic() - t0
+        assert [p.popen.returncode for p in deaf] == [-signal.SIGKILL] * 2
+        assert paused.popen.returncode == -signal.SIGTERM
+        # one after the other, the two deaf ones would have taken a grace each
+        assert 1.0 <= took < 1.9, took
+    finally:
+        for p in (*deaf, paused):
+            if p.alive():
+                p.popen.kill()
+                p.popen.wait()

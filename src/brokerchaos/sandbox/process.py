@@ -165,11 +165,21 @@ async def exited(proc: Proc, timeout: float) -> bool:
 
 def terminate(proc: Proc, grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL after `grace` seconds; always reaps."""
-    if not proc.alive():
-        return
-    send_signal(proc, signal.SIGTERM)
-    # a paused broker (the pause fault) would never act on SIGTERM
-    send_signal(proc, signal.SIGCONT, group=True)
-    if not wait_exit(proc, grace):
-        send_signal(proc, signal.SIGKILL)
-        wait_exit(proc, 5.0)
+    terminate_all([proc], grace)
+
+
+def terminate_all(procs: list[Proc], grace: float = 5.0) -> None:
+    """terminate() of each, the grace shared: every SIGTERM first, then the waits. One after
+    the other, a cluster's stop was the sum of its JVMs' shutdowns (a Pulsar cluster's seven
+    processes 10-11 s on a slow machine, each up to its grace); together, the longest."""
+    live = [p for p in procs if p.alive()]
+    for p in live:
+        send_signal(p, signal.SIGTERM)
+        # a paused broker (the pause fault) would never act on SIGTERM
+        send_signal(p, signal.SIGCONT, group=True)
+    deadline = time.monotonic() + grace
+    late = [p for p in live if not wait_exit(p, max(0.0, deadline - time.monotonic()))]
+    for p in late:
+        send_signal(p, signal.SIGKILL)
+    for p in late:
+        wait_exit(p, 5.0)

@@ -147,11 +147,10 @@ class Sandbox:
 
     def teardown(self) -> None:
         errors = []
-        for p in reversed(self.procs):
-            try:
-                process.terminate(p, grace=0.0 if not p.alive() else 2.0)
-            except Exception as e:  # keep going: everything else must still be removed
-                errors.append(f"{p.name}: {e}")
+        try:
+            process.terminate_all(list(reversed(self.procs)), grace=2.0)
+        except Exception as e:  # keep going: everything else must still be removed
+            errors.append(f"{', '.join(p.name for p in self.procs)}: {e}")
         self.procs.clear()
         for ns in reversed(self.namespaces):
             _kill_ns_pids(ns)

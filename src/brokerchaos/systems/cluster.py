@@ -196,8 +196,9 @@ class LocalCluster(Cluster):
         return p is not None and p.alive()
 
     def stop(self) -> None:
-        for p in list(self.procs.values()) + self.helpers:
-            process.terminate(p, grace=2.0)
+        procs = list(self.procs.values()) + self.helpers
+        process.terminate_all(procs, grace=2.0)
+        for p in procs:
             self.sandbox.forget(p)
         self.procs.clear()
         self.helpers.clear()

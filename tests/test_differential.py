@@ -152,8 +152,9 @@ SMALL = Tuning(
 )
 
 
-@given(rows=history(), plain_rows=st.sampled_from([0, 3, 10 ** 9]), in_memory=st.booleans(), ranked=st.booleans())
-def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, spark_analyze, tmp_path_factory):
+@given(rows=history(), plain_rows=st.sampled_from([0, 3, 10 ** 9]), in_memory=st.booleans(), ranked=st.booleans(),
+       value_ranges=st.sampled_from([64, 0]))
+def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, value_ranges, spark_analyze, tmp_path_factory):
     if not rows:
         return
     _assume_recordable(rows)
@@ -163,6 +164,9 @@ def test_spark_matches_oracle(rows, plain_rows, in_memory, ranked, spark_analyze
     # a small history is read into memory as one partition (no shuffle at all); a large one
     # is read from its files in parallel: both ways, whatever the history's size
     tuning = dataclasses.replace(tuning, small_bytes=1 << 30 if in_memory else 0)
+    # blocks looked at closely named by a filter of literals, or (more value ranges than
+    # that) by a join with the block summary's keys
+    tuning = dataclasses.replace(tuning, value_ranges=value_ranges)
     if ranked:
         # latency ranked through a histogram, as past 6 M rows, its buckets split down to 2 values
         tuning = dataclasses.replace(tuning, sorted_latency_rows=0, rank_bucket_rows=2)

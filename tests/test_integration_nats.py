@@ -348,6 +348,36 @@ def test_a_long_session_takes_every_verdict_from_one_analysis_at_its_end(tmp_pat
     assert "Analysis: 3 runs in" in (result.dir / "output.txt").read_text()
 
 
+
+def test_a_one_run_session_is_analysed_once(tmp_path, spark, monkeypatch):
+    """The run's own analysis gives its verdict and then the session's files: a session of
+    one run does not analyse the same history again at its end."""
+    import threading
+
+    from brokerchaos.analysis import metrics
+
+    real, calls = metrics.analyze, []
+
+    def analyze(*a, **k):
+        if threading.current_thread().name != "spark-warm-up":  # the gaps' rounds are not the session's
+            calls.append(k.get("timing", True))
+        return real(*a, **k)
+
+    monkeypatch.setattr(metrics, "analyze", analyze)
+    s = sc.load("scenarios/nats-no-fault.yaml", {"runs": 1, "messages": 500, "name": "it-once"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    assert calls == [True]
+    (v,) = result.verdicts
+    assert v["send_count"] == 500 and v["result"] == "pass", v
+    # the files the session's analysis writes, from the run's
+    import csv
+
+    with open(result.dir / "results.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["SendCount"] == "500", row
+    assert json.loads((result.dir / "summary.json").read_text())["runs"][0]["send_count"] == 500
+
+
 # -- external mode: nats-server processes the test starts itself, on loopback ------------
 
 def _nats_cluster_file(tmp_path: Path) -> Path:

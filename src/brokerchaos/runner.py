@@ -92,6 +92,7 @@ class Session:
         # a soak: no new run starts after this many seconds (runs: the most in the session)
         self.duration = duration
         self._kept: dict[str, dict] = {}  # finished runs' verdicts, as verdicts.jsonl holds them
+        self._kept_analysis: Optional[tuple] = None  # (run, history, analysis): _one_analysis()
         # a soak's per-run look is the verdicts only (no gaps or latency: several times
         # faster); the session's analysis at the end has everything
         self.soak = soak or resume is not None or duration is not None
@@ -125,6 +126,9 @@ class Session:
                 return self._run()
             finally:
                 self._output = None
+                kept, self._kept_analysis = self._kept_analysis, None
+                if kept is not None:  # the session ended before its files: nothing of it stays cached
+                    kept[2].release()
 
     def _run(self) -> SessionResult:
         s = self.s
@@ -160,7 +164,7 @@ class Session:
                     t_read_end = meta.pop("_t_read_end", None)
                     if self.verdicts == "each":
                         t_an = time.monotonic()
-                        v, steps = self.analyze_run(run_id)
+                        v, steps = self.analyze_run(run_id, keep=self._one_analysis())
                         phases = meta.setdefault("phases", {})
                         phases["analysis_s"] = round(time.monotonic() - t_an, 3)
                         phases["analysis_steps_s"] = steps
@@ -189,8 +193,13 @@ class Session:
             self._stop_warm()  # a soak's end or an error between runs: nothing of it may linger
         t_an = time.monotonic()
         spark = spark_mod.get_spark(self.spark_master)
-        df = metrics.read_history(spark, str(self.dir))
-        analysis = metrics.analyze(spark, df)
+        if self._kept_analysis is not None and list(result.metas) == [self._kept_analysis[0]]:
+            # a session of one run: its files come from that run's own analysis, not a second one
+            _, df, analysis = self._kept_analysis
+        else:
+            df = metrics.read_history(spark, str(self.dir))
+            analysis = metrics.analyze(spark, df)
+        self._kept_analysis = None
         report_error = ""
         try:
             result.verdicts = session_table.complete(analysis.verdicts)
@@ -276,12 +285,21 @@ class Session:
             self._line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
                           " and network faults are unavailable")
 
-    def analyze_run(self, run_id: str) -> tuple[Optional[dict], dict]:
-        """The run's verdict, and the seconds its analysis spent per step."""
+    def _one_analysis(self) -> bool:
+        """A session of one run (not a soak, whose runs are analysed without timing, nor a
+        resumed one) has the verdict of its run analysed once: the session's files come from it."""
+        return self.s.runs == 1 and not self.soak and not self.resuming
+
+    def analyze_run(self, run_id: str, keep: bool = False) -> tuple[Optional[dict], dict]:
+        """The run's verdict, and the seconds its analysis spent per step; `keep`: the
+        analysis is kept for the session's files."""
         spark = spark_mod.get_spark(self.spark_master)
         df = metrics.read_history(spark, str(self.dir / run_id / "history"))
         analysis = metrics.analyze(spark, df, timing=not self.soak)
-        analysis.release()  # the run's own block shows verdicts only; the logs are the session's
+        if keep:
+            self._kept_analysis = (run_id, df, analysis)
+        else:
+            analysis.release()  # the run's own block shows verdicts only; the logs are the session's
         v = session_table.complete(analysis.verdicts)[0] if analysis.verdicts else None
         return v, analysis.meta.get("seconds", {})
 

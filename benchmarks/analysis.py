@@ -217,12 +217,46 @@ def cold_command(directory: Path, timing: bool, fast_start: bool = True) -> floa
     return took
 
 
-def spark_on(directory: Path, master: str, timing: bool = True) -> float:
-    """The warm every-verdict job in a process of its own on `master` (local[1], local[2]...)."""
+def spark_on(directory: Path, master: str, timing: bool = True) -> dict:
+    """The every-verdict job twice in a process of its own on `master` (local[1], local[2]...):
+    the faster one's seconds, steps, and the JVM's CPU seconds by kind of thread during it."""
     env = dict(os.environ, BROKERCHAOS_SPARK_MASTER=master)
     cmd = [sys.executable, __file__, "--child", "--dir", str(directory)] + ([] if timing else ["--no-timing"])
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
-    return json.loads(r.stdout.strip().splitlines()[-1])["seconds"]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# a JVM thread's name (its comm, cut at 15 characters) -> what it does for an analysis
+_THREAD_KINDS = (("Executor task", "tasks"), ("C2 Compiler", "JIT C2"), ("C1 Compiler", "JIT C1"),
+                 ("GC Thread", "GC"), ("G1 ", "GC"), ("VM Thread", "GC"))
+
+
+def _jvm_thread_cpu() -> dict[int, tuple[str, float]]:
+    """Every thread of this process's JVM: tid -> (kind, CPU seconds so far), from /proc."""
+    from brokerchaos.analysis.spark import get_spark
+
+    pid = get_spark().sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (t / "comm").read_text().strip()
+            stat = (t / "stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        kind = next((k for prefix, k in _THREAD_KINDS if name.startswith(prefix)), "other (planning, scheduling)")
+        out[int(t.name)] = (kind, (int(f[11]) + int(f[12])) / tick)
+    return out
+
+
+def thread_profile(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds per kind of thread between two _jvm_thread_cpu() readings (a thread that
+    ended in between is not counted: Spark's task and compiler threads are pooled)."""
+    out: dict[str, float] = {}
+    for tid, (kind, cpu) in after.items():
+        out[kind] = out.get(kind, 0.0) + cpu - (before[tid][1] if tid in before else 0.0)
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
 def _jvm_peak_mb() -> float | None:
@@ -239,7 +273,7 @@ def _jvm_peak_mb() -> float | None:
     return None
 
 
-def spark_job(directory: Path, repeat: int, timing: bool = True) -> dict:
+def spark_job(directory: Path, repeat: int, timing: bool = True, profile: bool = False) -> dict:
     from brokerchaos.analysis import metrics
     from brokerchaos.analysis.spark import get_spark
 
@@ -251,12 +285,15 @@ def spark_job(directory: Path, repeat: int, timing: bool = True) -> dict:
     times, logs = [], []
     verdict = None
     steps = None
+    cpu = None
     for _ in range(repeat):
+        before = _jvm_thread_cpu() if profile else None
         t = time.perf_counter()
         a = metrics.analyze(spark, metrics.read_history(spark, str(directory)), timing=timing)
         times.append(time.perf_counter() - t)
         if times[-1] == min(times):
             verdict, steps = a.verdicts[0], a.meta.get("seconds")
+            cpu = thread_profile(before, _jvm_thread_cpu()) if profile else None
         # what `brokerchaos analyze` does next: results.csv, jumps.csv, duplicates.csv
         with tempfile.TemporaryDirectory() as out:
             t = time.perf_counter()
@@ -264,7 +301,7 @@ def spark_job(directory: Path, repeat: int, timing: bool = True) -> dict:
             logs.append(time.perf_counter() - t)
         a.release()
     return {"seconds": min(times), "all_seconds": [round(x, 2) for x in times], "verdict": verdict, "steps": steps,
-            "logs_seconds": round(min(logs), 2),
+            "logs_seconds": round(min(logs), 2), "jvm_cpu_s": cpu,
             "python_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "jvm_peak_rss_mb": _jvm_peak_mb()}
 
@@ -286,7 +323,9 @@ def main() -> None:
     ap.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps({"seconds": spark_job(Path(args.dir), 1, timing=not args.no_timing)["seconds"]}))
+        # twice: the first analysis of a JVM is also its JIT's; the second is a warm session's
+        sp = spark_job(Path(args.dir), 2, timing=not args.no_timing, profile=True)
+        print(json.dumps({k: sp[k] for k in ("seconds", "all_seconds", "steps", "jvm_cpu_s")}))
         return
     d = Path(args.dir) / (f"h{args.messages}" + ("-1.3" if args.old_format else ""))
     if not (args.keep and d.exists()):
@@ -340,10 +379,14 @@ def main() -> None:
                 "analyze_cold_no_timing_s": round(cold_command(d, False), 2),
                 "analyze_cold_no_fast_start_s": round(cold_command(d, True, fast_start=False), 2)}
         print(f"brokerchaos analyze, cold: {cold}", file=sys.stderr)
-    cores = {}
+    cores, by_master = {}, {}
     if not args.no_cores:
-        cores = {m: round(spark_on(d, m), 2) for m in ("local[1]", "local[2]")}
-        print(f"every verdict by cores: {cores}", file=sys.stderr)
+        by_master = {m: spark_on(d, m) for m in ("local[1]", "local[2]")}
+        cores = {m: round(x["seconds"], 2) for m, x in by_master.items()}
+        print(f"every verdict by cores: {cores}; each run {[x['all_seconds'] for x in by_master.values()]}",
+              file=sys.stderr)
+        for m, x in by_master.items():
+            print(f"  {m}: JVM CPU s by thread {x['jvm_cpu_s']}; steps {x['steps']}", file=sys.stderr)
     print(json.dumps({
         "messages": args.messages, "cores": os.cpu_count(),
         "dict_loop_s": round(loop["seconds"], 2), "dict_loop_peak_mb": round(loop["peak_rss_mb"]),
@@ -361,6 +404,9 @@ def main() -> None:
         **cold,
         **({"cold_speedup": round(loop["seconds"] / cold["analyze_cold_s"], 2)} if cold else {}),
         "spark_by_master_s": cores,
+        "spark_by_master_runs_s": {m: x["all_seconds"] for m, x in by_master.items()},
+        "by_master_jvm_cpu_s": {m: x["jvm_cpu_s"] for m, x in by_master.items()},
+        "by_master_steps_s": {m: x["steps"] for m, x in by_master.items()},
         **({"local2_over_local1": round(cores["local[1]"] / cores["local[2]"], 2)} if cores else {}),
     }))
 

@@ -144,9 +144,11 @@ def test_redelivered_ids_are_told_from_stored_copies(tmp_path, spark_analyze):
 def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
     """The negative control: E-Qw-Qa 3-2-2, a bookie of the current ensemble killed and
     started again on its data; the cluster is whole again after it (a next run may reuse it)."""
+    # one broker: the fault is a bookie's (each broker more is a JVM to start on two cores)
     s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
-                                                      "after_acks": 5_000, "name": "it-pulsar-kill-bookie",
-                                                      "consumers": 1})
+                                                      "after_acks": 5_000,
+                                                      "name": "it-pulsar-kill-bookie", "consumers": 1, "nodes": 1,
+                                                      "replicas": 1})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     for meta, v in zip(result.metas.values(), result.verdicts):
         assert meta["fault"]["windows"][0].get("ready_ms") is not None, "never whole again"
@@ -167,7 +169,8 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     """The positive control: E-Qw-Qa 2-2-2, both bookies of the current ensemble killed and
     their disks wiped: every copy of that ledger's entries is gone."""
     s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 20_000, "in_flight": 5000,
-                                                            "after_acks": 5_000, "name": "it-pulsar-wipe"})
+                                                            "after_acks": 5_000,
+                                                            "name": "it-pulsar-wipe", "nodes": 1, "replicas": 1})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]

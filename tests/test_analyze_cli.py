@@ -215,7 +215,10 @@ def test_same_verdicts_through_spark_connect(foreign, tmp_path, capsys, spark):
     server = subprocess.Popen(
         [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
          "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-         "--conf", "spark.ui.enabled=false", "--driver-memory", "1g", "spark-internal"],
+         "--conf", "spark.ui.enabled=false", "--driver-memory", "1g",
+         # a server sized for this machine, as its operator would (Spark's default, 200
+         # partitions a shuffle, made 3,486 tasks of this small history's analysis: 82 s)
+         "--conf", "spark.sql.shuffle.partitions=4", "spark-internal"],
         env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90

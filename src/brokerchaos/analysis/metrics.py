@@ -1309,8 +1309,8 @@ class _Job:
             return  # every read began after the faults' windows (the seeds' read at the end)
         # a consumer reading across a window: it received before its end and after its start
         # (one that received nothing inside it is the outage this is about)
-        if any(self.frames[run]["t_first_recv"] is not None and self.frames[run]["t_first_recv"] <= te
-               for run, i, tf, te, *_ in self.windows_) or len(self.obs_spans) > self.t.per_run_literal:
+        if (any(self._checked_by(run, te) for run, i, tf, te, *_ in self.windows_)
+                or len(self.obs_spans) > self.t.per_run_literal):
             recv = self._recv().select("run", "client", "t_ns")
             live = (
                 recv.groupBy("run", "client").agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
@@ -1340,12 +1340,16 @@ class _Job:
         self.recv_gaps = {k: eff for k, (eff, _) in rclosed.items()}
         self.clock.lap("receive gaps")
 
+    def _checked_by(self, run: str, t: int) -> bool:
+        """A checking reader (not an observer) of `run` had received something by `t`."""
+        first = self.frames[run]["t_first_recv"]
+        return first is not None and first <= t
+
     def session_facts(self) -> None:
         # the receiver's gap is the checking readers' (self.df has no observer's rows): a run
         # whose only reader during the window was an observer has none, and no query for it
         # (1.3-1.5 s of a live-consumer run's analysis on two slow cores)
-        windows = [x for x in self.windows_ if self.timing and x[1] == 0
-                   and self.frames[x[0]]["t_first_recv"] is not None and self.frames[x[0]]["t_first_recv"] <= x[3]]
+        windows = [x for x in self.windows_ if self.timing and x[1] == 0 and self._checked_by(x[0], x[3])]
         self.session = _session_facts(self.spark, self.df, windows, self.frames, self.t,
                                       self.recv_rows <= self.t.plain_rows)
         self.clock.lap("session facts")

@@ -65,3 +65,46 @@ def client_events(run_dir) -> list[tuple[str, str, float]]:
     t0 = min(r["t_ns"] for r in rows if r["type"] == "fault")
     return [(r["type"], r["node"], (r["t_ns"] - t0) / 1e6) for r in sorted(rows, key=lambda r: r["t_ns"])
             if r["type"] in ("disconnect", "reconnect")]
+
+
+# -- clusters started by hand, as docs/external.md walks a user through them -----------------
+
+DOCS_EXTERNAL = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "external"
+
+
+def by_hand(tmp_path, name: str, edit=None):
+    """The docs' directory `docs/external/<name>` copied to tmp_path, its cluster file
+    changed by `edit(doc)` if given, its ports checked free, then started with its own
+    up.sh, as the docs say. Returns the copy's directory; stop_by_hand() ends it."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    d = tmp_path / name
+    shutil.copytree(DOCS_EXTERNAL / name, d)
+    f = d / "cluster.yaml"
+    doc = yaml.safe_load(f.read_text())
+    if edit is not None:
+        edit(doc)
+        f.write_text(yaml.safe_dump(doc))
+    ports = [int(a.rpartition(":")[2]) for n in doc["nodes"].values()
+             for a in [n["address"], *n.get("services", {}).values()]]
+    busy = []
+    for p in ports:
+        with socket.socket() as so:
+            if so.connect_ex(("127.0.0.1", p)) == 0:
+                busy.append(p)
+    assert not busy, f"ports {busy} of docs/external/{name} are in use (a cluster left by an earlier test?)"
+    env = {**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin"}
+    subprocess.run([str(d / "up.sh")], check=True, timeout=30, env=env, capture_output=True)
+    return d
+
+
+def stop_by_hand(d, exe_prefix: str) -> None:
+    """SIGKILL every process whose pid the directory kept (checked to be what it started)."""
+    for pidf in d.glob("*.pid"):
+        try:
+            kill_ours(int(pidf.read_text()), exe_prefix)
+        except ValueError:
+            pass

@@ -73,3 +73,48 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path, capsys):
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
     assert cli.main(["analyze", str(tmp_path)]) == 2
     assert "junk.parquet" in capsys.readouterr().err
+
+
+# -- foreign histories the analysis would misread: refused before Spark starts ---------------
+
+def _refused(tmp_path, capsys, rows, *words, name="h.parquet"):
+    pq.write_table(pa.Table.from_pylist(rows) if isinstance(rows, list) else rows, tmp_path / name)
+    assert cli.main(["analyze", str(tmp_path), "--no-write"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and name in err, err
+    for w in words:
+        assert w in err, err
+
+
+def test_an_unknown_event_type_is_refused_not_dropped(tmp_path, capsys):
+    rows = _foreign_rows()
+    for r in rows:
+        if r["type"] == "ack":
+            r["type"] = "acked"  # read as PASS with every ack dropped, before
+    _refused(tmp_path, capsys, rows, "column 'type' holds 'acked'", "not an event type")
+
+
+def test_a_file_without_the_required_columns_is_refused(tmp_path, capsys):
+    _refused(tmp_path, capsys, pa.table({"a": [1, 2], "b": ["x", "y"]}), "no column 'run'")
+    rows = [{k: v for k, v in r.items() if k != "seq"} for r in _foreign_rows()]
+    _refused(tmp_path, capsys, rows, "no column 'seq'", name="h.parquet")
+
+
+def test_a_required_column_with_nothing_in_it_is_refused(tmp_path, capsys):
+    rows = [{**r, "run": None} for r in _foreign_rows()]
+    _refused(tmp_path, capsys, rows, "column 'run' is empty")
+    rows = _foreign_rows()
+    rows[3]["t_ns"] = None
+    _refused(tmp_path, capsys, rows, "column 't_ns' is null in 1 of 14 rows")
+    rows = [{**r, "value": None} for r in _foreign_rows()]
+    _refused(tmp_path, capsys, rows, "column 'value' is empty", "producer's rows (ack, send)")
+
+
+def test_a_nemesis_file_needs_no_producer_or_value(tmp_path):
+    from brokerchaos.history.files import check
+
+    rows = [{"run": "X", "client": "nemesis", "seq": 1, "t_ns": 5, "type": "fault", "producer": None, "value": None,
+             "offset": None, "node": "n1", "detail": "kill leader"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "nemesis.parquet")
+    pq.write_table(pa.Table.from_pylist(_foreign_rows()), tmp_path / "w.parquet")
+    assert check(tmp_path).files == 2

@@ -15,7 +15,7 @@ import pytest
 from brokerchaos import validation as sc
 from brokerchaos.sandbox import netns
 from brokerchaos.runner import Observer, Session
-from observers import Quiet, free_port, kill_ours
+from observers import Quiet
 
 pytestmark = [
     pytest.mark.integration,
@@ -378,73 +378,94 @@ def test_a_one_run_session_is_analysed_once(tmp_path, spark, monkeypatch):
     assert json.loads((result.dir / "summary.json").read_text())["runs"][0]["send_count"] == 500
 
 
-# -- external mode: nats-server processes the test starts itself, on loopback ------------
+# -- external mode: the walk-through of docs/external.md, three nats-servers by hand ---------
 
-def _nats_cluster_file(tmp_path: Path) -> Path:
-    """Three nats-server processes on loopback, named by the user (not n1..n3), started,
-    killed and checked only through the cluster file's hooks (pid files)."""
+def _leftover(port: int, n: int) -> None:
+    """What an earlier session (or another tool) left on the cluster: a stream named as an
+    old harness named every session's first run, holding our payloads."""
+    import asyncio
+
+    import nats
+
+    async def put():
+        nc = await nats.connect(servers=[f"nats://127.0.0.1:{port}"], connect_timeout=5)
+        try:
+            js = nc.jetstream(timeout=5)
+            await js.add_stream(name="bc-run-001", subjects=["bc-run-001.>"], num_replicas=3)
+            for v in range(1, n + 1):
+                await js.publish("bc-run-001.p1", f"p1:{v}".encode())
+        finally:
+            await nc.close()
+
+    asyncio.run(put())
+
+
+def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark, monkeypatch):
+    """docs/external/nats-by-hand as the docs run it: server names not ours (nats-a, ...), an
+    `alive` hook that lies (always 0: the heal must still start the killed leader, whose
+    port is closed), two runs that reuse the cluster; then a second session that sees only
+    its own messages, though a stream named as an old harness named every session's is there."""
+    import subprocess
+
     import yaml
 
-    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    run = tmp_path / "ext"
-    run.mkdir()
-    ports = {n: (free_port(), free_port(), free_port()) for n in ("n1", "n2", "n3")}
-    nodes = {}
-    for n, (client, route, monitor) in ports.items():
-        routes = ", ".join(f'"nats://127.0.0.1:{r}"' for o, (_, r, _) in ports.items() if o != n)
-        conf = run / f"{n}.conf"
-        conf.write_text(f'server_name: "edge-{n}"\nlisten: "127.0.0.1:{client}"\nhttp: "127.0.0.1:{monitor}"\n'
-                        f'jetstream {{ store_dir: "{run}/{n}" }}\n'
-                        f'cluster {{ name: user-cluster, listen: "127.0.0.1:{route}", routes: [{routes}] }}\n')
-        pidf = run / f"{n}.pid"
-        nodes[n] = {
-            "address": f"127.0.0.1:{client}",
-            "services": {"monitor": f"127.0.0.1:{monitor}"},
-            "start": f"setsid {binary} -c {conf} > {run}/{n}.log 2>&1 < /dev/null & echo $! > {pidf}",
-            "kill": f"kill -9 $(cat {pidf})",
-            "alive": f"kill -0 $(cat {pidf})",
-        }
-    f = run / "cluster.yaml"
-    f.write_text(yaml.safe_dump({"system": "nats", "nodes": nodes, "hook_timeout": 20}))
-    return f
-
-
-def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark):
     from brokerchaos.systems.external import load
+    from observers import DOCS_EXTERNAL, by_hand, stop_by_hand
 
-    f = _nats_cluster_file(tmp_path)
+    monkeypatch.setenv("PATH", os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
+
+    def lying(doc):
+        for n in doc["nodes"].values():
+            n["alive"] = "true"
+
+    d = by_hand(tmp_path, "nats-by-hand", lying)
+    f = d / "cluster.yaml"
     ext = load(f)
-    run = f.parent
     try:
-        for n in ext.nodes:
-            ext.run(n, "start")
         s = sc.build({"name": "it-nats-external", "system": "nats", "runs": 2, "external": str(f),
                       "workload": {"messages": 6000, "in_flight": 2000, "retries": 20},
                       "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 2000},
                                 "duration": 2}})
-        before = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        before = {n: (d / f"{n}.pid").read_text().strip() for n in ext.nodes}
         obs = LeaderWitness()
         result = Session(s, tmp_path / "out", observer=obs, report=False).run()
         metas = [result.metas[r] for r in ("run-001", "run-002")]
         assert [m["sandbox"] for m in metas] == ["loopback", "loopback"]
         assert metas[0]["cluster"].startswith("external (") and metas[1]["cluster"].startswith("reused")
+        assert not any("sandbox" in t for t in obs.lines), [t for t in obs.lines if "sandbox" in t]
         for m, v in zip(metas, result.verdicts):
             (killed,) = m["fault"]["nodes"]
             assert killed in ("n1", "n2", "n3")  # the user's server name, mapped to its node
-            assert m["fault"]["windows"][0].get("healed_ms") is not None
+            w = m["fault"]["windows"][0]
+            assert w.get("healed_ms") is not None and "heal_error" not in w, w
             assert v["read_complete"] is True, v["read_status"]
             assert v["send_count"] == 6000 and v["pos_ack_count"] > 2000
             _no_loss_of_ours(v)
         # the witness saw the leader by its server name: the node killed is that server
         leader_seen, killed = obs.seen
-        assert leader_seen == f"edge-{killed[0]}"
-        after = {n: (run / f"{n}.pid").read_text().strip() for n in ext.nodes}
+        assert leader_seen == "nats-" + "abc"[int(killed[0][1:]) - 1]
+        after = {n: (d / f"{n}.pid").read_text().strip() for n in ext.nodes}
         killed_nodes = {m["fault"]["nodes"][0] for m in metas}
-        # the kill hook ended the server and the start hook (the heal) started a new one
+        # the `alive` hook said alive, the closed port said down: the start hook (the heal)
+        # ran and a new server is up
         assert all(after[n] != before[n] for n in killed_nodes)
-        assert all(ext.run(n, "alive", check=False) == 0 for n in ext.nodes), "every server running again"
+        assert all(ext.answers(n) for n in ext.nodes), "every server answers again"
+
+        # a second session on the same cluster reports exactly what it sent
+        _leftover(14221, 300)
+        s2 = sc.build({"name": "it-nats-external-2", "system": "nats", "runs": 1, "external": str(f),
+                       "workload": {"messages": 3000}})
+        (v,) = Session(s2, tmp_path / "out2", observer=Quiet(), report=False).run().verdicts
+        assert (v["send_count"], v["pos_ack_count"], v["received"]) == (3000, 3000, 3000), v
+        assert (v["msgs_with_dups"], v["received_no_ack"], v["stowaways"], v["acked_missing"]) == (0, 0, 0, 0), v
+
+        # the docs' own `alive` hook says down as soon as the killed server is gone, reaped or not
+        alive = yaml.safe_load((DOCS_EXTERNAL / "nats-by-hand" / "cluster.yaml").read_text())["nodes"]["n1"]["alive"]
+        assert subprocess.run(["/bin/sh", "-c", alive], cwd=d).returncode == 0
+        ext.run("n1", "kill")
+        deadline = time.monotonic() + 0.5
+        while subprocess.run(["/bin/sh", "-c", alive], cwd=d).returncode == 0:
+            assert time.monotonic() < deadline, "the documented `alive` hook still says alive 0.5 s after kill -9"
+            time.sleep(0.02)
     finally:
-        for n in ext.nodes:
-            pidf = run / f"{n}.pid"
-            if pidf.exists():
-                kill_ours(int(pidf.read_text()), "nats-server")
+        stop_by_hand(d, "nats-server")

@@ -1,6 +1,7 @@
 """Real Redis + Sentinel clusters in network namespaces: a durable run and the split brain."""
 import os
 import shutil
+import time
 
 import pytest
 
@@ -57,3 +58,105 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     assert "<tr class='fail'>" in page
     got = check_report(result.report, "redis-split-brain")
     assert got.plots == 3, got  # outages, the timeline, the positions
+
+
+# -- external mode: the walk-through of docs/external.md, servers and sentinels by hand -------
+
+def _leftover(port: int, n: int) -> None:
+    """What an earlier session (or another tool) left on the cluster: the stream an old
+    harness named `bc-run-001` for every session, holding our payloads."""
+    import redis
+
+    with redis.Redis(port=port, socket_timeout=5) as r:
+        for v in range(1, n + 1):
+            r.xadd("bc-run-001", {b"p": f"p1:{v}".encode()})
+
+
+def _primary_port() -> int:
+    import redis
+
+    with redis.Redis(port=26381, socket_timeout=5) as r:
+        return int(r.sentinel_get_master_addr_by_name("mymaster")[1])
+
+
+def test_external_redis_with_sentinels_by_hand(tmp_path, spark, monkeypatch, capsys):
+    """docs/external/redis-by-hand as the docs run it, with an `alive` hook that lies
+    (always 0): the heal must still start the killed primary (its port is closed). A second
+    session then sees only its own messages, though a stream named as an old harness named
+    every session's is there; a third, whose killed node does not come back, is stopped."""
+    from brokerchaos import cli
+    from observers import by_hand, stop_by_hand
+
+    monkeypatch.setenv("PATH", os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
+
+    def lying(doc):
+        for n in doc["nodes"].values():
+            n["alive"] = "true"
+
+    d = by_hand(tmp_path, "redis-by-hand", lying)
+    f = str(d / "cluster.yaml")
+    try:
+        before = {n: (d / f"{n}.pid").read_text() for n in ("n1", "n2", "n3")}
+        s = sc.load("scenarios/redis-kill-primary.yaml",
+                    {"external": f, "option": ["master_name=mymaster"], "runs": 2, "messages": 8000,
+                     "after_acks": 2000, "duration": 2, "name": "it-redis-external"})
+        result = Session(s, tmp_path / "a", observer=Quiet(), report=False).run()
+        metas = [result.metas[r] for r in ("run-001", "run-002")]
+        assert metas[0]["cluster"].startswith("external (") and metas[1]["cluster"].startswith("reused")
+        assert metas[0]["healthy_after"] is True, metas[0]["health_after"]
+        for m, v in zip(metas, result.verdicts):
+            w = m["fault"]["windows"][0]
+            assert "heal_error" not in w and w["healed_ms"] is not None, w
+            assert v["read_complete"] is True and v["send_count"] == 8000 and v["acked_missing"] == 0, v
+        killed = {m["fault"]["nodes"][0] for m in metas}
+        after = {n: (d / f"{n}.pid").read_text() for n in ("n1", "n2", "n3")}
+        # the hook said alive, the port said down: the start hook ran, a new server is up
+        assert all(after[n] != before[n] for n in killed), (killed, before, after)
+        assert all(m["stream"].startswith("bc-") and m["stream"] != f"bc-{r}"
+                   for r, m in zip(("run-001", "run-002"), metas))
+
+        # a second session on the same cluster: exactly its own messages, whatever is there
+        _leftover(_primary_port(), 300)
+        s2 = sc.load(None, {"system": "redis", "external": f, "option": ["master_name=mymaster"], "runs": 1,
+                            "messages": 3000, "name": "it-redis-external-2"})
+        (v,) = Session(s2, tmp_path / "b", observer=Quiet(), report=False).run().verdicts
+        assert (v["send_count"], v["pos_ack_count"], v["received"]) == (3000, 3000, 3000), v
+        assert (v["msgs_with_dups"], v["received_no_ack"], v["stowaways"], v["acked_missing"]) == (0, 0, 0, 0), v
+
+        # the sentinels' name for the primary left at ours: said at once, with the name asked
+        t = time.monotonic()
+        capsys.readouterr()
+        assert cli.main(["run", "--system", "redis", "--external", f, "--runs", "1", "--messages", "100",
+                         "--out", str(tmp_path / "wrong-name")]) == 1
+        err = capsys.readouterr().err
+        assert "monitors no primary named 'bc'" in err and "options.master_name" in err, err
+        assert time.monotonic() - t < 30, "a name no sentinel knows is not worth waiting for"
+
+        # a node whose `start` hook brings nothing back: the heal fails, said on the console
+        # and in run.json, and the next run is refused, not run on two nodes of three
+        import json
+
+        import yaml
+
+        doc = yaml.safe_load((d / "cluster.yaml").read_text())
+        doc["nodes"]["n3"]["start"] = "true"
+        doc["hook_timeout"] = 4
+        (d / "broken.yaml").write_text(yaml.safe_dump(doc))  # beside the pid files its hooks read
+        capsys.readouterr()
+        rc = cli.main(["run", "--system", "redis", "--external", str(d / "broken.yaml"), "--option",
+                       "master_name=mymaster", "--runs", "2", "--messages", "3000", "--fault", "kill",
+                       "--target", "n3", "--duration", "1", "--out", str(tmp_path / "c"), "--name",
+                       "it-redis-broken"])
+        out, err = capsys.readouterr()
+        assert rc == 1, (out, err)
+        (sess,) = (tmp_path / "c").iterdir()
+        w = json.loads((sess / "run-001" / "run.json").read_text())["fault"]["windows"][0]
+        assert "n3 is not up 4s after its 'start' hook (nothing answers at 127.0.0.1:16383)" in w["heal_error"], w
+        assert not (sess / "run-002").exists()
+        assert "Heal: kill n3 FAILED" in out, out
+        why = "run-002 not started: the external cluster is not whole (n3: nothing answers at 127.0.0.1:16383)"
+        assert f"Run refused: {why}" in out and f"brokerchaos: run stopped: {why}" in err, (out, err)
+        summary = json.loads((sess / "summary.json").read_text())["summary"]
+        assert summary["runs"] == 1 and summary["refused"].startswith("run-002 not started"), summary
+    finally:
+        stop_by_hand(d, "redis")

@@ -85,20 +85,21 @@ def test_the_cycle_finder_finds_one():
 # what each part may import (besides itself and the standard/third-party libraries)
 ALLOWED = {
     "errors": set(),
+    "inputs": {"errors"},
     "registry": set(),
     "history": set(),
     "sandbox": set(),
-    "scenario": {"errors"},
+    "scenario": {"errors", "inputs"},
     "workload": {"history", "scenario"},
-    "systems": {"errors", "registry", "sandbox", "scenario"},
+    "systems": {"errors", "inputs", "registry", "sandbox", "scenario"},
     "faults": {"errors", "registry", "history", "scenario", "sandbox", "systems"},
     "analysis": {"history"},
     "report": {"analysis"},
     "validation": {"errors", "scenario", "systems", "faults"},
     "runner": {"analysis", "faults", "history", "report", "sandbox", "scenario", "systems", "workload"},
-    "campaign": {"errors", "report", "scenario", "validation", "runner"},
-    "cli": {"analysis", "campaign", "errors", "faults", "history", "report", "runner", "sandbox", "scenario",
-            "systems", "validation"},
+    "campaign": {"errors", "inputs", "report", "scenario", "validation", "runner"},
+    "cli": {"analysis", "campaign", "errors", "faults", "history", "inputs", "report", "runner", "sandbox",
+            "scenario", "systems", "validation"},
 }
 
 

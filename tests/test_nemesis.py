@@ -42,6 +42,9 @@ class FakeCluster:
     def alive(self, node):
         return node in self.up
 
+    def down_why(self, node):
+        return None if node in self.up else "not running"
+
     def pause(self, node):
         self._did("pause", node)
 

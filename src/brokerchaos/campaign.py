@@ -17,11 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from . import validation as sc
 from .errors import first_error
+from .inputs import read_yaml
 from .scenario import FLAG_PATHS
 
 
@@ -71,12 +71,7 @@ def _check_settings(where: str, settings: dict) -> None:
 def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list]:
     """The campaign and every scenario (every cell) in it, all validated before anything runs."""
     p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise sc.ScenarioError(f"campaign file '{p}': {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise sc.ScenarioError(f"campaign file '{p}': invalid YAML ({str(e).splitlines()[0]})") from None
+    doc = read_yaml(p, "campaign file")
     if isinstance(doc, dict) and isinstance(doc.get("matrix"), dict):
         # YAML reads a label such as 0 or 1 as a number; a label is a name
         doc["matrix"] = {a: ({str(k): v for k, v in vals.items()} if isinstance(vals, dict) else vals)

@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Optional
 
 EXIT_BAD_INPUT = 2
 
@@ -131,6 +132,24 @@ def _expectations(args):
     except ValueError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _unwritable(out: Optional[str], junit: Optional[str], out_flag: str = "--out") -> Optional[int]:
+    """Where results and the JUnit file go, tried before anything starts (one line, exit 2):
+    a run must not find out at its end that it cannot write what it found."""
+    from .inputs import directory_error, file_error
+
+    why = (directory_error(out, out_flag) if out else None) or (file_error(junit, "--junit") if junit else None)
+    if why:
+        print(f"brokerchaos: error: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return None
+
+
+def _refused(what: str, why: str) -> int:
+    """A session stopped before its runs were done (its files hold the runs before): exit 1."""
+    print(f"brokerchaos: {what} stopped: {why}", file=sys.stderr)
+    return 1
 
 
 def _result_exit(results) -> int:
@@ -280,6 +299,10 @@ def cmd_soak(args) -> int:
                 raise sc.ScenarioError("give a scenario or --resume DIR, not both (a session keeps its scenario)")
             if not (resume / "scenario.json").is_file():
                 raise sc.ScenarioError(f"--resume: '{resume}' is not a session directory (no scenario.json)")
+            kind = _session_kind(resume)
+            if kind != "soak":
+                raise sc.ScenarioError(f"--resume: '{resume}' is a `{kind}` session, not a soak's: a soak resumes "
+                                       f"only its own directory (start a new soak for this scenario)")
             doc = json.loads((resume / "scenario.json").read_text())
             # the file holds every field; only the fault shape the session was given counts
             if doc.get("fault_mix"):
@@ -297,14 +320,34 @@ def cmd_soak(args) -> int:
     except (sc.ScenarioError, ValueError) as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    bad = _unwritable(str(resume) if resume is not None else args.out, None,
+                      "--resume" if resume is not None else "--out")
+    if bad is not None:
+        return bad
     from .runner import Session
 
     result = _guarded([scenario], args.spark_master, "soak",
                       lambda: Session(scenario, Path(args.out), spark_master=args.spark_master, resume=resume,
-                                      duration=duration, soak=True).run())
+                                      duration=duration, soak=True, command=args.command_line).run())
     if isinstance(result, int):
         return result
+    if result.refused:
+        return _refused("soak", result.refused)
     return _result_exit([result.summary["result"]])
+
+
+def _session_kind(session: Path) -> str:
+    """`soak` or `run`, as the session wrote it (session.json); a session from before that
+    file is a run's when the command it kept (command.txt) was not `brokerchaos soak`."""
+    try:
+        return json.loads((session / "session.json").read_text())["kind"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        words = (session / "command.txt").read_text().split()
+    except OSError:
+        return "soak"  # before session.json, a soak kept no command.txt
+    return words[1] if len(words) > 1 else "run"
 
 
 def _observer():
@@ -366,6 +409,9 @@ def cmd_run(args) -> int:
     exps = _expectations(args)
     if isinstance(exps, int):
         return exps
+    bad = _unwritable(args.out, args.junit)
+    if bad is not None:
+        return bad
     from .runner import Session
 
     bars = _observer()
@@ -378,6 +424,8 @@ def cmd_run(args) -> int:
             bars.close()
     if isinstance(result, int):
         return result
+    if result.refused:
+        return _refused("run", result.refused)
     # the scenario's name, not the session's: a CI keeps a test's history by its name
     return _judge(args, exps, [(scenario.name, result.verdicts)],
                   _result_exit([result.summary["result"]]))
@@ -402,6 +450,10 @@ def cmd_campaign(args) -> int:
         except ScenarioError as e:
             print(f"brokerchaos: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    bad = _unwritable(str(resume) if resume is not None else args.out, args.junit,
+                      "--resume" if resume is not None else "--out")
+    if bad is not None:
+        return bad
     bars = _observer()
     try:
         out = _guarded(scenarios, args.spark_master, "campaign",
@@ -419,6 +471,9 @@ def cmd_campaign(args) -> int:
         print(line)
     print(f"Results: {out['dir']}")
     print(f"Report: {out['report']}")
+    refused = [f"{x['scenario']}: {x['summary']['refused']}" for x in out["sessions"] if x["summary"].get("refused")]
+    if refused:
+        return _refused("campaign", "; ".join(refused))
     return _judge(args, exps, out["verdicts"], _result_exit(s["summary"].get("result") for s in out["sessions"]))
 
 
@@ -432,6 +487,11 @@ def cmd_analyze(args) -> int:
     exps = _expectations(args)
     if isinstance(exps, int):
         return exps
+    root = path if path.is_dir() else path.parent
+    bad = _unwritable(None if args.no_write else (args.out or str(root)), args.junit,
+                      "--out" if args.out else "path (where its files are written; --out elsewhere, or --no-write)")
+    if bad is not None:
+        return bad
     try:
         checked = check(path)
     except HistoryError as e:
@@ -452,7 +512,6 @@ def cmd_analyze(args) -> int:
         df = metrics.read_history(spark, *checked.paths)
         analysis = metrics.analyze(spark, df, timing=not args.no_timing)
         session_table.complete(analysis.verdicts)
-        root = path if path.is_dir() else path.parent
         metas = files.load_metas(root)
         summary = files.summarize(analysis.verdicts)
         if not args.no_write:

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import json
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,12 @@ class SessionResult:
     metas: dict[str, dict] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
     report: Optional[Path] = None
+    refused: str = ""  # why the session stopped before its runs were done (an external cluster not whole)
+
+
+class RunRefused(Exception):
+    """A run that must not start: its external cluster is not whole (a node a heal did not
+    bring back). The session ends there; the runs before it are analysed."""
 
 
 class Session:
@@ -102,6 +109,10 @@ class Session:
         self.command = command
         self.report = report  # report.html at the end (a test of verdicts alone goes without)
         self._output = None  # output.txt: every line the session printed, time-stamped
+        # on an external cluster every name the session gives (streams, client ids) carries
+        # this mark: the cluster may hold earlier sessions' streams under the same run ids
+        self.tag = self._session_facts().get("tag", "") if self.resuming else \
+            (f"{int(time.time()):x}{secrets.token_hex(2)}" if scenario.external else "")
         # each run's verdict after its read ("each"), or every verdict from the session's one
         # analysis at its end ("end"): a run's own analysis costs 1-3 s whatever its size, which
         # over a thousand short runs is most of the session, and the session's analysis does
@@ -138,6 +149,8 @@ class Session:
             first = self._take_over(result)
         else:
             (self.dir / "scenario.json").write_text(s.model_dump_json(indent=2))
+            (self.dir / self.FACTS).write_text(json.dumps(
+                {"kind": "soak" if self.soak else "run", "tag": self.tag, "external": s.external}, indent=2))
             if self.command:
                 (self.dir / "command.txt").write_text(self.command + "\n")
         t_begin = time.monotonic()
@@ -151,14 +164,20 @@ class Session:
             # an external cluster is reached from the root namespace, like any other client
             with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb, self._cluster():
                 self._announce(sb)
+                where = f"external cluster {s.external}" if s.external else f"sandbox {sb.mode}"
                 for i in range(first, s.runs + 1):
                     if self.duration is not None and time.monotonic() - t_begin >= self.duration:
                         self._line(f"Soak: {self.duration:.0f} s reached; no new run")
                         break
                     run_id = f"run-{i:03d}"
-                    self._line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, sandbox {sb.mode} ===")
+                    self._line(f"\n=== {s.name} {run_id} ({i}/{s.runs}) on {s.system}, {where} ===")
                     self.obs.progress("runs", i - 1, s.runs, f"{s.name} {run_id}")
-                    meta = self._run_one(sb, run_id, i)
+                    try:
+                        meta = self._run_one(sb, run_id, i)
+                    except RunRefused as e:
+                        result.refused = str(e)
+                        self._line(f"Run refused: {e}")
+                        break
                     self.obs.progress("runs", i, s.runs, f"{s.name} {run_id}")
                     result.metas[run_id] = meta
                     t_read_end = meta.pop("_t_read_end", None)
@@ -191,6 +210,10 @@ class Session:
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
             self._stop_warm()  # a soak's end or an error between runs: nothing of it may linger
+        if not result.metas:  # refused before its first run: nothing to analyse
+            result.summary = {"result": "unknown", "runs": 0, "refused": result.refused}
+            self._line(f"Results: {self.dir}")
+            return result
         t_an = time.monotonic()
         spark = spark_mod.get_spark(self.spark_master)
         if self._kept_analysis is not None and list(result.metas) == [self._kept_analysis[0]]:
@@ -215,7 +238,8 @@ class Session:
                 if len(failed) > self.BLOCKS_AT_END:
                     self._line(f"... and {len(failed) - self.BLOCKS_AT_END} more runs that did not pass: results.csv")
             result.summary = files.write_session(analysis, self.dir, result.metas, backoff_schedules(result.metas),
-                                                 history=df)
+                                                 history=df,
+                                                 extra={"refused": result.refused} if result.refused else None)
             try:
                 if self.report:
                     result.report = html.write_session(spark, df, analysis, self.dir, result.metas, result.summary)
@@ -280,8 +304,16 @@ class Session:
             fh.flush()
             os.fsync(fh.fileno())
 
+    FACTS = "session.json"  # what kind of session this is, and its tag
+
+    def _session_facts(self) -> dict:
+        try:
+            return json.loads((self.dir / self.FACTS).read_text())
+        except (OSError, ValueError):
+            return {}
+
     def _announce(self, sb: Sandbox) -> None:
-        if sb.mode != "netns":
+        if sb.mode != "netns" and not self.s.external:  # an external cluster's nodes are not ours to place
             self._line(f"note: network namespaces unavailable ({sb.why_no_netns}); nodes run on loopback ports"
                           " and network faults are unavailable")
 
@@ -311,19 +343,23 @@ class Session:
         run_dir = self.dir / run_id
         meta: dict = {"run": run_id, "index": index, "system": s.system, "sandbox": sb.mode,
                       "scenario": s.model_dump(), "started": time.time(), "status": "running"}
-        # written now, so that a harness killed during the run leaves it marked as such
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
         dep = self._deployment
         fresh = dep is None
         if fresh:
-            dep = Deployment(SYSTEMS.get(s.system), s, sb, run_id, run_dir / "logs")
+            dep = Deployment(SYSTEMS.get(s.system), s, sb, run_id, run_dir / "logs", self.tag)
+        if s.external:
+            self._check_whole(dep, run_id)
+        # written now, so that a harness killed during the run leaves it marked as such
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
+        if fresh:
             label = dep.cluster.label
             meta["cluster"] = label if index == 1 or label != "started" else f"started ({self._rebuild_why})"
             self._deployment, self._deployment_from = dep, run_id
         else:
             dep.begin_run(run_id, run_dir / "logs")
             meta["cluster"] = f"reused (started in {self._deployment_from})"
+        meta["stream"] = dep.ctx.stream_name
         self._line(f"Cluster: {meta['cluster']}")
         keep = False
         t_run = time.monotonic()
@@ -347,6 +383,24 @@ class Session:
                 run_dir.mkdir(parents=True, exist_ok=True)  # a cluster that failed to start made none
                 self._write_meta(meta)
         return meta
+
+    def _check_whole(self, dep: Deployment, run_id: str) -> None:
+        """An external cluster must be whole before a run: one the harness cannot rebuild,
+        left degraded by a heal that did not bring a node back, would make every later run
+        a test of another cluster than the user's. A node still coming up (a cluster started
+        just before the session) has the cluster file's `hook_timeout` to answer."""
+        down = dep.down()
+        if down:
+            bound = dep.cluster.file.hook_timeout
+            self._line(f"Waiting up to {bound:.0f} s for the external cluster: {'; '.join(down)}")
+            deadline = time.monotonic() + bound
+            while down and time.monotonic() < deadline:
+                time.sleep(0.5)
+                down = dep.down()
+        if down:
+            self._deployment = None  # nothing of ours to stop: an external cluster stays as it is
+            raise RunRefused(f"{run_id} not started: the external cluster is not whole ({'; '.join(down)}); "
+                             f"bring it back (its `start` hooks) and run again")
 
     @staticmethod
     def _phases(meta: dict, t_run: float) -> dict:
@@ -496,7 +550,10 @@ class Session:
                     out["late_sends"] = sum(p.late for p in producers)
                 self._line(self._progress_line(producers))
             await heal("before read", "before-read")
-            if any(n.windows for n in nemeses):
+            if any(w.get("heal_error") for n in nemeses for w in n.windows):
+                # a node the heal did not bring back: the stream cannot be whole, no use waiting
+                out["stream_ready_before_read"] = "not waited for: a heal failed"
+            elif any(n.windows for n in nemeses):
                 out["stream_ready_before_read"] = await dep.roles.wait_stream_ready(timeout=30)
                 for n in nemeses:
                     await n.settle(5)
@@ -523,12 +580,13 @@ class Session:
                 await heal("end of run")
                 for n in nemeses:
                     await n.settle(0)
+                ok = False
                 if more and s.cluster.reuse and dep.reusable and out.get("read_status") is not None:
                     # the next run may take this cluster only if it is whole again
                     ok, why = await dep.healthy(timeout=30)
                     out["healthy_after"], out["health_after"] = ok, why
-                    if ok:
-                        await dep.client.drop_stream()
+                if ok or s.external:  # an external cluster keeps no stream of ours
+                    await _bounded(dep.client.drop_stream(), 30)
             finally:
                 if live and reader_client is not None:
                     await reader_client.close()  # no-op after finish; else stops it receiving
@@ -596,6 +654,14 @@ def backoff_schedules(metas: dict) -> dict[str, list[float]]:
 def campaign_outages(verdicts: list[dict], spark_master: Optional[str] = None) -> dict:
     """The outage distributions across every window of a campaign's sessions."""
     return outages.summary(spark_mod.get_spark(spark_master), verdicts, {})
+
+
+async def _bounded(coro, timeout: float) -> None:
+    """A best-effort step at the end of a run (freeing the run's stream), never longer than `timeout`."""
+    try:
+        await asyncio.wait_for(coro, timeout)
+    except Exception:  # best effort: the run's verdict does not depend on it
+        pass
 
 
 def _main_thread() -> bool:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ScenarioError, first_error
+from .inputs import read_yaml
 
 CLI = {"cli": True}  # json_schema_extra of a field that is also a flag of `brokerchaos run`
 
@@ -112,7 +113,10 @@ class FaultSpec(_Strict):
         json_schema_extra=CLI,
     )
     params: dict[str, Any] = Field(default_factory=dict, description="the action's own settings (see `faults`)")
-    trigger: TriggerSpec = Field(default_factory=lambda: TriggerSpec(after_acks=20_000))
+    # a scenario without a trigger fires on the ack of a fifth of the run's messages (Scenario._default_triggers)
+    trigger: TriggerSpec = Field(default_factory=lambda: TriggerSpec(after_acks=20_000),
+                                 description="when the fault fires (default: on the positive ack of a fifth of the "
+                                             "messages of a run)")
     duration: Optional[float] = Field(
         None, gt=0, description="heal this many seconds after injecting (else at `heal`)", json_schema_extra=CLI
     )
@@ -120,6 +124,9 @@ class FaultSpec(_Strict):
         "before-read", description="when a fault without duration is healed", json_schema_extra=CLI
     )
     repeat: Optional[RepeatSpec] = None
+
+
+DEFAULT_TRIGGER_SHARE = 5  # a fault with no trigger fires on the ack of 1/5 of a run's messages
 
 
 class Scenario(_Strict):
@@ -152,6 +159,16 @@ class Scenario(_Strict):
         given = [k for k in ("fault", "faults", "fault_mix") if k in self.model_fields_set and getattr(self, k)]
         if len(given) > 1:
             raise ValueError(f"give one of fault, faults and fault_mix, not {' and '.join(given)}")
+        return self
+
+    @model_validator(mode="after")
+    def _default_triggers(self) -> "Scenario":
+        """A fault given no trigger fires inside the run, whatever its size: on the positive
+        ack of a fifth of the messages (20,000 of the default 100,000)."""
+        share = max(1, self.workload.messages * self.workload.producers // DEFAULT_TRIGGER_SHARE)
+        for f in (self.fault, *self.faults, *self.fault_mix):
+            if "trigger" not in f.model_fields_set:
+                f.trigger = TriggerSpec(after_acks=share)
         return self
 
     @property
@@ -233,12 +250,7 @@ def load_document(path: Optional[str | Path]) -> dict:
     if path is None:
         return {}
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"scenario file '{p}': not found")
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"scenario file '{p}': invalid YAML ({str(e).splitlines()[0]})") from None
+    doc = read_yaml(p, "scenario file")
     if not isinstance(doc, dict):
         raise ScenarioError(f"scenario file '{p}': expected a mapping at the top level")
     doc.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "-", p.stem)[:64])
@@ -257,7 +269,8 @@ def _param_value(text: str) -> Any:
 
 def build(doc: dict, overrides: Optional[dict[str, Any]] = None, target_names: tuple[str, ...] = ()) -> Scenario:
     """The model of a scenario document with CLI overrides applied (flags win); `target_names`
-    are the roles `--fault ACTION-TARGET` may end with. Registry checks: validation.py."""
+    are the roles `--fault ACTION-TARGET` may end with. The checks between fields
+    (check_cross_fields) and against the registries: validation.py, names first."""
     doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc.items()}
     if isinstance(doc.get("fault"), dict):
         for sub in ("trigger", "params"):
@@ -295,11 +308,9 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None, target_names: t
         else:
             _set_path(doc, FLAG_PATHS[key], value)
     try:
-        scenario = Scenario.model_validate(doc)
+        return Scenario.model_validate(doc)
     except ValidationError as e:
         raise ScenarioError(first_error(e)) from None
-    check_cross_fields(scenario)
-    return scenario
 
 
 def check_cross_fields(s: Scenario) -> None:

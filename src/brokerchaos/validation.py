@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from .errors import ScenarioError, first_error
 from .faults import FAULTS, TARGETS
 from .faults.targets import TargetError, check_expression
-from .scenario import Scenario, build as build_model, load_document, split_fault
+from .scenario import Scenario, build as build_model, check_cross_fields, load_document, split_fault
 from .systems import SYSTEMS
 from .systems.base import LOCAL_VERBS, NETNS, node_names
 
@@ -49,6 +49,12 @@ def check(s: Scenario) -> None:
     if s.system not in SYSTEMS:
         raise ScenarioError(f"scenario field 'system': unknown system {s.system!r} "
                             f"(known: {', '.join(SYSTEMS.names())})")
+    for path, f in s.fault_fields():  # a misspelt name first: what follows from it would hide it
+        if f.action not in FAULTS:
+            raise ScenarioError(
+                f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
+            )
+    check_cross_fields(s)
     system = SYSTEMS.get(s.system)
     try:
         system.Options.model_validate(s.options)
@@ -67,14 +73,14 @@ def check(s: Scenario) -> None:
             raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
         if len(ext.nodes) != s.cluster.nodes:
             raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
+        field = ext.missing_services(system.services_needed(s))
+        if field:
+            raise ScenarioError(f"scenario field 'external.{field}': missing; {s.system}'s roles ask every node for "
+                                f"{', '.join(system.services_needed(s))} (docs/external.md)")
     else:
         names += list(system.service_hosts(s))
     have = offers(s)
     for path, f in s.fault_fields():
-        if f.action not in FAULTS:
-            raise ScenarioError(
-                f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
-            )
         cls = FAULTS.get(f.action)
         try:
             params = cls.Params.model_validate(f.params)

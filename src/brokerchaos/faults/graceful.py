@@ -138,7 +138,7 @@ class RollingRestart(_Restarting):
         last = "not asked"
         while time.monotonic() < deadline:
             try:
-                down = cluster.not_running()
+                down = await asyncio.to_thread(cluster.not_running)
                 if down:
                     last = f"not running: {', '.join(down)}"
                 else:

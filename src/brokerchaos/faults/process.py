@@ -25,13 +25,15 @@ class NoFault(Fault):
 
 
 class _Restarting(Fault):
-    """Heal = start every node this fault took down that is not running."""
+    """Heal = start every node this fault took down that is not up (the cluster's own look,
+    `down_why`: an external node must also answer at its address, whatever its hook says);
+    a node the start did not bring up fails the heal (the cluster's `start_node` raises)."""
 
     async def heal(self) -> None:
         cluster = self.ctx.cluster
         while self.nodes:
             n = self.nodes[0]
-            if not cluster.alive(n):
+            if await asyncio.to_thread(cluster.down_why, n):
                 await asyncio.to_thread(cluster.start_node, n)
             self.nodes.pop(0)
 

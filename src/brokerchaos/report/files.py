@@ -93,10 +93,12 @@ def summarize(verdicts: list[dict]) -> dict:
 
 
 def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
-                  schedules: Optional[dict[str, list[float]]] = None, history=None) -> dict:
+                  schedules: Optional[dict[str, list[float]]] = None, history=None,
+                  extra: Optional[dict] = None) -> dict:
     """Every session output; `schedules` are the back-off steps the clients followed
     (runner.backoff_schedules), for the outage block of summary.json; `history` (the
-    session's events) for the Pulsar seed's duplicates log."""
+    session's events) for the Pulsar seed's duplicates log; `extra`: facts of the session
+    summary.json keeps beside the verdicts' (why it stopped early)."""
     out.mkdir(parents=True, exist_ok=True)
     metas = metas if metas is not None else load_metas(out)
     verdicts = analysis.verdicts
@@ -145,5 +147,6 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
     # runs the harness was killed in (a resumed soak): reported, whatever their history holds
     summary["incomplete_runs"] = sorted(r for r, m in metas.items() if m.get("status") == "incomplete")
     summary["outages"] = outages.summary(analysis.jumps.sparkSession, verdicts, schedules or {})
+    summary.update(extra or {})
     (out / "summary.json").write_text(json.dumps({"summary": summary, "runs": verdicts}, indent=2, default=str))
     return summary

@@ -105,7 +105,11 @@ class SystemError_(RuntimeError):
     """The broker could not be started or reached within its bound."""
 
 
-class NodeExited(SystemError_):
+class Hopeless(SystemError_):
+    """An answer waiting will not change (wait_until gives up at once)."""
+
+
+class NodeExited(Hopeless):
     """A node's process exited while the harness waited for it: no use waiting longer."""
 
 
@@ -123,11 +127,20 @@ class Context:
     sandbox: "Sandbox"
     run_id: str
     logdir: Path
+    # the session's own mark on an external cluster (a cluster we did not start may hold
+    # the streams of earlier sessions, whose run ids are ours too); "" on a local cluster
+    tag: str = ""
+
+    @property
+    def prefix(self) -> str:
+        """What every name the harness gives a cluster begins with (streams, client ids)."""
+        return f"bc-{self.tag}" if self.tag else "bc"
 
     @property
     def stream_name(self) -> str:
-        """The run's stream/topic/queue/key: fresh per run, also on a reused cluster."""
-        return f"bc-{self.run_id}"
+        """The run's stream/topic/queue/key: fresh per run, also on a reused cluster, and
+        per session on an external one."""
+        return f"{self.prefix}-{self.run_id}"
 
     @property
     def node_names(self) -> list[str]:
@@ -242,8 +255,17 @@ class Cluster:
         """Durability settings in effect, as the servers report them (kept in run.json)."""
         return {}
 
+    def down_why(self, node: str) -> Optional[str]:
+        """Why `node` is not up (None: it is): the question a heal and a health check ask,
+        which may take longer than `alive` (an external cluster also tries the node's port)."""
+        return None if self.alive(node) else "not running"
+
     def not_running(self) -> list[str]:
-        return [n for n in self.host_names if not self.alive(n)]
+        return [n for n in self.host_names if self.down_why(n)]
+
+    def exited(self, node: str) -> "NodeExited":
+        """The error for a node found down while the harness waits for it to serve."""
+        return NodeExited(f"{node} exited while starting; see {self.ctx.logdir / (node + '.log')}")
 
 
 # -- the client driver ---------------------------------------------------------------------
@@ -547,6 +569,14 @@ class System:
     def service_hosts(cls, scenario: "Scenario") -> tuple[str, ...]:
         return cls.local_cluster(scenario).service_hosts
 
+    # the services besides the client port that the roles ask each node of an external
+    # cluster for (`services:` in its file; docs/external.md): checked with the scenario
+    external_services: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def services_needed(cls, scenario: "Scenario") -> tuple[str, ...]:
+        return cls.external_services
+
 
 def quiet_logger(name: str):
     """A Python logger for librdkafka's own log: the errors it logs are outcomes the
@@ -613,7 +643,7 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
 async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> str:
     """Look again and again until `look()` says (True, why), for at most `timeout` seconds;
     a look that raises is "not yet". Raises SystemError_ naming `what` and the last answer;
-    returns the last `why`. A look raises NodeExited to give up at once."""
+    returns the last `why`. A look raises Hopeless (NodeExited) to give up at once."""
     deadline = time.monotonic() + timeout
     last = "not asked"
     while True:
@@ -621,7 +651,7 @@ async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: 
             ok, last = await look()
             if ok:
                 return last
-        except NodeExited:
+        except Hopeless:
             raise
         except Exception as e:  # not yet: still starting, or electing
             last = f"{type(e).__name__}: {e}"

@@ -210,7 +210,17 @@ class LocalCluster(Cluster):
 
 class ExternalCluster(Cluster):
     """A cluster the harness does not start: addresses and hooks from a cluster file. Nothing
-    is ever stopped at the end; only what a fault did is healed (by its hooks)."""
+    is ever stopped at the end; only what a fault did is healed (by its hooks).
+
+    `alive` is the quick look the roles and clients take (the `alive` hook, else whether the
+    harness took the node down); `down_why`, which the heal and the health checks ask, adds
+    the harness's own look: a node is up only if it answers at its client address *and* its
+    hook agrees. A hook can lie (an orphan's `kill -0` succeeds until it is reaped, seen for
+    over a second after `kill -9`); a closed port does not. A node started by its `start`
+    hook must be up within the file's `hook_timeout`, else the start, and the heal that
+    asked for it, fails."""
+
+    UP_EVERY = 0.25  # seconds between two looks while a started node comes up
 
     def __init__(self, ctx: Context, path: str) -> None:
         from .external import load
@@ -232,8 +242,19 @@ class ExternalCluster(Cluster):
         return self.file.address(node, service)
 
     def start_node(self, node: str) -> None:
+        from .external import HookError
+
         self.file.run(node, "start")
         self._down.discard(node)
+        deadline = time.monotonic() + self.file.hook_timeout
+        while True:
+            why = self.down_why(node)
+            if why is None:
+                return
+            if time.monotonic() >= deadline:
+                raise HookError(f"external cluster: {node} is not up {self.file.hook_timeout:.0f}s after its 'start' "
+                                f"hook ({why})")
+            time.sleep(self.UP_EVERY)
 
     def kill(self, node: str, timeout: float = 10.0) -> None:
         self._down.add(node)
@@ -253,6 +274,17 @@ class ExternalCluster(Cluster):
         if self.file.has(node, "alive"):
             return self.file.run(node, "alive", check=False) == 0
         return node not in self._down
+
+    def down_why(self, node: str) -> Optional[str]:
+        if not self.file.answers(node):
+            host, port = self.address(node)
+            return f"nothing answers at {host}:{port}"
+        if self.file.has(node, "alive") and self.file.run(node, "alive", check=False) != 0:
+            return "its 'alive' hook says it is not running"
+        return None
+
+    def exited(self, node: str) -> NodeExited:
+        return NodeExited(f"external cluster: {node} is down ({self.down_why(node) or 'taken down by a fault'})")
 
     def run_hook(self, node: str, hook: str) -> None:
         self.file.run(node, hook)

@@ -2,6 +2,7 @@
 its client, built from a registry entry. The runner and the faults hold this."""
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,10 +16,10 @@ if TYPE_CHECKING:
 
 class Deployment:
     def __init__(self, system: type[System], scenario: "Scenario", sandbox: "Sandbox", run_id: str,
-                 logdir: Path) -> None:
+                 logdir: Path, tag: str = "") -> None:
         options = system.Options.model_validate(scenario.options)
         self.system = system
-        self.ctx = Context(scenario, options, sandbox, run_id, logdir)
+        self.ctx = Context(scenario, options, sandbox, run_id, logdir, tag)
         self.cluster: Cluster = (ExternalCluster(self.ctx, scenario.external) if scenario.external
                                  else system.local_cluster(scenario)(self.ctx))
         self.client = system.Client(self.ctx, self.cluster)
@@ -43,14 +44,18 @@ class Deployment:
 
     async def healthy(self, timeout: float) -> tuple[bool, str]:
         """Can the next run reuse this cluster? Every node up, and whole within `timeout`."""
-        down = self.cluster.not_running()
+        down = await asyncio.to_thread(self.down)
         if down:
-            return False, f"{', '.join(down)} not running"
+            return False, "; ".join(down)
         try:
             await wait_until(self.roles.whole, timeout, "the cluster", every=0.25)
         except SystemError_ as e:
             return False, str(e)
         return True, "healthy"
+
+    def down(self) -> list[str]:
+        """Every node that is not up, with why ("n2: not running"); [] when all are."""
+        return [f"{n}: {why}" for n in self.cluster.host_names if (why := self.cluster.down_why(n))]
 
     def stop(self) -> None:
         self.cluster.stop()

@@ -8,14 +8,15 @@ The harness never stops such a cluster at the end; it only heals what it did.
 from __future__ import annotations
 
 import shlex
+import socket
 import subprocess
 from pathlib import Path
 from typing import Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from ..errors import ScenarioError, first_error
+from ..inputs import read_yaml
 from .base import HOOKS, KILL, PAUSE, START, STOP, node_names
 
 PROCESS_HOOKS = ("kill", "stop", "start", "pause", "resume")
@@ -67,7 +68,10 @@ class ExternalCluster(BaseModel):
     nodes: dict[str, ExternalNode]
     ssh: Optional[str] = Field(None, description="default `ssh` destination for every node's hooks")
     admin_url: Optional[str] = Field(None, description="Pulsar: the admin REST URL for topic-owner lookups")
-    hook_timeout: float = Field(60.0, gt=0, le=3600, description="seconds a hook may take")
+    hook_timeout: float = Field(60.0, gt=0, le=3600, description="seconds a hook may take; also how long a node "
+                                                                 "started by its `start` hook has to answer")
+    # hooks run in the cluster file's directory (relative paths in them are the file's)
+    _dir: Path = PrivateAttr(default_factory=Path.cwd)
 
     @field_validator("nodes")
     @classmethod
@@ -99,6 +103,28 @@ class ExternalCluster(BaseModel):
             verbs.add(PAUSE)
         return frozenset(verbs | {HOOKS})
 
+    def has_service(self, node: str, service: str) -> bool:
+        return service in self.nodes[node].services or (service == "admin" and bool(self.admin_url))
+
+    def missing_services(self, needed: tuple[str, ...]) -> Optional[str]:
+        """The first service the system's roles ask for that a node does not give, as the
+        field it belongs in (None when every node gives every one)."""
+        for n in self.nodes:
+            for svc in needed:
+                if not self.has_service(n, svc):
+                    return f"nodes.{n}.services.{svc}"
+        return None
+
+    def answers(self, node: str, timeout: float = 2.0) -> bool:
+        """The harness's own look: does something accept connections at the node's client
+        address? (A killed broker's port is closed when its process exits, however late
+        its parent reaps it.)"""
+        try:
+            socket.create_connection(self.address(node), timeout).close()
+            return True
+        except OSError:
+            return False
+
     def has(self, node: str, hook: str) -> bool:
         n = self.nodes[node]
         return bool(getattr(n, hook, None) if hook in PROCESS_HOOKS or hook == "alive" else n.hooks.get(hook))
@@ -116,7 +142,8 @@ class ExternalCluster(BaseModel):
     def run(self, node: str, hook: str, check: bool = True) -> int:
         argv = self.command(node, hook)
         try:
-            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.hook_timeout)
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.hook_timeout,
+                               cwd=self._dir)
         except subprocess.TimeoutExpired:
             raise HookError(f"external cluster: {node} {hook!r} did not finish within {self.hook_timeout:.0f}s: "
                             f"{shlex.join(argv)}") from None
@@ -130,13 +157,12 @@ class ExternalCluster(BaseModel):
 def load(path: str | Path) -> ExternalCluster:
     """Read and validate a cluster file; raises ScenarioError naming the field."""
 
+    doc = read_yaml(path, "scenario field 'external': cluster file")
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"scenario field 'external': cluster file '{path}' is not a mapping (nodes: ...)")
     try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ScenarioError(f"scenario field 'external': cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"scenario field 'external': {path} is not YAML: {str(e).splitlines()[0]}") from None
-    try:
-        return ExternalCluster.model_validate(doc if doc is not None else {})
+        ext = ExternalCluster.model_validate(doc)
     except ValidationError as e:
         raise ScenarioError(first_error(e, "external")) from None
+    ext._dir = Path(path).resolve().parent
+    return ext

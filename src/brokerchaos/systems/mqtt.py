@@ -170,8 +170,13 @@ class MqttClient(Client):
     async def connect(self, timeout: float) -> None:
         await mqtt_ports(self.cluster, timeout)
 
+    @property
+    def topic(self) -> str:
+        """`options.topic`, and on an external cluster a level of the session's own below it."""
+        return f"{self.options.topic}/{self.ctx.tag}" if self.ctx.tag else self.options.topic
+
     async def create_stream(self, timeout: float) -> str:
-        return self.options.topic
+        return self.topic
 
     def producer(self, name: str) -> "MqttProducer":
         return MqttProducer(self, name)
@@ -267,6 +272,12 @@ class Mqtt(System):
     Options = MqttOptions
     Client = MqttClient
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
+
+    @classmethod
+    def services_needed(cls, scenario) -> tuple[str, ...]:
+        # every backend's MQTT listener; the backend's own health and session lookups
+        broker = MqttOptions.model_validate(scenario.options).broker
+        return ("mqtt",) + {"rabbitmq": ("mgmt",), "nats": ("monitor",), "mosquitto": ()}[broker]
 
     @classmethod
     def local_cluster(cls, scenario) -> type[LocalCluster]:
@@ -563,7 +574,8 @@ class MqttProducer(_Failover):
         await self._begin(self.system.tx_node)
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
-        conn = _Connection(self.system.mqtt_addr(node), self.system.options.keepalive, f"bc-{self.name}", True,
+        conn = _Connection(self.system.mqtt_addr(node), self.system.options.keepalive,
+                           f"{self.system.ctx.prefix}-{self.name}", True,
                            node, loop, on_publish=self._acked,
                            on_lost=self._lost)
         return conn if await conn.open(self.connack_wait) else None
@@ -586,7 +598,7 @@ class MqttProducer(_Failover):
                     raise ConnectionError("not connected to any node")
                 await asyncio.sleep(0.01)
         conn = self.conn
-        info = conn.client.publish(self.system.options.topic, payload, qos=self.system.options.qos)
+        info = conn.client.publish(self.system.topic, payload, qos=self.system.options.qos)
         if info.rc != 0:
             raise ConnectionError(f"publish refused: {_paho().error_string(info.rc)}")
         if self.system.options.qos == 0:
@@ -609,7 +621,7 @@ class MqttReceiver(_Failover):
 
     @property
     def client_id(self) -> str:
-        return f"bc-rx-{self.name}"
+        return f"{self.system.ctx.prefix}-rx-{self.name}"
 
     @property
     def current(self) -> Optional[str]:
@@ -625,7 +637,7 @@ class MqttReceiver(_Failover):
                            on_message=self._message, on_lost=self._lost)
         if not await conn.open(self.connack_wait):
             return None
-        res, _ = conn.client.subscribe(o.topic, qos=o.qos)
+        res, _ = conn.client.subscribe(self.system.topic, qos=o.qos)
         # generous: NATS creates the session's JetStream consumers before its SUBACK, which on
         # a cluster that has just started was seen to take more than 5 s
         if res == 0 and await _first(conn.subscribed, conn.refused, 15.0) is conn.subscribed:

@@ -261,7 +261,7 @@ class NatsClient(Client):
         while time.monotonic() < deadline:
             for n in self.cluster.node_names:
                 if not self.cluster.alive(n):
-                    raise SystemError_(f"{n} exited while starting; see {self.ctx.logdir / (n + '.log')}")
+                    raise self.cluster.exited(n)
             try:
                 await self.js.account_info()
                 return
@@ -403,6 +403,7 @@ class Nats(System):
     Options = NatsOptions
     # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
     offers = frozenset({COORDINATOR, STEPDOWN})
+    external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
     @classmethod
     def version_error(cls, scenario) -> Optional[str]:

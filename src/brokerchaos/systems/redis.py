@@ -24,17 +24,20 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, LiveConsumer, OutcomeCallback, Roles,
                    System, SystemError_, wait_until)
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
-MASTER = "bc"
 FIELD = b"p"
 
 
 class RedisOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    master_name: str = Field(
+        "bc", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="the name the sentinels monitor the primary under (`sentinel monitor NAME ...`); an external "
+                    "cluster's own, e.g. mymaster")
     wait_replicas: int = Field(0, ge=0, le=8, description="WAIT for this many replicas after each batch (0: no WAIT)")
     wait_timeout_ms: int = Field(1000, ge=1, le=60_000, description="WAIT timeout")
     follow_failover: bool = Field(
@@ -47,6 +50,10 @@ class RedisOptions(BaseModel):
     appendfsync: Literal["always", "everysec", "no"] = Field(
         "everysec", description="when the AOF is fsynced: always (before each reply), everysec (Redis's default), "
                                 "no (when the OS flushes)")
+
+
+class UnknownMaster(Hopeless):
+    """The sentinels monitor no primary by the name asked (options.master_name)."""
 
 
 def _redis():
@@ -83,18 +90,19 @@ class RedisServers(LocalCluster):
         d.mkdir(parents=True, exist_ok=True)
         pip, pport = self.address(self.node_names[0])
         quorum = len(self.node_names) // 2 + 1
+        name = self.options.master_name
         return "\n".join([
             f"bind {ip}", f"port {port}", "daemonize no", "protected-mode no", f'dir "{d}"',
             f"sentinel announce-ip {ip}", f"sentinel announce-port {port}",
-            f"sentinel monitor {MASTER} {pip} {pport} {quorum}",
-            f"sentinel down-after-milliseconds {MASTER} {self.options.down_after_ms}",
+            f"sentinel monitor {name} {pip} {pport} {quorum}",
+            f"sentinel down-after-milliseconds {name} {self.options.down_after_ms}",
             # a first attempt often finds no replica whose INFO is fresh enough (sentinels
             # refresh it every 10 s until the primary is down) and the next attempt waits
             # 2 x failover-timeout: 3 s keeps that wait at 6 s instead of 20 s
-            f"sentinel failover-timeout {MASTER} 3000",
-            f"sentinel parallel-syncs {MASTER} 1",
+            f"sentinel failover-timeout {name} 3000",
+            f"sentinel parallel-syncs {name} 1",
             # otherwise a sentinel learns of replicas only from the primary's INFO, every 10 s
-            *[f"sentinel known-replica {MASTER} {r_ip} {r_port}"
+            *[f"sentinel known-replica {name} {r_ip} {r_port}"
               for r_ip, r_port in (self.address(n) for n in self.node_names[1:])],
         ]) + "\n"
 
@@ -157,11 +165,13 @@ class RedisClient(Client):
         want = len(nodes) - 1
         for n in nodes:
             if not self.cluster.alive(n):
-                raise NodeExited(f"{n} exited while starting; see {self.ctx.logdir / (n + '.log')}")
+                raise self.cluster.exited(n)
         # the primary the sentinels name: n1 at first, another node after a failover (a
         # reused cluster); before the sentinels answer, n1
         try:
             primary = await self.primary_addr()
+        except UnknownMaster:
+            raise
         except Exception:  # the sentinels are not up yet
             primary = self.cluster.address(nodes[0])
         info = _parse_info(await self.ask(primary, "INFO", "replication"))
@@ -169,15 +179,30 @@ class RedisClient(Client):
             return False, f"replicas {info.get('connected_slaves')}/{want}"
         for n in nodes:
             sentinel = self.cluster.address(n, "sentinel")
-            if len(await self.ask(sentinel, "SENTINEL", "SENTINELS", MASTER)) < want:
+            if len(await self.sentinel(sentinel, "SENTINELS")) < want:
                 return False, f"the sentinel of {n} does not know every other sentinel yet"
             # a sentinel learns replicas from the primary's INFO every 10 s; one that has not
             # yet seen a replica leaves it out of a failover, and that replica follows the dead
             # primary for good (seen in CI: no WAIT ever satisfied again after a kill 2.5 s
             # into the run)
-            if _healthy_replicas(await self.ask(sentinel, "SENTINEL", "REPLICAS", MASTER)) < want:
+            if _healthy_replicas(await self.sentinel(sentinel, "REPLICAS")) < want:
                 return False, f"the sentinel of {n} does not know every replica yet"
         return True, "settled"
+
+    async def sentinel(self, addr, verb: str, timeout: float = 2.0):
+        """SENTINEL <verb> <master name>; a sentinel that monitors no primary by that name is
+        said so, with the name (the option that sets it)."""
+        try:
+            return await self.ask(addr, "SENTINEL", verb, self.options.master_name, timeout=timeout)
+        except Exception as e:
+            if "No such master" in str(e):
+                raise UnknownMaster(self.unknown_master(self.cluster.node_at(*addr, "sentinel") or
+                                                      "{}:{}".format(*addr))) from None
+            raise
+
+    def unknown_master(self, where: str) -> str:
+        return (f"the sentinel of {where} monitors no primary named {self.options.master_name!r} (the sentinels' "
+                f"`sentinel monitor NAME`: set options.master_name to it)")
 
     async def drop_stream(self) -> None:
         try:
@@ -190,13 +215,18 @@ class RedisClient(Client):
         nodes = self.cluster.node_names
 
         async def one(n: str):
-            ip, port = await self.ask(self.cluster.address(n, "sentinel"), "SENTINEL", "GET-MASTER-ADDR-BY-NAME",
-                                      MASTER, timeout=1.0)
+            got = await self.sentinel(self.cluster.address(n, "sentinel"), "GET-MASTER-ADDR-BY-NAME", timeout=1.0)
+            if got is None:  # a sentinel's answer for a name it does not monitor
+                raise UnknownMaster(self.unknown_master(n))
+            ip, port = got
             return ip.decode() if isinstance(ip, bytes) else ip, int(port)
 
         answers = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
         votes = collections.Counter(a for a in answers if not isinstance(a, BaseException))
         if not votes:
+            unknown = [a for a in answers if isinstance(a, UnknownMaster)]
+            if unknown:
+                raise unknown[0]
             errors = [f"{n}: {type(a).__name__}" for n, a in zip(nodes, answers)]
             raise SystemError_(f"no sentinel answered ({', '.join(errors)})")
         return votes.most_common(1)[0][0]
@@ -237,8 +267,8 @@ class RedisRoles(Roles):
         errors = []
         for n in [x for x in self.cluster.node_names if x != node] + [node]:
             try:
-                await self.client.ask(self.cluster.address(n, "sentinel"), "SENTINEL", "FAILOVER", MASTER)
-                return f"SENTINEL FAILOVER {MASTER} (sentinel of {n})"
+                await self.client.sentinel(self.cluster.address(n, "sentinel"), "FAILOVER")
+                return f"SENTINEL FAILOVER {self.client.options.master_name} (sentinel of {n})"
             except Exception as e:  # that sentinel is down or busy: another one
                 errors.append(f"{n}: {type(e).__name__}: {e}")
         raise SystemError_(f"no sentinel took SENTINEL FAILOVER ({'; '.join(errors)})")
@@ -259,6 +289,7 @@ class Redis(System):
     Client = RedisClient
     Roles = RedisRoles
     offers = frozenset({STEPDOWN})  # SENTINEL FAILOVER
+    external_services = ("sentinel",)  # the primary, as the sentinels name it
 
     @classmethod
     def check(cls, scenario) -> None:

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, NodeExited, OutcomeCallback, Roles,
+from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, OutcomeCallback, Roles,
                     SystemError_, quiet_logger, wait_until)
 
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
@@ -74,7 +74,7 @@ class KafkaClient(Client):
         async def look():
             down = [n for n in self.cluster.node_names if not self.cluster.alive(n)]
             if down:
-                raise NodeExited(f"{', '.join(down)} exited while starting; see {self.ctx.logdir}")
+                raise self.cluster.exited(down[0])
             for n in self.cluster.node_names:
                 await self.metadata_from(n, 3.0)
             return True, "every broker answers"
@@ -380,7 +380,7 @@ def new_consumer(system: KafkaClient, name: str, bootstrap: str, **conf):
     """A librdkafka consumer of the run's group `name`, from the earliest offset, quiet."""
     from confluent_kafka import Consumer
 
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bc-{system.ctx.run_id}-{name}",
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"{system.ctx.stream_name}-{name}",
                      "auto.offset.reset": "earliest", "socket.timeout.ms": 3000, "log_level": 0,
                      "logger": quiet_logger("librdkafka"), **conf})
 

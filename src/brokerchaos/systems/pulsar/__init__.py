@@ -50,6 +50,7 @@ class Pulsar(System):
     Client = PulsarClient
     Roles = ApachePulsarRoles
     offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN})  # STEPDOWN: a topic unload
+    external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:

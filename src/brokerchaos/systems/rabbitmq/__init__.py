@@ -39,6 +39,7 @@ class RabbitMQ(System):
     Client = RabbitClient
     Roles = RabbitRoles
     offers = frozenset({STEPDOWN})  # draining the leader's node (maintenance mode)
+    external_services = ("mgmt",)  # queue leaders and health from the management API
 
     @classmethod
     def check(cls, scenario) -> None:

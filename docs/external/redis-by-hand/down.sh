@@ -1,0 +1,9 @@
+#!/bin/sh
+# Stop the servers and sentinels this directory started (by the pids it kept), and forget
+# their data.
+cd "$(dirname "$0")"
+for f in n1.pid n2.pid n3.pid s1.pid s2.pid s3.pid; do
+  [ -f $f ] && kill "$(cat $f)" 2>/dev/null
+done
+sleep 1
+rm -rf n1 n2 n3 ./*.pid

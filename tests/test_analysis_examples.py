@@ -290,3 +290,18 @@ def test_a_consumer_silent_through_a_whole_window_is_its_outage(spark_analyze, t
     (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
     assert v["fault_recv_gaps_ms"] == o["fault_recv_gaps_ms"]
     assert abs(v["fault_recv_gaps_ms"][0] - 6000.002) < 0.01, v["fault_recv_gaps_ms"]
+
+
+def test_a_verdict_has_exactly_the_keys_its_type_declares(spark_analyze, tmp_path):
+    """verdicts.Verdict is complete: every figure the analysis gives a run is declared there,
+    and nothing declared is left out (the VerneMQ seed's table adds its own columns after)."""
+    from brokerchaos.analysis.verdicts import Verdict
+    from brokerchaos.report.session_table import COLUMNS
+
+    h = H().sent_acked(range(1, 20)).read(range(1, 20))
+    h.ev("nemesis", "fault", node="n1", detail="kill leader")
+    h.ev("nemesis", "heal", node="n1", detail="kill leader")
+    (v,) = spark_analyze(h.rows, tmp_path).verdicts
+    declared = set(Verdict.__annotations__)
+    table = {k for _, k in COLUMNS} - declared
+    assert set(v) - table == declared, (set(v) - table) ^ declared

@@ -82,3 +82,45 @@ def test_sessions_results_map_to_the_same_exit_codes_as_expectations():
     assert expect.result_exit(["pass", "unknown"]) == 4
     assert expect.result_exit(["unknown", "fail", "pass"]) == 3
     assert expect.result_exit(r for r in ["pass"]) == 0  # any iterable, once
+
+
+# -- one policy: the run's result, the session's rates and --expect say the same ------------
+
+def test_a_run_that_read_nothing_and_never_said_so_is_out_of_the_acked_loss_rate():
+    """No read_end row and nothing read: `unknown` by its own result, so it is out of the
+    acked-loss rate as it is out of the pass/fail count (it was counted in the rate's
+    runs, as a run without loss, before the policy was one table)."""
+    from brokerchaos.analysis.policy import result_of
+    from brokerchaos.report.files import summarize
+
+    silent = verdict("silent", read_complete=None, read_status=None, recv_rows=0, acked_missing=7)
+    lossy = verdict("lossy", acked_missing=3)
+    rest = [verdict(f"ok-{i}") for i in range(3)]
+    runs = [silent, lossy, *rest]
+    for v in runs:
+        v.update(result=result_of(v), send_count=10, pos_ack_count=10)
+    assert [v["result"] for v in runs] == ["unknown", "fail", "pass", "pass", "pass"]
+    su = summarize([{**_totals(), **v} for v in runs])
+    assert su["results"] == {"pass": 3, "fail": 1, "unknown": 1}
+    assert (su["verdicts"]["acked loss"]["runs"], su["verdicts"]["acked loss"]["of"]) == (1, 4)
+    # --expect no-loss reads the same table: the silent run undecided, not passed
+    cases = {c.run: c.status for c in expect.evaluate("s", runs, expect.parse("no-loss"))}
+    assert cases == {"silent": "undecided", "lossy": "fail", "ok-0": "pass", "ok-1": "pass", "ok-2": "pass"}
+
+
+def _totals() -> dict:
+    """The figures summarize adds up, at zero."""
+    return {k: 0 for k in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received",
+                           "acked_missing_overwritten", "missing", "received_no_ack", "stored_duplicates",
+                           "redeliveries", "stowaways")}
+
+
+def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
+    from brokerchaos.analysis.policy import CHECKS
+    from brokerchaos.report.files import EXTRA_COLUMNS, SEED_COLUMNS, summarize
+
+    su = summarize([{**_totals(), **verdict(result="pass")}])
+    assert list(su["verdicts"]) == [c.name for c in CHECKS]
+    assert {c.expect for c in CHECKS if c.expect} <= set(expect.KINDS)
+    columns = set(EXTRA_COLUMNS) | {k for _, k in SEED_COLUMNS}
+    assert all(c.key in columns for c in CHECKS)

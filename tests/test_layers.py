@@ -97,7 +97,7 @@ ALLOWED = {
     "report": {"analysis"},
     "validation": {"errors", "scenario", "systems", "faults"},
     "runner": {"analysis", "faults", "history", "report", "sandbox", "scenario", "systems", "workload"},
-    "campaign": {"errors", "inputs", "report", "scenario", "validation", "runner"},
+    "campaign": {"analysis", "errors", "inputs", "report", "scenario", "validation", "runner"},
     "cli": {"analysis", "campaign", "errors", "faults", "history", "inputs", "report", "runner", "sandbox",
             "scenario", "systems", "validation"},
 }

@@ -20,6 +20,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from . import validation as sc
+from .analysis.policy import CHECKS
 from .errors import first_error
 from .inputs import read_yaml
 from .scenario import FLAG_PATHS
@@ -148,7 +149,7 @@ def _sessions_of(root: Path, name: str) -> list[Path]:
 
 def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
         observer=None, resume: Optional[Path] = None, command: Optional[str] = None) -> dict:
-    from .runner import Observer, Session, campaign_outages
+    from .runner import Observer, Session
 
     say = (observer or Observer()).line
     if resume is not None:
@@ -190,6 +191,13 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
     return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
 
 
+def campaign_outages(verdicts: list[dict], spark_master: Optional[str] = None) -> dict:
+    """The outage distributions across every window of a campaign's sessions."""
+    from .analysis import outages, spark
+
+    return outages.summary(spark.get_spark(spark_master), verdicts, {})
+
+
 def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> None:
     """campaign.csv: every session's results.csv rows, one Scenario column added; summary.json."""
     rows, header = [], None
@@ -215,11 +223,13 @@ def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> N
 
 
 def table(sessions: list[dict]) -> str:
-    lines = [f"{'scenario':<36} {'runs':>4}  {'result':<7} {'acked loss':>10} {'duplicates':>10} {'reorder':>7}"]
+    """One line per session: its runs, result, and each check's runs violated of decided."""
+    names = [c.name for c in CHECKS]
+    lines = [f"{'scenario':<36} {'runs':>4}  {'result':<7} " + " ".join(f"{n:>{max(len(n), 7)}}" for n in names)]
     for s in sessions:
         su = s["summary"]
         k = {name: "{runs}/{of}".format(**(su.get("verdicts", {}).get(name) or {"runs": 0, "of": 0}))
-             for name in ("acked loss", "duplicates", "reordering")}
+             for name in names}
         lines.append(f"{s['scenario']:<36} {su.get('runs', 0):>4}  {su.get('result', '?').upper():<7} "
-                     f"{k['acked loss']:>10} {k['duplicates']:>10} {k['reordering']:>7}")
+                     + " ".join(f"{k[n]:>{max(len(n), 7)}}" for n in names))
     return "\n".join(lines)

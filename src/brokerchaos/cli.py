@@ -504,38 +504,29 @@ def cmd_analyze(args) -> int:
         return 1
     from .analysis import metrics
     from .analysis.spark import get_spark, one_shot_options
-    from .report import console, files, session_table
+    from .report import console, files
+    from .runner import finish
 
-    report = None
     try:
         spark = get_spark(args.spark_master, one_shot_options(checked.bytes))
         df = metrics.read_history(spark, *checked.paths)
         analysis = metrics.analyze(spark, df, timing=not args.no_timing)
-        session_table.complete(analysis.verdicts)
         metas = files.load_metas(root)
-        summary = files.summarize(analysis.verdicts)
-        if not args.no_write:
-            from .runner import backoff_schedules
-
-            dest = Path(args.out) if args.out else root
-            summary = files.write_session(analysis, dest, metas, backoff_schedules(metas), history=df)
-            from .report import html
-
-            report = html.write_session(spark, df, analysis, dest, metas, summary)
-        analysis.release()
+        done = finish(spark, df, analysis, metas, None if args.no_write else Path(args.out) if args.out else root)
     finally:
         checked.cleanup()
     if args.format == "json":
-        print(json.dumps(analysis.verdicts, indent=2, default=str))
+        print(json.dumps(done.verdicts, indent=2, default=str))
     else:
-        for v in analysis.verdicts:
+        for v in done.verdicts:
             print(f"\n=== {v['run']} ===")
             print(console.run_block(v, metas.get(v["run"])))
-        print("\n" + console.summary_table(analysis.verdicts, metas))
-        print(console.summary_lines(summary))
-        if report is not None:
-            print(f"Report: {report}")
-    return _judge(args, exps, [(path.resolve().name, analysis.verdicts)], 0)
+        print("\n" + console.summary_table(done.verdicts, metas))
+        print(console.summary_lines(done.summary))
+        said = done.report_line(root)
+        if said:
+            print(said)
+    return _judge(args, exps, [(path.resolve().name, done.verdicts)], 0)
 
 
 def cmd_faults(args) -> int:

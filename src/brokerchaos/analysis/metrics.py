@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 
 from ..history.schema import LATE_NS, MESSAGE_TYPES, OBSERVER, SCHEMA, read_finished
 from .tuning import Tuning
-from .verdicts import (COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message,
-                       result_of)
+from .policy import result_of
+from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict, count_columns_over_blocks, count_columns_per_message
 
 # Spark's DDL for the history schema, derived so the two cannot drift apart.
 _DDL = {"string": "string", "int64": "long"}

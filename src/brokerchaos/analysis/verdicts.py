@@ -166,6 +166,10 @@ class Verdict(TypedDict, total=False):
     max_recv_gap_ms: Optional[float]
     faults: list[Fault]
     fault_outages_ms: list[Optional[float]]
+    # each window's longest ack-free interval from the fault on, and the consumers' longest
+    # delivery gap in it (None: none ended it / no consumer read across it)
+    fault_ack_gaps_ms: list[Optional[float]]
+    fault_recv_gaps_ms: list[Optional[float]]
     ack_latency_ms: Optional[Latency]
     e2e_latency_ms: Optional[Latency]
     # live consumers that only observed (`workload.consumers`; subscribe rows "observer")
@@ -176,23 +180,11 @@ class Verdict(TypedDict, total=False):
     live_read_status: Optional[str]
     latency_exact: bool
     timing: bool
+    # at a steady rate (`workload.rate`): sends more than 100 ms after their intended time,
+    # and the longest lag (None without a rate, or with timing off)
+    late_sends: Optional[int]
+    max_send_lag_ms: Optional[float]
     # what the VerneMQ seed's table is made of (report/session_table.py)
     facts: dict[str, Any]
+    # pass / fail / unknown (policy.result_of)
     result: str
-
-
-def read_decides(v: Verdict) -> bool:
-    """The read reached the end (or a history without read_end rows read something): what
-    it did not find is missing, not unread."""
-    return not (v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0))
-
-
-def result_of(v: Verdict) -> str:
-    """pass / fail / unknown; a run that could not decide is never a pass."""
-    if v["received_after_nack"] > 0:
-        return "fail"
-    if not read_decides(v):
-        return "unknown"
-    if v["acked_missing"] > 0:
-        return "fail"
-    return "pass"

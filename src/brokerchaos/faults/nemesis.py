@@ -85,6 +85,7 @@ class Nemesis:
             "schedule": self.schedule, "windows": self.windows, "nodes": [],
         }
         self._uid = 0
+        self.task: Optional[asyncio.Task] = None  # start()
         self._watchers: list[asyncio.Task] = []
         self._healing: Optional[asyncio.Future] = None
         # (target, when asked, the cluster's description then): kept current while the
@@ -157,6 +158,30 @@ class Nemesis:
             if roles and "error" not in roles:
                 self._seen = (t, roles)
             await asyncio.sleep(VIEW_EVERY)
+
+    def start(self) -> asyncio.Task:
+        """The nemesis as a task of the write phase (end_of_write() ends it)."""
+        self.task = asyncio.create_task(self.run())
+        return self.task
+
+    async def end_of_write(self) -> None:
+        """The write phase is over, and how this nemesis ends is its own rule: an operation
+        under way finishes (a rolling restart, bounded by its inject bound); a window under
+        way lasts its configured duration (no new window starts); anything else is
+        cancelled now, and a trigger never reached is said in run.json."""
+        task = self.task
+        if task is None:
+            return
+        if not task.done() and self.injecting is not None:
+            self.stopping = True
+            await asyncio.wait([task], timeout=self.injecting)
+        if not task.done() and (self.healing or self.active is not None and self.spec.duration is not None):
+            self.stopping = True
+            await asyncio.wait([task], timeout=(self.spec.duration or 0) + 5)
+        if not task.done():
+            if not self.windows:
+                self.state["why"] = f"trigger not reached (acks: {self.gate.acks})"
+            task.cancel()
 
     async def run(self) -> None:
         if self.spec.action == "none":

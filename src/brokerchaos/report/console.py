@@ -143,8 +143,7 @@ def soak_line(kept: dict[str, dict]) -> str:
         return "Soak: no run finished yet"
     su = summarize(list(kept.values()))
     parts = []
-    for name in ("acked loss", "nack then received", "duplicates", "incomplete read"):
-        s = su["verdicts"][name]
+    for name, s in su["verdicts"].items():
         lo, hi = s["wilson95"]
         ci = "-" if lo is None else f"{100 * lo:.1f}–{100 * hi:.1f}%"
         parts.append(f"{name} {s['runs']}/{s['of']} ({ci})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..analysis.verdicts import read_decides
+from ..analysis.policy import CHECKS, UNDECIDED, Check
 
 EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
 
@@ -24,34 +24,14 @@ class ExpectError(ValueError):
 Outcome = tuple[str, str]  # (pass | fail | undecided, the figures that say why)
 
 
-def _unread(v) -> str:
-    return f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
-
-
-def _absent(count: int, v, what: str) -> Outcome:
-    if count > 0:
-        return "fail", what
-    return ("pass", what) if read_decides(v) else ("undecided", _unread(v))
-
-
-def _no_loss(v, _arg) -> Outcome:
-    if not read_decides(v):
-        return "undecided", _unread(v)
-    return ("fail" if v["acked_missing"] else "pass"), f"{v['acked_missing']} acked messages missing"
-
-
-def _no_duplicates(v, _arg) -> Outcome:
-    return _absent(v["msgs_with_dups"], v, f"{v['msgs_with_dups']} messages read more than once "
-                                           f"({v['duplicate_deliveries']} extra deliveries)")
-
-
-def _ordered(v, _arg) -> Outcome:
-    return _absent(v["out_of_order"], v, f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, "
-                                         f"DJF {v['djf']}, DJB {v['djb']})")
-
-
-def _no_nack_received(v, _arg) -> Outcome:
-    return _absent(v["received_after_nack"], v, f"{v['received_after_nack']} messages read after a nack")
+def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
+    """An expectation from the policy table: its judgement, and the figures that say why."""
+    def check(v, _arg) -> Outcome:
+        status = c.judge(v)
+        if status == UNDECIDED:
+            return status, f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
+        return status, c.why(v)
+    return check
 
 
 def _max_outage(v, limit_s: float) -> Outcome:
@@ -74,10 +54,7 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "no-loss": Kind(_no_loss, None, "no acked message missing from a finished read"),
-    "no-duplicates": Kind(_no_duplicates, None, "no message read more than once"),
-    "ordered": Kind(_ordered, None, "no message read out of order: no JF/JB/DJF/DJB"),
-    "no-nack-received": Kind(_no_nack_received, None, "no message read after the broker nacked it"),
+    **{c.expect: Kind(_check(c), None, c.holds) for c in CHECKS if c.expect},
     "max-outage": Kind(_max_outage, "duration", "every fault window's producer outage, the longest ack-free "
                                                 "interval from the fault on, at most DURATION: 500ms, 10s, 2m"),
 }

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from ..analysis import outages
+from ..analysis import outages, policy
 from ..analysis.metrics import Analysis
 from . import session_table
 from .stats import merge, wilson
@@ -26,6 +26,9 @@ EXTRA_COLUMNS = [
     "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
     "fault_recv_gaps_ms", "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries",
 ]
+# every figure a check of the policy reads is a column (the seed's, or one of ours)
+EXTRA_COLUMNS += [c.key for c in policy.CHECKS
+                  if c.key not in EXTRA_COLUMNS and c.key not in {k for _, k in SEED_COLUMNS}]
 
 
 JUMP_NAMES = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
@@ -69,19 +72,8 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
 
 
 def summarize(verdicts: list[dict]) -> dict:
-    decided = [v for v in verdicts if v["read_complete"] is not False]
-    checks = {
-        "acked loss": (decided, lambda v: v["acked_missing"] > 0),
-        "nack then received": (verdicts, lambda v: v["received_after_nack"] > 0),
-        "duplicates": (verdicts, lambda v: v["msgs_with_dups"] > 0),
-        "reordering": (verdicts, lambda v: v["jb"] > 0),
-        "incomplete read": (verdicts, lambda v: v["read_complete"] is False),
-    }
-    out = {}
-    for name, (pool, pred) in checks.items():
-        k = sum(1 for v in pool if pred(v))
-        lo, hi = wilson(k, len(pool))
-        out[name] = {"runs": k, "of": len(pool), "wilson95": [lo, hi]}
+    """The session's results, its totals, and each check's rate (analysis/policy.py)."""
+    out = policy.rates(verdicts, wilson)
     totals = {}
     for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
                 "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries",

@@ -18,6 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from ..analysis import policy
 from ..analysis.timeline import BUCKET_NS, RunTimeline
 from . import session_table
 from .files import JUMP_NAMES, SEED_COLUMNS, _csv_row
@@ -390,9 +391,8 @@ def _scenario(out: Path, metas: dict) -> dict:
 
 # -- a campaign -------------------------------------------------------------------------------
 
-# (label, summary key, verdict predicate) for the cells of the campaign's table and heat map
-CHECKS = [("acked loss", "acked loss"), ("duplicates", "duplicates"), ("reordering", "reordering"),
-          ("nack then received", "nack then received"), ("incomplete read", "incomplete read")]
+# (label, summary key) for the cells of the campaign's table and heat map: the policy's checks
+CHECKS = [(c.name, c.name) for c in policy.CHECKS]
 
 
 def _arms(scenarios: list[dict]) -> str:

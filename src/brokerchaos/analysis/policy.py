@@ -1,0 +1,97 @@
+"""The verdict policy, written once: each check a run is held to, and what follows from it.
+
+A check reads one figure of a run's verdict (a count from verdicts.py's formulas) and says
+whether the run passes it, fails it or cannot tell. Everything else is derived from this
+table: a run's result (`result_of`), a session's rates with their Wilson intervals
+(`rates`), the `--expect` names (report/expect.py), the rows of the console's session
+summary and of the report, and the CSV columns beyond the seed's.
+
+Two kinds of check:
+- `seen`: a violation is evidence whatever happened after it (a message read twice was read
+  twice); its absence is proven only by a read that finished;
+- `missing`: the violation is an absence itself (an acked message not read), so both ways
+  need a finished read: in a read that did not finish, a missing message is unproven.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
+
+
+def read_decides(v: dict) -> bool:
+    """The read reached the end (or a history without read_end rows read something): what
+    it did not find is missing, not unread."""
+    return not (v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0))
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # the rate's name in summary.json, the console and the report: "acked loss"
+    key: str  # the verdict figure it reads
+    kind: str  # "seen" or "missing" (module docstring); "read": whether the read finished
+    fails_run: bool  # a violation makes the run's result fail
+    meaning: str  # what a violation is, in words
+    expect: Optional[str] = None  # its --expect name
+    holds: str = ""  # what --expect asks, in words
+    detail: Optional[Callable[[dict], str]] = None  # the figures behind a judgement
+
+    def count(self, v: dict) -> int:
+        if self.kind == "read":
+            return int(v["read_complete"] is False)
+        return int(v[self.key] or 0)
+
+    def judge(self, v: dict) -> str:
+        """pass, fail or undecided for one run's verdict."""
+        n = self.count(v)
+        if self.kind == "read":
+            return FAIL if n else PASS
+        if self.kind == "seen" and n:
+            return FAIL
+        if not read_decides(v):
+            return UNDECIDED
+        return FAIL if n else PASS
+
+    def why(self, v: dict) -> str:
+        return self.detail(v) if self.detail is not None else f"{self.count(v)} {self.meaning}"
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("acked loss", "acked_missing", "missing", True, "acked messages missing", expect="no-loss",
+          holds="no acked message missing from a finished read"),
+    Check("nack then received", "received_after_nack", "seen", True, "messages read after a nack",
+          expect="no-nack-received", holds="no message read after the broker nacked it"),
+    Check("duplicates", "msgs_with_dups", "seen", False, "messages read more than once", expect="no-duplicates",
+          holds="no message read more than once",
+          detail=lambda v: f"{v['msgs_with_dups']} messages read more than once "
+                           f"({v['duplicate_deliveries']} extra deliveries)"),
+    Check("reordering", "out_of_order", "seen", False, "messages read out of order", expect="ordered",
+          holds="no message read out of order: no JF/JB/DJF/DJB",
+          detail=lambda v: f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, DJF {v['djf']}, "
+                           f"DJB {v['djb']})"),
+    Check("incomplete read", "read_complete", "read", False, "reads that did not finish"),
+)
+BY_NAME = {c.name: c for c in CHECKS}
+
+
+def result_of(v: dict) -> str:
+    """pass / fail / unknown: the checks that fail a run; one that cannot decide makes the
+    run unknown (never a pass), unless another already failed it."""
+    judged = [c.judge(v) for c in CHECKS if c.fails_run]
+    if FAIL in judged:
+        return "fail"
+    return "unknown" if UNDECIDED in judged else "pass"
+
+
+def rates(verdicts: list[dict], wilson) -> dict[str, dict]:
+    """Per check, how many runs violated it of the runs it decided, with `wilson(k, n)`'s
+    95% interval: a run whose read did not finish is out of a check it cannot decide, as it
+    is out of the pass/fail count."""
+    out = {}
+    for c in CHECKS:
+        judged = [c.judge(v) for v in verdicts]
+        k, n = judged.count(FAIL), sum(j != UNDECIDED for j in judged)
+        lo, hi = wilson(k, n)
+        out[c.name] = {"runs": k, "of": n, "wilson95": [lo, hi]}
+    return out

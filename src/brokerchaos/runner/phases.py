@@ -1,0 +1,269 @@
+"""One run's client side, as phases: bring the cluster up, start the readers, write with
+the nemeses, heal and read, tear down. Each phase takes what it works on explicitly and
+writes what it found into the run's record; client_side() is their order.
+
+Everything here runs on the thread the sandbox puts in the client namespace
+(Sandbox.run_client); process control (starting the cluster) stays on the main thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from ..faults.nemesis import AckGate, Nemesis
+from ..history import Recorder
+from ..history.schema import OBSERVER
+from ..sandbox import Sandbox
+from ..scenario import Scenario
+from ..systems import Deployment, LiveReader
+from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
+from ..workload.producer import quick_switches
+from .observe import Observer, progress_line
+from .record import RunRecord
+
+
+@dataclass
+class RunContext:
+    """What every phase of one run reads: the scenario, the system under test, where the
+    history goes, and how the session is told things."""
+
+    scenario: Scenario
+    dep: Deployment
+    sandbox: Sandbox
+    run_id: str
+    run_dir: Path
+    t_start: float  # monotonic: when the run began (the cluster's start included)
+    more: bool  # another run follows, which may take this cluster
+    line: Callable[[str], None]
+    observer: Observer
+    quiet: Callable[[], Awaitable[None]]  # stops the harness's own work before the write
+    origin: int = field(default_factory=time.monotonic_ns)  # the run's clock, shared by every recorder
+
+    def recorder(self, client: str) -> Recorder:
+        return Recorder(self.run_dir / "history", self.run_id, client, self.origin)
+
+
+@dataclass
+class Readers:
+    """The end reader (a live one reads during the write: MQTT) and the live consumers
+    (`workload.consumers`), each with the progress the producers tell it of."""
+
+    client: Any  # Reader | LiveReader
+    rec: Recorder
+    live: bool
+    arrived: LiveProgress = field(default_factory=LiveProgress)
+    checked: LiveProgress = field(default_factory=LiveProgress)  # the consumers whose deliveries are checked
+    consumers: list = field(default_factory=list)  # (consumer, its recorder, its progress)
+
+    @property
+    def trackers(self) -> list[LiveProgress]:
+        """Every progress the producers report to."""
+        return [self.arrived, self.checked] + [p for _, _, p in self.consumers if p is not self.checked]
+
+    async def start(self, c: RunContext) -> None:
+        if self.live:
+            await start_live(self.client, self.rec, self.arrived)
+        for i in range(1, c.scenario.workload.consumers + 1):
+            con = c.dep.client.consumer(f"l{i}")
+            rec = c.recorder(f"l{i}")
+            prog = self.checked if getattr(con, "checks", False) else LiveProgress()
+            if prog is not self.checked:
+                rec.record("subscribe", detail=OBSERVER)
+            self.consumers.append((con, rec, prog))
+            await start_live(con, rec, prog)
+
+    async def close(self) -> None:
+        if self.live:
+            await self.client.close()  # no-op after finish; else stops it receiving
+        for con, rec, _ in self.consumers:
+            await con.close()
+            rec.close()
+        self.rec.close()
+
+
+async def client_side(c: RunContext, rec: RunRecord) -> None:
+    """The run's phases in their order; whatever happens, every fault is healed and every
+    client closed (teardown)."""
+    gate, producers = AckGate(), []
+    nem_rec = c.recorder("nemesis")
+    nemeses = make_nemeses(c, nem_rec, gate, producers)
+    rec.faults, rec.fault = [n.state for n in nemeses], nemeses[0].state
+    readers = None
+    switches = contextlib.ExitStack()
+    try:
+        await bring_up(c, rec)
+        readers = Readers(c.dep.client.reader("c1"), c.recorder("c1"), False)
+        readers.live = isinstance(readers.client, LiveReader)  # reads during the write phase (MQTT)
+        await readers.start(c)
+        rec.leader_at_start = await c.dep.roles.leader()
+        await c.quiet()
+        switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
+        await write(c, rec, readers, nemeses, gate, producers)
+        await heal_before_read(c, rec, nemeses)
+        await read(c, rec, readers)
+    finally:
+        switches.close()
+        await teardown(c, rec, readers, nemeses, nem_rec)
+
+
+def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: list) -> list[Nemesis]:
+    """One nemesis per fault of the run; a `client-node` target asks the producers (filled
+    in when the write starts) which nodes they are connected to."""
+    def client_nodes() -> list[str]:
+        return [n for n in (p.client.node() for p in producers) if n]
+
+    return [Nemesis(i, spec, c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
+                    c.observer.before_fault)
+            for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
+
+
+async def bring_up(c: RunContext, rec: RunRecord) -> None:
+    """The cluster serving (its staged start-up, the client's connection) and the run's
+    stream created; the servers' versions and durability settings as they report them."""
+    await c.dep.up(timeout=90)
+    await c.dep.client.create_stream(timeout=30)
+    rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
+    rec.servers = c.dep.cluster.versions()
+    rec.server_settings = c.dep.cluster.settings()
+
+
+async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[Nemesis], gate: AckGate,
+                producers: list[ProducerLoop]) -> None:
+    """Every producer sends its messages while the nemeses wait for their triggers; when the
+    write is over each nemesis ends as its own rule says (Nemesis.end_of_write)."""
+    w = c.scenario.workload
+    group = await start_producers(c, rec, gate, producers, readers.trackers)
+    tasks = [n.start() for n in nemeses]
+    progress = asyncio.create_task(_progress(c, producers))
+    t_write = time.monotonic()
+    deadline = t_write + w.write_timeout
+    try:
+        if group is not None:
+            await group.run(deadline)
+        else:
+            await asyncio.gather(*(p.run(deadline) for p in producers))
+    finally:
+        progress.cancel()
+        for n in nemeses:
+            await n.end_of_write()
+        await asyncio.gather(*tasks, progress, return_exceptions=True)
+        for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
+            await n.wait_healed()
+        rec.write_s = round(time.monotonic() - t_write, 3)
+        gc.unfreeze()  # what the run left behind is the collector's again (soaks)
+        stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
+        rec.write_stopped_early = "; ".join(stopped) or None
+        if w.rate is not None:
+            rec.late_sends = sum(p.late for p in producers)
+        c.line(progress_line(producers))
+
+
+async def start_producers(c: RunContext, rec: RunRecord, gate: AckGate, producers: list[ProducerLoop],
+                          trackers: list[LiveProgress]):
+    """The run's producers, in the harness's process or spread over processes of their own
+    (`workload.processes`); returns the process group, if any."""
+    dep, w = c.dep, c.scenario.workload
+    # where one run can receive another's messages, names carry the run id (the seed's
+    # sequence id), so those are stowaways and not this run's messages
+    names = [f"p{i}" + (f"-{c.run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
+
+    def producer(name: str) -> ProducerLoop:
+        return ProducerLoop(name, dep.client.producer(name), c.recorder(name), w, gate.on_first_ack)
+
+    group = None
+    if w.processes > 1:
+        group = ProducerProcesses(names, w.processes, w, producer, gate.on_first_ack, dep.client.forked)
+        await group.start()
+        rec.producer_processes = [p.pid for p in group.procs]
+        producers.extend(group.loops)
+    else:
+        producers.extend(producer(name) for name in names)
+    for p in producers:
+        for t in trackers:
+            t.add(p)
+    return group
+
+
+async def _progress(c: RunContext, producers: list[ProducerLoop]) -> None:
+    total = sum(p.spec.messages for p in producers)
+    while True:
+        await asyncio.sleep(1.0)
+        c.line(progress_line(producers))
+        c.observer.progress("messages", sum(p.acct.sent for p in producers), total)
+
+
+async def heal_before_read(c: RunContext, rec: RunRecord, nemeses: list[Nemesis]) -> None:
+    """The faults healed at `before-read`; the stream ready again (bounded), and who leads it."""
+    for n in reversed(nemeses):
+        if n.spec.heal == "before-read":
+            await n.heal_active("before read")
+    if any(w.get("heal_error") for n in nemeses for w in n.windows):
+        # a node the heal did not bring back: the stream cannot be whole, no use waiting
+        rec.stream_ready_before_read = "not waited for: a heal failed"
+    elif any(n.windows for n in nemeses):
+        rec.stream_ready_before_read = await c.dep.roles.wait_stream_ready(timeout=30)
+        for n in nemeses:
+            await n.settle(5)
+    if any(n.windows and n.spec.target == "leader" for n in nemeses):
+        try:
+            rec.leader_before_read = await c.dep.roles.leader()
+        except Exception as e:
+            rec.leader_before_read = f"unavailable: {type(e).__name__}"
+
+
+async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
+    """The live consumers finish, then the end reader reads (or finishes reading) everything."""
+    w = c.scenario.workload
+    t_read = time.monotonic()
+    if readers.consumers:
+        ends = await asyncio.gather(*(finish_live(con, r, prog, w.read_idle, w.read_timeout)
+                                      for con, r, prog in readers.consumers))
+        rec.live_read_status = "; ".join(sorted(set(ends)))
+    if readers.live:
+        rec.read_status = await finish_live(readers.client, readers.rec, readers.arrived, w.read_idle,
+                                            w.read_timeout)
+    else:
+        rec.read_status = await read_all(readers.client, readers.rec, w.read_idle, w.read_timeout, c.line)
+    readers.rec.close()
+    rec.t_read_end = time.monotonic()
+    rec.read_s = round(rec.t_read_end - t_read, 3)
+
+
+async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis], nem_rec: Recorder) -> None:
+    """Every fault healed, the cluster checked for the next run, every client closed."""
+    try:
+        for n in reversed(nemeses):
+            await n.heal_active("end of run")
+        for n in nemeses:
+            await n.settle(0)
+        await check_health(c, rec)
+    finally:
+        if readers is not None:
+            await readers.close()
+        nem_rec.close()
+        await c.dep.client.close()
+
+
+async def check_health(c: RunContext, rec: RunRecord) -> None:
+    """May the next run take this cluster? Only if it is whole again; its stream is then
+    dropped (the next run's is another). An external cluster keeps no stream of ours."""
+    s, dep = c.scenario, c.dep
+    ok = False
+    if c.more and s.cluster.reuse and dep.reusable and rec.read_status is not None:
+        ok, why = await dep.healthy(timeout=30)
+        rec.healthy_after, rec.health_after = ok, why
+    if ok or s.external:
+        await _bounded(dep.client.drop_stream(), 30)
+
+
+async def _bounded(coro, timeout: float) -> None:
+    """A best-effort step at the end of a run (freeing the run's stream), never longer than `timeout`."""
+    try:
+        await asyncio.wait_for(coro, timeout)
+    except Exception:  # best effort: the run's verdict does not depend on it
+        pass

@@ -1,0 +1,78 @@
+"""What run.json says of one run: a typed record, written when the run starts (so that a
+harness killed during it leaves it marked `running`) and again when it ends.
+
+The phases of a run (phases.py) fill it in as they go; nothing else carries a run's facts.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+
+@dataclass
+class RunRecord:
+    run: str
+    index: int
+    system: str
+    sandbox: str
+    scenario: dict
+    started: float = field(default_factory=time.time)
+    status: str = "running"  # running, finished; incomplete (a resumed soak: the harness stopped in it)
+    cluster: str = ""  # started, reused (started in run-NNN), external (file), started (rebuilt: why)
+    stream: str = ""  # the run's stream, topic, queue or key on the cluster
+    # each fault's nemesis state (windows, nodes, precision); `fault` is the first one
+    faults: list = field(default_factory=list)
+    fault: Optional[dict] = None
+    # bring-up: the cluster ready and the stream created, servers as they report themselves
+    cluster_ready_s: Optional[float] = None
+    servers: dict = field(default_factory=dict)
+    server_settings: dict = field(default_factory=dict)
+    leader_at_start: Optional[str] = None
+    producer_processes: Optional[list[int]] = None
+    # the write, with its nemeses
+    write_s: Optional[float] = None
+    write_stopped_early: Optional[str] = None
+    late_sends: Optional[int] = None
+    # after the write: heals, the stream ready again, the read
+    stream_ready_before_read: Any = None
+    leader_before_read: Optional[str] = None
+    live_read_status: Optional[str] = None
+    read_status: Optional[str] = None
+    read_s: Optional[float] = None
+    # may the next run take this cluster?
+    healthy_after: Optional[bool] = None
+    health_after: Optional[str] = None
+    finished: Optional[float] = None
+    phases: dict = field(default_factory=dict)
+    incomplete: Optional[str] = None
+    # when the read ended (monotonic): the verdict's wait is measured from it; not in run.json
+    t_read_end: Optional[float] = field(default=None, repr=False)
+
+    def to_json(self) -> dict:
+        """run.json's content: every field that has a value (an unset one is left out, as the
+        dict this record replaced left it out)."""
+        d = asdict(self)
+        d.pop("t_read_end")
+        return {k: v for k, v in d.items() if v is not None}
+
+    def write(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.json").write_text(json.dumps(self.to_json(), indent=2, default=str))
+
+    def time_phases(self, t_run: float) -> None:
+        """Where the run's time went: the brokers' own phases (cluster ready, write, read) and
+        the harness's (before the write: clients, leader lookup; between write and read:
+        heals, waiting for the stream; after the read: heal, health check, the stream
+        dropped, the cluster stopped unless reused). `harness_s` is everything but write and read."""
+        run_s = time.monotonic() - t_run
+        p = {"run_s": round(run_s, 3)}
+        for k in ("cluster_ready_s", "write_s", "read_s"):
+            if getattr(self, k) is not None:
+                p[k] = getattr(self, k)
+        p["harness_s"] = round(run_s - (self.write_s or 0) - (self.read_s or 0), 3)
+        if self.t_read_end is not None:
+            p["after_read_s"] = round(time.monotonic() - self.t_read_end, 3)
+        self.phases.update(p)

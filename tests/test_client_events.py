@@ -102,7 +102,7 @@ def test_callbacks_handed_from_library_threads_all_run_on_the_loop_in_order():
     # may be lost or reordered, whatever the interleaving with the loop's drains
     import threading
 
-    from brokerchaos.systems.base import Handoff
+    from brokerchaos.systems.runtime import Handoff
 
     got: list = []
 

@@ -62,17 +62,8 @@ def _merge(*layers: dict) -> dict:
     return out
 
 
-def _check_settings(where: str, settings: dict) -> None:
-    unknown = set(settings) - SETTINGS
-    if unknown:
-        raise sc.ScenarioError(f"campaign field '{where}.{sorted(unknown)[0]}': unknown setting "
-                               f"(known: {', '.join(sorted(SETTINGS))})")
-
-
-def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list]:
-    """The campaign and every scenario (every cell) in it, all validated before anything runs."""
-    p = Path(path)
-    doc = read_yaml(p, "campaign file")
+def _spec(doc) -> CampaignSpec:
+    """The campaign file's model, its settings, axes, labels and exclusions checked."""
     if isinstance(doc, dict) and isinstance(doc.get("matrix"), dict):
         # YAML reads a label such as 0 or 1 as a number; a label is a name
         doc["matrix"] = {a: ({str(k): v for k, v in vals.items()} if isinstance(vals, dict) else vals)
@@ -97,6 +88,32 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
         for axis, label in entry.items():
             if str(label) not in spec.matrix.get(axis, {}):
                 raise sc.ScenarioError(f"campaign field 'exclude.{i}.{axis}': no such axis and label in the matrix")
+    return spec
+
+
+def _cell(spec: CampaignSpec, fp: Path, where: str, base: str, combo: tuple, cli: dict):
+    """One cell: the scenario file with the overrides, one label of each axis and the flags."""
+    flags = _merge(spec.overrides, *[settings for _, _, settings in combo], cli)
+    if combo:
+        flags["name"] = "-".join([base] + [label for _, label, _ in combo])
+    where += (", " + ", ".join(f"{a}={lb}" for a, lb, _ in combo) if combo else "")
+    try:
+        return sc.load(fp, flags)
+    except sc.ScenarioError as e:
+        raise sc.ScenarioError(f"campaign field '{where}): {e}") from None
+
+
+def _check_settings(where: str, settings: dict) -> None:
+    unknown = set(settings) - SETTINGS
+    if unknown:
+        raise sc.ScenarioError(f"campaign field '{where}.{sorted(unknown)[0]}': unknown setting "
+                               f"(known: {', '.join(sorted(SETTINGS))})")
+
+
+def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSpec, list]:
+    """The campaign and every scenario (every cell) in it, all validated before anything runs."""
+    p = Path(path)
+    spec = _spec(read_yaml(p, "campaign file"))
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     combos = [c for c in itertools.product(*[[(axis, label, settings) for label, settings in values.items()]
                                              for axis, values in spec.matrix.items()])
@@ -110,14 +127,7 @@ def load(path: str | Path, overrides: Optional[dict] = None) -> tuple[CampaignSp
         except sc.ScenarioError as e:
             raise sc.ScenarioError(f"campaign field 'scenarios.{i}' ({f}): {e}") from None
         for combo in combos:
-            flags = _merge(spec.overrides, *[settings for _, _, settings in combo], cli)
-            if combo:
-                flags["name"] = "-".join([base] + [label for _, label, _ in combo])
-            where = f"scenarios.{i}' ({f}" + (", " + ", ".join(f"{a}={lb}" for a, lb, _ in combo) if combo else "")
-            try:
-                s = sc.load(fp, flags)
-            except sc.ScenarioError as e:
-                raise sc.ScenarioError(f"campaign field '{where}): {e}") from None
+            s = _cell(spec, fp, f"scenarios.{i}' ({f}", base, combo, cli)
             scenarios.append(s)
             spec._axes[s.name] = {axis: label for axis, label, _ in combo}
             spec._base[s.name] = base

@@ -291,32 +291,9 @@ def cmd_soak(args) -> int:
     if args.runs is not None and args.runs < 1:
         print("brokerchaos: error: --runs: must be at least 1", file=sys.stderr)
         return EXIT_BAD_INPUT
-    resume = None
+    resume = Path(args.resume) if args.resume else None
     try:
-        if args.resume:
-            resume = Path(args.resume)
-            if args.scenario:
-                raise sc.ScenarioError("give a scenario or --resume DIR, not both (a session keeps its scenario)")
-            if not (resume / "scenario.json").is_file():
-                raise sc.ScenarioError(f"--resume: '{resume}' is not a session directory (no scenario.json)")
-            kind = _session_kind(resume)
-            if kind != "soak":
-                raise sc.ScenarioError(f"--resume: '{resume}' is a `{kind}` session, not a soak's: a soak resumes "
-                                       f"only its own directory (start a new soak for this scenario)")
-            doc = json.loads((resume / "scenario.json").read_text())
-            # the file holds every field; only the fault shape the session was given counts
-            if doc.get("fault_mix"):
-                doc.pop("fault", None)
-                doc.pop("faults", None)
-            elif doc.get("faults"):
-                doc.pop("fault", None)
-            if args.runs is not None:
-                doc["runs"] = args.runs
-            scenario = sc.build(doc)
-        else:
-            if not args.scenario:
-                raise sc.ScenarioError("give a scenario file (or --resume DIR)")
-            scenario = sc.load(args.scenario, {"runs": args.runs or 100_000})
+        scenario = _soak_scenario(args, resume)
     except (sc.ScenarioError, ValueError) as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -334,6 +311,34 @@ def cmd_soak(args) -> int:
     if result.refused:
         return _refused("soak", result.refused)
     return _result_exit([result.summary["result"]])
+
+
+def _soak_scenario(args, resume: Optional[Path]):
+    """The soak's scenario: the file given, or the one a soak to resume kept (its runs set by --runs)."""
+    from . import validation as sc
+
+    if resume is None:
+        if not args.scenario:
+            raise sc.ScenarioError("give a scenario file (or --resume DIR)")
+        return sc.load(args.scenario, {"runs": args.runs or 100_000})
+    if args.scenario:
+        raise sc.ScenarioError("give a scenario or --resume DIR, not both (a session keeps its scenario)")
+    if not (resume / "scenario.json").is_file():
+        raise sc.ScenarioError(f"--resume: '{resume}' is not a session directory (no scenario.json)")
+    kind = _session_kind(resume)
+    if kind != "soak":
+        raise sc.ScenarioError(f"--resume: '{resume}' is a `{kind}` session, not a soak's: a soak resumes "
+                               f"only its own directory (start a new soak for this scenario)")
+    doc = json.loads((resume / "scenario.json").read_text())
+    # the file holds every field; only the fault shape the session was given counts
+    if doc.get("fault_mix"):
+        doc.pop("fault", None)
+        doc.pop("faults", None)
+    elif doc.get("faults"):
+        doc.pop("fault", None)
+    if args.runs is not None:
+        doc["runs"] = args.runs
+    return sc.build(doc)
 
 
 def _session_kind(session: Path) -> str:

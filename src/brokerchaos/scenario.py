@@ -282,35 +282,39 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None, target_names: t
         raise ScenarioError(f"scenario field 'faults': {flags} apply to a single `fault`, and this scenario "
                             f"lists several")
     for key, value in overrides.items():
-        if key == "fault":
-            action, target = split_fault(value, list(target_names))
-            _set_path(doc, "fault.action", action)
-            if target is not None and "target" not in overrides:
-                _set_path(doc, "fault.target", target)
-        elif key == "after_acks":
-            _set_path(doc, "fault.trigger", {"after_acks": value})
-        elif key == "at_seconds":
-            _set_path(doc, "fault.trigger", {"at_seconds": value})
-        elif key == "fault_param":
-            for item in value:
-                k, sep, v = item.partition("=")
-                if not sep or not k.strip():
-                    raise ScenarioError(f"scenario field 'fault.params': expected KEY=VALUE, got {item!r}")
-                _set_path(doc, f"fault.params.{k.strip()}", _param_value(v))
-        elif key == "option":
-            if isinstance(doc.get("options"), dict):
-                doc["options"] = dict(doc["options"])
-            for item in value:
-                k, sep, v = item.partition("=")
-                if not sep or not k.strip():
-                    raise ScenarioError(f"scenario field 'options': expected KEY=VALUE, got {item!r}")
-                _set_path(doc, f"options.{k.strip()}", _param_value(v))
-        else:
-            _set_path(doc, FLAG_PATHS[key], value)
+        _apply_flag(doc, key, value, overrides, target_names)
     try:
         return Scenario.model_validate(doc)
     except ValidationError as e:
         raise ScenarioError(first_error(e)) from None
+
+
+def _apply_flag(doc: dict, key: str, value: Any, overrides: dict, target_names: tuple[str, ...]) -> None:
+    """One CLI flag set in the document (flags win over the file)."""
+    if key == "fault":
+        action, target = split_fault(value, list(target_names))
+        _set_path(doc, "fault.action", action)
+        if target is not None and "target" not in overrides:
+            _set_path(doc, "fault.target", target)
+    elif key in ("after_acks", "at_seconds"):
+        _set_path(doc, "fault.trigger", {key: value})
+    elif key == "fault_param":
+        _set_pairs(doc, "fault.params", value)
+    elif key == "option":
+        if isinstance(doc.get("options"), dict):
+            doc["options"] = dict(doc["options"])
+        _set_pairs(doc, "options", value)
+    else:
+        _set_path(doc, FLAG_PATHS[key], value)
+
+
+def _set_pairs(doc: dict, path: str, items: list[str]) -> None:
+    """`--option K=V` / `--fault-param K=V` items under `path`; a value is read as YAML."""
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise ScenarioError(f"scenario field '{path}': expected KEY=VALUE, got {item!r}")
+        _set_path(doc, f"{path}.{k.strip()}", _param_value(v))
 
 
 def check_cross_fields(s: Scenario) -> None:

@@ -66,42 +66,52 @@ def check(s: Scenario) -> None:
         raise ScenarioError(f"scenario field 'cluster.version': {why}")
     names = node_names(s.cluster.nodes)
     if s.external is not None:
-        from .systems.external import load as load_file
-
-        ext = load_file(s.external)
-        if ext.system is not None and ext.system != s.system:
-            raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
-        if len(ext.nodes) != s.cluster.nodes:
-            raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
-        field = ext.missing_services(system.services_needed(s))
-        if field:
-            raise ScenarioError(f"scenario field 'external.{field}': missing; {s.system}'s roles ask every node for "
-                                f"{', '.join(system.services_needed(s))} (docs/external.md)")
+        _check_external(s, system)
     else:
         names += list(system.service_hosts(s))
     have = offers(s)
     for path, f in s.fault_fields():
-        cls = FAULTS.get(f.action)
-        try:
-            params = cls.Params.model_validate(f.params)
-        except ValidationError as e:
-            raise ScenarioError(first_error(e, f"{path}.params")) from None
-        missing = cls.needs_for(params) - have
-        if missing:
-            raise ScenarioError(f"scenario field '{_field_of(missing, path, s)}': fault {f.action!r} needs "
-                                f"{', '.join(sorted(missing))}, which {_where(s)} does not offer "
-                                f"({', '.join(sorted(have)) or 'nothing'})")
-        try:
-            check_expression(f.target, names, have, groups=cls.takes_groups)
-            cls.check(params, names, have, s)
-        except TargetError as e:
-            raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
-        if f.target == "follower" and s.cluster.replicas < 2:
-            raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
-        if f.repeat is not None and f.duration is None and cls.recoverable:
-            raise ScenarioError(
-                f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
-            )
+        _check_fault(s, path, f, names, have)
+
+
+def _check_external(s: Scenario, system) -> None:
+    """The cluster file is for this system, has its nodes, and gives what its roles ask."""
+    from .systems.external import load as load_file
+
+    ext = load_file(s.external)
+    if ext.system is not None and ext.system != s.system:
+        raise ScenarioError(f"scenario field 'external': the cluster file is for {ext.system!r}, not {s.system!r}")
+    if len(ext.nodes) != s.cluster.nodes:
+        raise ScenarioError(f"scenario field 'cluster.nodes': the external cluster has {len(ext.nodes)} nodes")
+    field = ext.missing_services(system.services_needed(s))
+    if field:
+        raise ScenarioError(f"scenario field 'external.{field}': missing; {s.system}'s roles ask every node for "
+                            f"{', '.join(system.services_needed(s))} (docs/external.md)")
+
+
+def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[str]) -> None:
+    """A fault's settings, what it needs of the deployment, its target and its schedule."""
+    cls = FAULTS.get(f.action)
+    try:
+        params = cls.Params.model_validate(f.params)
+    except ValidationError as e:
+        raise ScenarioError(first_error(e, f"{path}.params")) from None
+    missing = cls.needs_for(params) - have
+    if missing:
+        raise ScenarioError(f"scenario field '{_field_of(missing, path, s)}': fault {f.action!r} needs "
+                            f"{', '.join(sorted(missing))}, which {_where(s)} does not offer "
+                            f"({', '.join(sorted(have)) or 'nothing'})")
+    try:
+        check_expression(f.target, names, have, groups=cls.takes_groups)
+        cls.check(params, names, have, s)
+    except TargetError as e:
+        raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
+    if f.target == "follower" and s.cluster.replicas < 2:
+        raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
+    if f.repeat is not None and f.duration is None and cls.recoverable:
+        raise ScenarioError(
+            f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
+        )
 
 
 def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:

@@ -3,10 +3,19 @@
 Adding a fault is one small class in a module here with its `@FAULTS.register` line; it
 declares the capabilities it needs (`needs`), and a deployment offers its own. Targets are
 resolved at injection time, so the history records who was really hit.
+
+Every module here that is not one of the shared ones below holds actions or targets and is
+imported (so that they register themselves): adding a fault is adding its class, in a
+module of its own or beside its kin, nothing else — as a broker is added to systems/.
 """
-from . import disk, graceful, network, process, targets
-from .base import Fault, FaultContext, Target, supported
+import importlib
+import pkgutil
+
+from .base import Fault, FaultContext, Target, needs_of, supported
 from .registry import FAULTS, TARGETS
 
-__all__ = ["FAULTS", "TARGETS", "Fault", "FaultContext", "Target", "supported", "disk", "graceful", "network",
-           "process", "targets"]
+SHARED = frozenset({"base", "nemesis", "registry", "schedule"})
+KINDS = tuple(importlib.import_module(f"{__name__}.{m.name}")
+              for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if m.name not in SHARED)
+
+__all__ = ["FAULTS", "TARGETS", "KINDS", "Fault", "FaultContext", "Target", "needs_of", "supported"]

@@ -115,5 +115,16 @@ class Fault:
         raise NotImplementedError
 
 
+def needs_of(scenario: "Scenario") -> frozenset[str]:
+    """Everything the scenario's faults need of its deployment, with their settings."""
+    from .registry import FAULTS
+
+    out: set[str] = set()
+    for _, f in scenario.fault_fields():
+        cls = FAULTS.get(f.action)
+        out |= cls.needs_for(cls.Params.model_validate(f.params))
+    return frozenset(out)
+
+
 def supported(cls: type[Fault], offers: frozenset[str], params: Any = None) -> bool:
     return cls.needs_for(params if params is not None else cls.Params.model_construct()) <= offers

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable, Optional
 
+from ..faults.base import needs_of
 from ..sandbox import Sandbox
 from ..scenario import Scenario
 from ..systems import SYSTEMS, Deployment
@@ -33,7 +34,8 @@ class Clusters:
     def take(self, run_id: str, index: int, logdir: Path) -> tuple[Deployment, bool, str]:
         """The run's deployment, whether it is new, and how run.json names its cluster."""
         if self.dep is None:
-            dep = Deployment(SYSTEMS.get(self.s.system), self.s, self.sandbox, run_id, logdir, self.tag)
+            dep = Deployment(SYSTEMS.get(self.s.system), self.s, self.sandbox, run_id, logdir, self.tag,
+                             needs_of(self.s))
             label = dep.cluster.label
             return dep, True, label if index == 1 or label != "started" else f"started ({self.rebuild_why})"
         self.dep.begin_run(run_id, logdir)

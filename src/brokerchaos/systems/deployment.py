@@ -6,7 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Context, System, SystemError_, wait_until
+from .base import Context, System, SystemError_
+from .runtime import wait_until
 from .cluster import Cluster, ExternalCluster
 
 if TYPE_CHECKING:
@@ -16,10 +17,10 @@ if TYPE_CHECKING:
 
 class Deployment:
     def __init__(self, system: type[System], scenario: "Scenario", sandbox: "Sandbox", run_id: str,
-                 logdir: Path, tag: str = "") -> None:
+                 logdir: Path, tag: str = "", needs: frozenset = frozenset()) -> None:
         options = system.Options.model_validate(scenario.options)
         self.system = system
-        self.ctx = Context(scenario, options, sandbox, run_id, logdir, tag)
+        self.ctx = Context(scenario, options, sandbox, run_id, logdir, tag, needs)
         self.cluster: Cluster = (ExternalCluster(self.ctx, scenario.external) if scenario.external
                                  else system.local_cluster(scenario)(self.ctx))
         self.client = system.Client(self.ctx, self.cluster)

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .base import SystemError_, cache_dir
+from .base import SystemError_
+from .runtime import cache_dir
 
 POMS = Path(__file__).parent / "maven"
 RESOLVE_TIMEOUT_S = 900

@@ -29,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
 from . import natsbin
-from .base import (POWER, Client, ClientEvents, DeliverCallback, Handoff, OutcomeCallback, Roles, System,
-                   SystemError_, node_names, port_open, wait_until)
+from .base import (POWER, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_,
+                   node_names)
+from .runtime import Handoff, port_open, wait_until
 from .cluster import LocalCluster
 from .nats import NatsServers, meta_whole
 from .rabbitmq.cluster import Management, RabbitMqttServers

@@ -25,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ScenarioError
 from . import natsbin
-from .base import (COORDINATOR, CORRUPT, POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, LiveConsumer,
-                   OutcomeCallback, Roles, System, SystemError_, http_get)
+from .base import (COORDINATOR, CORRUPT, POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback,
+                   Roles, System, SystemError_)
+from .consumer import LiveConsumer
+from .runtime import http_get
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 
@@ -502,72 +504,86 @@ class NatsReader:
         try:
             js = nc.jetstream(timeout=2)
             deadline = time.monotonic() + idle
-            info = None
-            last_err: Exception | None = None
-            while info is None and time.monotonic() < deadline:
-                try:
-                    info = await js.stream_info(s.stream_name)
-                except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
-                    last_err = e
-                    await asyncio.sleep(0.2)
-            if info is None:
-                if isinstance(last_err, NotFoundError) and await _whole(s.cluster):
-                    # not a stream out of reach: a whole cluster that no longer has it (a
-                    # power cut took its files before they were synced)
-                    return (f"complete: stream {s.stream_name} no longer exists (not found for {idle:.0f}s "
-                            "while the JetStream meta group is whole)")
-                return f"incomplete: stream {s.stream_name} unavailable for {idle:.0f}s ({type(last_err).__name__})"
-            last_seq = info.state.last_seq
+            info = await self._stream_info(js, idle, deadline)
+            if isinstance(info, str):
+                return info
             if info.state.messages == 0:
                 return "complete"
-            psub = None
-            while psub is None:
-                try:
-                    psub = await js.pull_subscribe(
-                        f"{s.stream_name}.>",
-                        stream=s.stream_name,
-                        config=api.ConsumerConfig(
-                            ack_policy=api.AckPolicy.NONE,
-                            deliver_policy=api.DeliverPolicy.ALL,
-                            inactive_threshold=300.0,
-                        ),
-                        pending_msgs_limit=-1,
-                        pending_bytes_limit=-1,
-                    )
-                except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
-                    if time.monotonic() > deadline:
-                        return f"incomplete: could not create a consumer ({e!r})"
-                    await asyncio.sleep(0.2)
-            seen = 0
-            progress_at = time.monotonic()
-            # Read up to the stream's own last sequence. The consumer's num_pending is not
-            # trusted: NATS 2.9 reported 0 for a filtered consumer after a leader change
-            # while 35 messages were still to come, which looked like acked loss.
-            while seen < last_seq:
-                try:
-                    msgs = await psub.fetch(batch=5000, timeout=1)
-                except (NatsTimeout, asyncio.TimeoutError, APIError):
-                    msgs = []
-                if not msgs:
-                    try:
-                        # the stream may really have lost its tail: then it ends earlier
-                        last_seq = min(last_seq, (await js.stream_info(s.stream_name)).state.last_seq)
-                    except (APIError, NatsTimeout, asyncio.TimeoutError):
-                        pass
-                    if seen >= last_seq:
-                        break
-                    if time.monotonic() - progress_at > idle:
-                        return f"incomplete: no progress for {idle:.0f}s at stream seq {seen} of {last_seq}"
-                    continue
-                progress_at = time.monotonic()
-                node = s.node_of_url(nc.connected_url.netloc) if nc.connected_url else None
-                for m in msgs:
-                    seq = m.metadata.sequence.stream
-                    seen = max(seen, seq)
-                    deliver(m.data, str(seq), node)
-            return "complete"
+            psub = await self._consumer(js, deadline)
+            if isinstance(psub, str):
+                return psub
+            return await self._fetch_all(nc, js, psub, info.state.last_seq, deliver, idle)
         finally:
             await _close(nc)
+
+    async def _stream_info(self, js, idle: float, deadline: float):
+        """The stream's info, or why the read ends without it."""
+        s = self.system
+        last_err: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                return await js.stream_info(s.stream_name)
+            except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
+                last_err = e
+                await asyncio.sleep(0.2)
+        if isinstance(last_err, NotFoundError) and await _whole(s.cluster):
+            # not a stream out of reach: a whole cluster that no longer has it (a power cut
+            # took its files before they were synced)
+            return (f"complete: stream {s.stream_name} no longer exists (not found for {idle:.0f}s "
+                    "while the JetStream meta group is whole)")
+        return f"incomplete: stream {s.stream_name} unavailable for {idle:.0f}s ({type(last_err).__name__})"
+
+    async def _consumer(self, js, deadline: float):
+        """An ephemeral pull consumer from the stream's first message, or why there is none."""
+        s = self.system
+        while True:
+            try:
+                return await js.pull_subscribe(
+                    f"{s.stream_name}.>",
+                    stream=s.stream_name,
+                    config=api.ConsumerConfig(
+                        ack_policy=api.AckPolicy.NONE,
+                        deliver_policy=api.DeliverPolicy.ALL,
+                        inactive_threshold=300.0,
+                    ),
+                    pending_msgs_limit=-1,
+                    pending_bytes_limit=-1,
+                )
+            except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
+                if time.monotonic() > deadline:
+                    return f"incomplete: could not create a consumer ({e!r})"
+                await asyncio.sleep(0.2)
+
+    async def _fetch_all(self, nc, js, psub, last_seq: int, deliver: DeliverCallback, idle: float) -> str:
+        """Every message up to the stream's own last sequence. The consumer's num_pending is
+        not trusted: NATS 2.9 reported 0 for a filtered consumer after a leader change while
+        35 messages were still to come, which looked like acked loss."""
+        s = self.system
+        seen = 0
+        progress_at = time.monotonic()
+        while seen < last_seq:
+            try:
+                msgs = await psub.fetch(batch=5000, timeout=1)
+            except (NatsTimeout, asyncio.TimeoutError, APIError):
+                msgs = []
+            if not msgs:
+                try:
+                    # the stream may really have lost its tail: then it ends earlier
+                    last_seq = min(last_seq, (await js.stream_info(s.stream_name)).state.last_seq)
+                except (APIError, NatsTimeout, asyncio.TimeoutError):
+                    pass
+                if seen >= last_seq:
+                    break
+                if time.monotonic() - progress_at > idle:
+                    return f"incomplete: no progress for {idle:.0f}s at stream seq {seen} of {last_seq}"
+                continue
+            progress_at = time.monotonic()
+            node = s.node_of_url(nc.connected_url.netloc) if nc.connected_url else None
+            for m in msgs:
+                seq = m.metadata.sequence.stream
+                seen = max(seen, seq)
+                deliver(m.data, str(seq), node)
+        return "complete"
 
 
 class NatsConsumer(LiveConsumer):

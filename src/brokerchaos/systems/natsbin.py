@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ScenarioError
-from .base import SystemError_, cache_dir
+from .base import SystemError_
+from .runtime import cache_dir
 
 SYSTEM = "system"
 DEBIAN = "/usr/sbin/nats-server"

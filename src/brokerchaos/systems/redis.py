@@ -24,8 +24,10 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ScenarioError
-from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, LiveConsumer, OutcomeCallback, Roles,
-                   System, SystemError_, wait_until)
+from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
+                   SystemError_)
+from .consumer import LiveConsumer
+from .runtime import wait_until
 from .cluster import LocalCluster
 from .registry import SYSTEMS
 

@@ -23,7 +23,8 @@ import uuid
 from typing import ClassVar, Optional
 
 from .. import jvm
-from ..base import NodeExited, SystemError_, port_open, quiet_logger, wait_until
+from ..base import NodeExited, SystemError_
+from ..runtime import port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
 from .client import KafkaRoles
 

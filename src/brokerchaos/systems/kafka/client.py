@@ -17,8 +17,9 @@ import time
 import traceback
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, OutcomeCallback, Roles,
-                    SystemError_, quiet_logger, wait_until)
+from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, SystemError_
+from ..consumer import LiveConsumer
+from ..runtime import quiet_logger, wait_until
 
 TAIL_QUIET_S = 1.5  # past the high watermark, the read ends after this long without a message
 

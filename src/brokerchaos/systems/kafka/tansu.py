@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-from ..base import NodeExited, http_get, packaged_binary, wait_until
+from ..base import NodeExited
+from ..runtime import http_get, packaged_binary, wait_until
 from ..cluster import LocalCluster
 from .client import KafkaRoles
 

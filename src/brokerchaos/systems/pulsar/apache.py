@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import jvm
-from ..base import WIPE, NodeExited, SystemError_, http_get, port_open, wait_until
+from ..base import WIPE, NodeExited, SystemError_
+from ..runtime import http_get, port_open, wait_until
 from ..cluster import LocalCluster
 from .client import PulsarRoles
 

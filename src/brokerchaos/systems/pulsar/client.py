@@ -17,8 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, Handoff, LiveConsumer, NodeExited, OutcomeCallback, Roles,
-                    SystemError_, http_get, wait_until)
+from ..base import Client, ClientEvents, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_
+from ..consumer import LiveConsumer
+from ..runtime import Handoff, http_get, wait_until
 
 # results meaning the message was never written
 DEFINITE = frozenset({

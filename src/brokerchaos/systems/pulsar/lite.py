@@ -8,7 +8,7 @@ deduplication. It starts in a second.
 """
 from __future__ import annotations
 
-from ..base import packaged_binary
+from ..runtime import packaged_binary
 from ..cluster import LocalCluster
 
 

@@ -14,8 +14,9 @@ import asyncio
 import time
 from typing import Optional
 
-from ..base import (Client, ClientEvents, DeliverCallback, LiveConsumer, OutcomeCallback, Roles, SystemError_,
-                    port_open, wait_until)
+from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, SystemError_
+from ..consumer import LiveConsumer
+from ..runtime import port_open, wait_until
 from .cluster import AUTH, Management, node_of
 
 
@@ -305,7 +306,6 @@ class RabbitReader:
                 if time.monotonic() > deadline:
                     return f"incomplete: {last}"
                 await asyncio.sleep(0.5)
-        stream = s.options.queue_type == "stream"
         try:
             ch = await conn.channel()
             await ch.set_qos(prefetch_count=s.options.prefetch)
@@ -313,42 +313,44 @@ class RabbitReader:
                 q = await ch.declare_queue(s.stream_name, passive=True)
             except Exception as e:  # e.g. a classic queue whose node is down
                 return f"incomplete: queue {s.stream_name} unavailable on {node}: {type(e).__name__}: {e}"
-            expected = None
-            if stream:
-                expected = int((await self.api.queue(s.stream_name)).get("messages") or 0)
-            got = 0
-            last_progress = time.monotonic()
-            inbox: asyncio.Queue = asyncio.Queue()
-            tag = await q.consume(inbox.put, no_ack=False,
-                                  arguments={"x-stream-offset": "first"} if stream else None)
-            try:
-                while True:
-                    try:
-                        message = await asyncio.wait_for(inbox.get(), 0.5)
-                    except asyncio.TimeoutError:
-                        if stream:
-                            if expected is not None and got >= expected:
-                                return "complete"
-                        else:
-                            q2 = await ch.declare_queue(s.stream_name, passive=True)
-                            if q2.declaration_result.message_count == 0:
-                                return "complete"
-                        if time.monotonic() - last_progress > idle:
-                            return f"incomplete: no delivery for {idle:.0f}s ({got} read)"
-                        continue
-                    got += 1
-                    last_progress = time.monotonic()
-                    off = message.headers.get("x-stream-offset") if stream and message.headers else None
-                    deliver(message.body, None if off is None else str(off), node)
-                    if got % 500 == 0 or inbox.empty():
-                        await message.ack(multiple=True)
-            finally:
-                try:
-                    await asyncio.wait_for(q.cancel(tag), 3)
-                except Exception:
-                    pass
+            return await self._consume_all(ch, q, node, deliver, idle)
         finally:
             await _close(conn)
+
+    async def _consume_all(self, ch, q, node: str, deliver: DeliverCallback, idle: float) -> str:
+        """Every message of the queue (a stream's up to the count the API gave first), acked
+        as it goes; ends when the queue reports nothing left, or nothing came for `idle` s."""
+        s = self.system
+        stream = s.options.queue_type == "stream"
+        expected = int((await self.api.queue(s.stream_name)).get("messages") or 0) if stream else None
+        got = 0
+        last_progress = time.monotonic()
+        inbox: asyncio.Queue = asyncio.Queue()
+        tag = await q.consume(inbox.put, no_ack=False, arguments={"x-stream-offset": "first"} if stream else None)
+        try:
+            while True:
+                try:
+                    message = await asyncio.wait_for(inbox.get(), 0.5)
+                except asyncio.TimeoutError:
+                    if stream and expected is not None and got >= expected:
+                        return "complete"
+                    if not stream and (await ch.declare_queue(s.stream_name, passive=True)
+                                       ).declaration_result.message_count == 0:
+                        return "complete"
+                    if time.monotonic() - last_progress > idle:
+                        return f"incomplete: no delivery for {idle:.0f}s ({got} read)"
+                    continue
+                got += 1
+                last_progress = time.monotonic()
+                off = message.headers.get("x-stream-offset") if stream and message.headers else None
+                deliver(message.body, None if off is None else str(off), node)
+                if got % 500 == 0 or inbox.empty():
+                    await message.ack(multiple=True)
+        finally:
+            try:
+                await asyncio.wait_for(q.cancel(tag), 3)
+            except Exception:
+                pass
 
 
 class RabbitConsumer(LiveConsumer):

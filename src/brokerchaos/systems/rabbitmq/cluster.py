@@ -19,7 +19,8 @@ import time
 import urllib.parse
 from typing import Optional
 
-from ..base import SystemError_, http_get, port_open
+from ..base import SystemError_
+from ..runtime import http_get, port_open
 from ..cluster import Cluster, LocalCluster
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"

@@ -1,0 +1,121 @@
+"""A run's verdict, put together from what each concern of the job returned (job.py): the
+counts, the ordering, the windows, latency and availability, the live consumers and the
+session facts. No Spark here: every figure is already computed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..history.schema import read_finished
+from .frames import MS
+from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
+from .latency import pct
+from .policy import result_of
+from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Everything the concerns found, for every run."""
+
+    rows: Rows
+    counts: Counts
+    live: Live
+    plan: Plan
+    ordering: Ordering
+    windows: FaultWindows
+    latency: Optional[Latency]  # None with timing off
+    availability: Optional[Availability]
+    facts: dict[str, dict]
+
+    @property
+    def latency_exact(self) -> bool:
+        return self.latency.exact if self.latency is not None else self.plan.exact
+
+
+def verdict(p: Parts, run: str, position: int) -> Verdict:
+    """Every figure of one run, and its result by the policy."""
+    f = p.counts.frames[run]
+    v: dict[str, Any] = {"run": run, **_counts(p, run), **_read(p, run)}
+    run_windows = p.windows.of_run(run)
+    v.update(_timing(p, run, run_windows))
+    # a steady rate's sends that went out late (the producer was held back: in-flight
+    # bound, stalled client), and the longest lag; null without a rate
+    lagged = p.plan.timing and f["lag"] is not None
+    v["late_sends"] = int(f["late"]) if lagged else None
+    v["max_send_lag_ms"] = f["lag"] / MS if lagged else None
+    v.update(_live(p, run))
+    v["latency_exact"] = p.latency_exact
+    v["timing"] = p.plan.timing
+    v["result"] = result_of(v)
+    v["facts"] = _facts(p, run, position, run_windows)
+    return v
+
+
+def _counts(p: Parts, run: str) -> dict[str, Any]:
+    m = p.counts.msgs.get(run, {})
+    v = {k: int(m.get(k) or 0) for k in COUNT_KEYS}
+    v["acked_missing_overwritten"] = int(m.get("acked_missing_overwritten") or 0)
+    v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
+    jc = p.ordering.per_run.get(run, {})
+    for k in JUMP_CLASSES:
+        v[k.lower()] = int(jc.get(k.lower()) or 0)
+    v["out_of_order"] = v["jb"]
+    return v
+
+
+def _read(p: Parts, run: str) -> dict[str, Any]:
+    ends = p.rows.read_ends.get(run)
+    return {"read_complete": None if not ends else all(read_finished(e) for e in ends),
+            "read_status": None if not ends else "; ".join(sorted(set(ends))),
+            "recv_rows": int(p.counts.frames[run]["recv_rows"])}
+
+
+def _ms(x: Optional[int]) -> Optional[float]:
+    return None if x is None else x / MS
+
+
+def _timing(p: Parts, run: str, run_windows: list) -> dict[str, Any]:
+    """Gaps, each window's outage and gaps, latency (None everywhere with timing off)."""
+    a = p.availability or Availability({}, {}, {})
+    lat = (p.latency.per_run if p.latency is not None else {}).get(run) or {}
+    idx = [i for _, i, *_ in run_windows]
+    return {
+        "max_ack_gap_ms": _ms(a.max_ack_gap.get(run)),
+        "max_recv_gap_ms": _ms(a.max_recv_gap.get(run)),
+        "faults": [{"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail, "window": wid}
+                   for _, _, tf, te, node, detail, wid in run_windows],
+        "fault_outages_ms": [_ms(a.outages.get((run, i))) for i in idx],
+        "fault_ack_gaps_ms": [_ms(a.ack_gaps.get((run, i))) for i in idx],
+        "fault_recv_gaps_ms": [_ms(a.recv_gaps.get((run, i))) for i in idx],
+        "ack_latency_ms": pct(lat.get("_ack_p"), lat.get("_ack_max")),
+        "e2e_latency_ms": pct(lat.get("_e2e_p"), lat.get("_e2e_max")) if run in p.plan.live_runs else None,
+    }
+
+
+def _live(p: Parts, run: str) -> dict[str, Any]:
+    live = p.live.per_run.get(run, {})
+    ends = p.rows.live_ends.get(run)
+    return {"live_consumers": p.rows.observers.get(run, 0), "live_recv_rows": int(live.get("rows") or 0),
+            "live_duplicates": int(live.get("duplicates") or 0),
+            "live_redeliveries": int(live.get("redeliveries") or 0),
+            "live_read_status": None if not ends else "; ".join(sorted(set(ends)))}
+
+
+def _facts(p: Parts, run: str, position: int, run_windows: list) -> dict[str, Any]:
+    """What the VerneMQ seed's per-run table is computed from (report/session_table.py):
+    where the transmitter and receiver were at the first fault (else at their first
+    event), and the times that bound the run and its first fault."""
+    f, facts = p.counts.frames[run], p.facts.get(run, {})
+    first = run_windows[0] if run_windows else None
+    return {
+        "position": position,
+        "t_first_send": f.get("t_first_send"),
+        "t_last_ack": f.get("t_last_ack"),
+        "t_fault": first[2] if first else None,
+        "fault_nodes": first[4] if first else None,
+        "t_ready": facts.get("t_ready") if first else None,
+        "txm": (facts.get("txm_f") or facts.get("txm_0")) if first else facts.get("txm_0"),
+        "rxm": (facts.get("rxm_f") or facts.get("rxm_0")) if first else facts.get("rxm_0"),
+        "rx_down_ns": facts.get("rx_down"),
+    }

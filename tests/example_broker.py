@@ -6,7 +6,9 @@ it to the same checks as every real system, and runs one session on it.
 """
 from __future__ import annotations
 
+import asyncio
 import shutil
+import time
 from typing import Optional
 
 from brokerchaos.systems.base import Client, Roles, System
@@ -81,7 +83,8 @@ class OneProducer:
 
 
 class OneReader:
-    """XRANGE over the whole stream after the write."""
+    """XRANGE over the whole stream after the write (a node just restarted may take a moment
+    to answer: the read waits for it up to `idle` seconds)."""
 
     def __init__(self, client: OneClient) -> None:
         self.client = client
@@ -89,21 +92,35 @@ class OneReader:
     async def read(self, deliver, idle: float) -> str:
         node = self.client.cluster.node_names[0]
         r = _redis(self.client.cluster.address(node))
+        deadline = time.monotonic() + idle
         try:
-            for eid, fields in await r.xrange(self.client.stream_name):
+            while True:
+                try:
+                    entries = await r.xrange(self.client.stream_name)
+                    break
+                except Exception as e:
+                    if time.monotonic() > deadline:
+                        return f"incomplete: {type(e).__name__}: {e}"
+                    await asyncio.sleep(0.2)
+            for eid, fields in entries:
                 deliver(fields[b"p"], eid.decode(), node)
             return "complete"
-        except Exception as e:
-            return f"incomplete: {type(e).__name__}: {e}"
         finally:
             await r.aclose()
 
 
 class OneRoles(Roles):
-    """The roles: who leads the stream (the one node that has it)."""
+    """The roles: who leads the stream (the one node that has it), and whether it serves."""
 
     async def leader(self) -> str:
         return self.cluster.node_names[0]
+
+    async def stream_ready(self) -> bool:
+        r = _redis(self.cluster.address(self.cluster.node_names[0]))
+        try:
+            return bool(await r.ping())
+        finally:
+            await r.aclose()
 
 
 class RedisOne(System):

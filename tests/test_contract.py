@@ -105,7 +105,7 @@ def test_a_session_runs_on_the_example_of_the_minimum(tmp_path, spark):
     SYSTEMS.register("redis-one")(example_broker.RedisOne)
     try:
         s = sc.build({"name": "it-redis-one", "system": "redis-one", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
-                      "workload": {"messages": 3000, "in_flight": 1, "ack_timeout": 2},
+                      "workload": {"messages": 3000, "in_flight": 1, "ack_timeout": 2, "retries": 30},
                       "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 1000}, "duration": 1}})
         result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     finally:
@@ -114,5 +114,7 @@ def test_a_session_runs_on_the_example_of_the_minimum(tmp_path, spark):
     meta = result.metas["run-001"]
     assert meta["fault"]["nodes"] == ["n1"] and meta["fault"]["windows"][0]["healed_ms"] is not None, meta["fault"]
     assert v["send_count"] == 3000 and v["read_complete"] is True, v
+    # what was sent while the node was down was sent again after its heal, and acked then
+    assert v["pos_ack_count"] == 3000 and v["fault_outages_ms"][0] >= 1000, v
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
     assert (result.dir / "results.csv").exists() and (result.dir / "summary.json").exists()

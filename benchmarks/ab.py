@@ -48,10 +48,16 @@ def analysis(tree: Path, history: Path) -> dict:
 
 
 def turnaround(tree: Path, size: int, runs: int, out: Path) -> dict:
+    """The session's medians, and the median of each step of the runs' analyses."""
     got = subprocess.run([sys.executable, str(tree / "benchmarks/turnaround.py"), "--runs", str(runs), "--sizes",
                           str(size), "--out", str(out)], env=env_for(tree), capture_output=True, text=True,
                          timeout=7200, check=True)
-    return json.loads(got.stdout.strip().splitlines()[-1])["median"]
+    doc = json.loads(got.stdout.strip().splitlines()[-1])
+    steps: dict[str, list[float]] = {}
+    for p in doc["per_run"]:
+        for k, x in (p.get("analysis_steps_s") or {}).items():
+            steps.setdefault(k, []).append(x)
+    return {**doc["median"], "steps": {k: round(statistics.median(v), 3) for k, v in steps.items()}}
 
 
 def main() -> None:

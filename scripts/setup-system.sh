@@ -23,6 +23,10 @@ have_cmd chromium      || need+=(chromium)  # the report's browser test (make te
 have_cmd fusermount3   || need+=(fuse3)     # power-off: the data directories' lazy layer
 /usr/bin/python3 -c 'import pyfuse3, trio' >/dev/null 2>&1 || need+=(python3-pyfuse3 python3-trio)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
+# the libraries the VerneMQ release links (../shared/vernemq): LevelDB's snappy, OpenSSL 3
+have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
+have_lib libsnappy.so.1 || need+=(libsnappy1v5)
+have_lib libcrypto.so.3 || need+=(libssl3)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "system packages: all present"

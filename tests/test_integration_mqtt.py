@@ -93,3 +93,51 @@ def test_mqtt_keepalive_gives_up_a_silent_broker(tmp_path, spark):
     # no answer for one keepalive, no PINGRESP for another: given up in the isolation
     assert 2000 <= events[0][2] < w["healed_ms"] - w["t_ms"], events
     assert events[1][2] >= w["healed_ms"] - w["t_ms"], events
+
+
+def _vernemq():
+    from brokerchaos.systems.mqtt import vernemq
+
+    try:
+        return vernemq.release()
+    except Exception:
+        return None
+
+
+def _ours(marker: str) -> list[int]:
+    """Processes whose executable lies below `marker` (a session's copies of the release)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if marker in os.readlink(f"/proc/{p}/exe"):
+                    out.append(int(p))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.mark.skipif(_vernemq() is None, reason="no VerneMQ release (../shared/vernemq or $BROKERCHAOS_VERNEMQ)")
+def test_vernemq_cluster_kill_of_the_receivers_node(tmp_path, spark):
+    """The HA session seed on its own system: 3 VerneMQ nodes joined into a cluster, the node
+    the receiver is connected to killed, its session table filled, the cluster and the
+    receiver's session reused by the second run, and nothing of the release left running."""
+    doc = sc.load_document("scenarios/vernemq-session-kill.yaml")
+    doc["options"].update(tx_node="n2", rx_node="n1")
+    s = sc.build(doc, {"name": "it-vernemq", "runs": 2, "messages": 600, "after_acks": 200})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    m1, m2 = result.metas["run-001"], result.metas["run-002"]
+    assert m1["fault"]["nodes"] == ["n1"], m1["fault"]  # the receiver's node: its session's
+    assert m1["healthy_after"] is True and m2["cluster"].startswith("reused"), (m1.get("health_after"), m2)
+    assert all(v.startswith("VerneMQ 2.") for v in m1["servers"].values()), m1["servers"]
+    assert m1["server_settings"]["n1"]["netsplit_writes"] is True
+    for v in result.verdicts:
+        assert v["read_complete"] is True and v["send_count"] == 600, v
+        assert v["killed_node"] == "n1" and v["txm"] == "n2" and v["downtime_s"] > 0, v
+    with open(result.dir / "session_table.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["Seq_ix"] for r in rows] == ["1", "2"]
+    for r in rows:
+        assert r["Killed node"] == "n1" and r["Txm"] == "n2" and float(r["Downtime"]) > 0, r
+        assert r["Rx error"] and r["Admitted"].isdigit() and r["Missing"].isdigit(), r
+    assert not _ours("/vernemq/erts-"), "a VerneMQ process of the session is still running"

@@ -22,7 +22,7 @@ from .payload import encode
 
 # The interpreter's switch interval while producers run. A client library that calls back
 # from threads of its own (pulsar-client's I/O threads; paho's network loop until it moved
-# onto the event loop, systems/mqtt.py) takes the interpreter lock once or more per
+# onto the event loop, systems/mqtt/client.py) takes the interpreter lock once or more per
 # message; the producer's thread, having let go of it inside a send, waits to get it back
 # until that thread lets go between two callbacks, which a thread with more callbacks to
 # run takes back at once, or until the interval forces a switch: 5 ms by default.

@@ -1,145 +1,23 @@
-"""MQTT with the paho-mqtt client: the VerneMQ seed's session test.
-
-Brokers (`options.broker`): the RabbitMQ MQTT plugin on the 3-node RabbitMQ cluster (a
-QoS 1 subscription of a persistent session is a classic queue on the node the subscriber
-first connected to), the MQTT listener of the NATS JetStream cluster (sessions and
-messages in replicated streams), or a single Mosquitto node (QoS 1, persistence on).
-
-The test, as in the seed: a receiver with a persistent session (fixed client id, clean
-session off) is subscribed before the transmitter starts and reads *live*; the
-transmitter publishes the run's keyspace at QoS 1 (PUBACK = ack) to a node drawn per run
-with the seed; the fault hits the receiver's node (target `leader` here means the node
-holding the receiver's session, `consumer-node` says the same generally); the receiver
-reconnects to another node with the same session and keeps reading until nothing new has
-arrived for `read_idle` seconds. The cluster and the receiver's session live on from run
-to run, so a message of an earlier run delivered late is a stowaway: producer names carry
-the run id ("p1-run-004"), the seed's sequence id.
-"""
+"""The MQTT client side over paho-mqtt, served by the run's event loop: a connection (paho's
+external loop), the transmitter (QoS 1 publishes, PUBACK = ack) and the receiver (a
+persistent session, reconnecting with it to the next node when its node goes away)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import select
 import threading
 import time
-from typing import Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from ..errors import ScenarioError
-from . import natsbin
-from .base import (POWER, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System, SystemError_,
-                   node_names)
-from .runtime import Handoff, port_open, wait_until
-from .cluster import LocalCluster
-from .nats import NatsServers, meta_whole
-from .rabbitmq.cluster import Management, RabbitMqttServers
-from .registry import SYSTEMS
-
-MOSQUITTO = "/usr/sbin/mosquitto"
-
-
-class MqttOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    broker: Literal["rabbitmq", "nats", "mosquitto"] = Field(
-        "rabbitmq", description="rabbitmq (the MQTT plugin on the RabbitMQ cluster), nats (the MQTT listener of "
-                                "the JetStream cluster) or mosquitto (one node)")
-    qos: Literal[0, 1] = Field(1, description="QoS of publish and subscription")
-    clean_session: bool = Field(False, description="receiver's clean-session flag (false: a persistent session)")
-    tx_node: str = Field("random", description="node the transmitter connects to: random (drawn per run "
-                                               "with the seed) or a node name")
-    rx_node: str = Field("random", description="node the receiver connects to: random or a node name")
-    topic: str = Field("bc/keyspace", description="topic of every run (one topic: late messages are stowaways)")
-    keepalive: int = Field(5, ge=1, le=600, description="MQTT keepalive, seconds")
-    rx_reconnect_s: float = Field(30.0, gt=0, le=3600, description="after the write: how long the receiver may "
-                                                                  "stay disconnected before the read is incomplete")
-    autosave_interval: int = Field(1800, ge=0, le=86_400,
-                                   description="mosquitto: seconds between persistence saves (its default)")
-    ack_wait_s: float = Field(30.0, gt=0, le=3600, description="nats: redelivery of a QoS 1 message the receiver "
-                                                             "has not acknowledged (NATS's default 30 s)")
+from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, SystemError_
+from ..runtime import Handoff, port_open
 
 
 def _paho():
     import paho.mqtt.client as mqtt
 
     return mqtt
-
-
-class NatsMqttServers(NatsServers):
-    """NATS keeps MQTT sessions and QoS 1 messages in JetStream streams, replicated on
-    `cluster.replicas` nodes."""
-
-    ports = {**NatsServers.ports, "mqtt": 1883}
-    extra_offers = frozenset({POWER})  # its messages are in the $MQTT_ streams: no data_files
-
-    def extra_config(self, node: str) -> list[str]:
-        return ['mqtt {', '  listen: "{}:{}"'.format(*self.address(node, "mqtt")),
-                f"  stream_replicas: {self.ctx.scenario.cluster.replicas}",
-                f'  ack_wait: "{int(self.options.ack_wait_s * 1000)}ms"', "}"]
-
-    async def ready(self, timeout: float) -> None:
-        # the MQTT listener needs JetStream: a meta leader before the first CONNECT
-        async def look():
-            for n in self.node_names:
-                if not self.alive(n):
-                    raise self.exited(n)
-            return await meta_whole(self)
-
-        deadline = time.monotonic() + timeout
-        await wait_until(look, timeout, "NATS JetStream")
-        # A listener that is up does not yet take a session: each node completes an MQTT
-        # CONNECT only once the account's $MQTT_ streams have leaders, seen 16 s after the
-        # meta leader on a fresh cluster. A receiver meeting that would fail over to another
-        # node and the run would not test the node it drew.
-        loop = asyncio.get_running_loop()
-        for n in self.node_names:
-            async def accepts(n=n):
-                if not self.alive(n):
-                    raise self.exited(n)
-                conn = _Connection(self.address(n, "mqtt"), 5, f"bc-probe-{n}", True, n, loop)
-                try:
-                    if not await conn.open(3.0):
-                        return False, f"{n}: no CONNACK within 3 s ({conn.result or 'no answer'})"
-                    res, _ = conn.client.subscribe("bc/probe", qos=1)
-                    got = await _first(conn.subscribed, conn.refused, 3.0) if res == 0 else None
-                    return got is conn.subscribed, f"{n}: QoS 1 subscription {'taken' if got else 'not taken'}"
-                finally:
-                    await conn.close()
-
-            await wait_until(accepts, max(1.0, deadline - time.monotonic()), f"NATS MQTT on {n}")
-
-
-class MosquittoServer(LocalCluster):
-    """One Mosquitto node, persistence on."""
-
-    ports = {"mqtt": 1883, "client": 1883}
-
-    def settings(self) -> dict:
-        # mosquitto has no way to ask it for its configuration: what we gave it
-        return {n: {"persistence": True, "autosave_interval": self.options.autosave_interval}
-                for n in self.node_names}
-
-    def _conf(self, node: str) -> str:
-        ip, port = self.address(node, "mqtt")
-        d = self.datadir / node
-        d.mkdir(parents=True, exist_ok=True)
-        return "\n".join([
-            # started as root, mosquitto would switch to its own user and then fail to write
-            # its persistence file in our (root-owned) data directory
-            f"listener {port} {ip}", "allow_anonymous true", "user root",
-            "persistence true", f"persistence_location {d}/", f"autosave_interval {self.options.autosave_interval}",
-            "max_inflight_messages 0", "max_queued_messages 0", "log_dest stdout", "log_type error",
-            "log_type warning",
-        ]) + "\n"
-
-    def launch(self, node: str) -> None:
-        if not os.path.exists(MOSQUITTO):
-            raise SystemError_("mosquitto not found: run `make setup` (apt-get install mosquitto)")
-        conf = self.datadir / f"{node}.conf"
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(self._conf(node))
-        self.spawn_node(node, [MOSQUITTO, "-c", str(conf)])
 
 
 class MqttClient(Client):
@@ -206,114 +84,6 @@ async def mqtt_ports(cluster, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise SystemError_(f"MQTT port of {n} not open within {timeout}s")
             await asyncio.sleep(0.2)
-
-
-class MqttRoles(Roles):
-    """`leader` is the node holding the receiver's session: here, where the receiver is."""
-
-    client: MqttClient
-
-    async def leader(self) -> str:
-        nodes = self.consumer_nodes()
-        return nodes[0] if nodes else self.client.rx_node
-
-    def consumer_nodes(self) -> list[str]:
-        r = self.client.receiver
-        return [r.current] if r is not None and r.current else []
-
-    async def whole(self) -> tuple[bool, str]:
-        ok, why = await self.backend_whole()
-        if not ok:
-            return ok, why
-        try:
-            await mqtt_ports(self.cluster, 5)
-        except SystemError_ as e:
-            return False, str(e)
-        return True, "healthy"
-
-    async def backend_whole(self) -> tuple[bool, str]:
-        return True, "one node"
-
-    async def stream_ready(self) -> bool:
-        ok, _ = await self.whole()
-        return ok
-
-
-class RabbitMqttRoles(MqttRoles):
-    """A QoS 1 subscription of a persistent session is a classic queue on the node the
-    subscriber first connected to: that node holds the session, wherever the receiver is now."""
-
-    async def leader(self) -> str:
-        r = self.client.receiver
-        if r is not None:
-            try:
-                return await Management(self.cluster).queue_leader(
-                    f"mqtt-subscription-{r.client_id}qos{self.client.options.qos}")
-            except Exception:  # no session queue yet: fall back
-                pass
-        return await super().leader()
-
-    async def backend_whole(self) -> tuple[bool, str]:
-        return await Management(self.cluster).whole()
-
-
-class NatsMqttRoles(MqttRoles):
-    async def backend_whole(self) -> tuple[bool, str]:
-        return await meta_whole(self.cluster)
-
-
-BACKENDS = {"rabbitmq": (RabbitMqttServers, RabbitMqttRoles), "nats": (NatsMqttServers, NatsMqttRoles),
-            "mosquitto": (MosquittoServer, MqttRoles)}
-
-
-@SYSTEMS.register("mqtt")
-class Mqtt(System):
-    description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
-                   "RabbitMQ's MQTT plugin on its cluster, NATS's MQTT listener, or Mosquitto")
-    Options = MqttOptions
-    Client = MqttClient
-    tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
-
-    @classmethod
-    def services_needed(cls, scenario) -> tuple[str, ...]:
-        # every backend's MQTT listener; the backend's own health and session lookups
-        broker = MqttOptions.model_validate(scenario.options).broker
-        return ("mqtt",) + {"rabbitmq": ("mgmt",), "nats": ("monitor",), "mosquitto": ()}[broker]
-
-    @classmethod
-    def local_cluster(cls, scenario) -> type[LocalCluster]:
-        return BACKENDS[MqttOptions.model_validate(scenario.options).broker][0]
-
-    @classmethod
-    def roles_class(cls, scenario) -> type[Roles]:
-        return BACKENDS[MqttOptions.model_validate(scenario.options).broker][1]
-
-    @classmethod
-    def version_error(cls, scenario):
-        if MqttOptions.model_validate(scenario.options).broker == "nats":
-            return natsbin.version_error(scenario.cluster.version)
-        return super().version_error(scenario)
-
-    @classmethod
-    def install(cls, scenario) -> None:
-        if MqttOptions.model_validate(scenario.options).broker == "nats" and scenario.external is None:
-            natsbin.binary(scenario.cluster.version)
-
-    @classmethod
-    def check(cls, scenario) -> None:
-        o = scenario.options
-        n = scenario.cluster.nodes
-        if o.get("broker") == "mosquitto" and n != 1:
-            raise ScenarioError(f"scenario field 'cluster.nodes': mosquitto runs one node; set it to 1 (got {n})")
-        names = set(node_names(n))
-        for key in ("tx_node", "rx_node"):
-            v = o.get(key, "random")
-            if v != "random" and v not in names:
-                raise ScenarioError(f"scenario field 'options.{key}': {v!r} is not random or one of "
-                                    f"{', '.join(sorted(names))}")
-        if scenario.cluster.replicas > n:
-            raise ScenarioError(f"scenario field 'cluster.replicas': {scenario.cluster.replicas} is more than "
-                                f"the {n} nodes")
 
 
 async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> Optional[asyncio.Event]:

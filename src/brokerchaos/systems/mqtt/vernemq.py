@@ -1,0 +1,221 @@
+"""VerneMQ, the HA session seed's own system: a cluster of VerneMQ nodes, one per namespace,
+from a VerneMQ release (its own Erlang runtime; no registry here ships it).
+
+Which release: `$BROKERCHAOS_VERNEMQ` (a release directory, with `bin/vernemq`, or a release
+tarball), else the tarball in `../shared/vernemq/` beside this checkout (what CI uses); a
+tarball is unpacked once into the cache. Each node runs a copy of it (hard links to the
+release, its own `etc/`, `data/` and `log/`), with a configuration written here: its
+listeners on the node's address, anonymous clients (`vmq_passwd` off, `vmq_acl` on: with no
+auth plugin every publish is refused), the netsplit settings and the inter-node buffer as
+options. The node's process is the Erlang VM itself (`bin/vernemq console`, execs it, with no
+shell on stdin); its epmd is a helper of ours, started first, so that the release starts
+none that would outlive the node. Nodes join the first one with `vmq-admin cluster join`;
+a node restarted on its own data rejoins by itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from ..base import POWER, SystemError_
+from ..cluster import LocalCluster
+from ..runtime import cache_dir, http_get, port_open, wait_until
+from .backends import MqttRoles
+
+RELEASE_ENV = "BROKERCHAOS_VERNEMQ"
+# ../shared/vernemq beside the checkout: src/brokerchaos/systems/mqtt/vernemq.py -> parents[4]
+SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "vernemq"
+COOKIE = "brokerchaos"
+
+
+def release() -> Path:
+    """The release directory to run (it has bin/vernemq); SystemError_ saying where it was
+    looked for when there is none."""
+    given = os.environ.get(RELEASE_ENV)
+    if given:
+        p = Path(given)
+        if (p / "bin" / "vernemq").is_file():
+            return p
+        if p.is_file() and p.name.endswith((".tar.gz", ".tgz")):
+            return _unpacked(p)
+        raise SystemError_(f"{RELEASE_ENV}={given}: neither a VerneMQ release directory (bin/vernemq) nor a "
+                           f"release tarball")
+    found = sorted(SHARED.glob("vernemq-*.tar.gz")) if SHARED.is_dir() else []
+    if not found:
+        raise SystemError_(f"no VerneMQ release: set {RELEASE_ENV} to a release directory or tarball (looked in "
+                           f"{SHARED} too)")
+    return _unpacked(found[-1])
+
+
+def _unpacked(tarball: Path) -> Path:
+    """A release tarball unpacked once into the cache (its name and size say which)."""
+    d = cache_dir("vernemq") / f"{tarball.name.removesuffix('.tar.gz')}-{tarball.stat().st_size}"
+    if (d / "release" / "bin" / "vernemq").is_file():
+        return d / "release"
+    tmp = d.with_name(d.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(tarball) as tf:
+        tf.extractall(tmp, filter="tar")
+    if not (tmp / "release" / "bin" / "vernemq").is_file():
+        raise SystemError_(f"{tarball}: no release/bin/vernemq in it")
+    shutil.rmtree(d, ignore_errors=True)
+    tmp.rename(d)
+    return d / "release"
+
+
+def version_of(rel: Path) -> str:
+    """The release's version, from its releases/<version>/ directory."""
+    vs = [p.name for p in (rel / "releases").iterdir() if p.is_dir() and p.name[:1].isdigit()]
+    return vs[0] if vs else "unknown"
+
+
+class VerneServers(LocalCluster):
+    """One VerneMQ node per namespace; n1 is the node the others join."""
+
+    ports = {"client": 1883, "mqtt": 1883, "cluster": 44053, "http": 8888, "dist": 9100}
+    extra_offers = frozenset({POWER})
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.release = release()
+
+    def nodename(self, node: str) -> str:
+        return f"VerneMQ@{self.address(node)[0]}"
+
+    def home(self, node: str) -> Path:
+        return self.datadir / node / "vernemq"
+
+    def _install(self, node: str) -> Path:
+        """The node's copy of the release: hard links to it, but what the node writes (etc,
+        data, log) its own."""
+        d = self.home(node)
+        if (d / "bin" / "vernemq").is_file():
+            return d
+        d.mkdir(parents=True)
+        for part in self.release.iterdir():
+            if part.name in ("etc", "data", "log"):
+                shutil.copytree(part, d / part.name)
+            elif part.is_dir():
+                shutil.copytree(part, d / part.name, copy_function=_link)
+            else:
+                _link(part, d / part.name)
+        return d
+
+    def _conf(self, node: str) -> str:
+        o = self.options
+        ip, port = self.address(node, "mqtt")
+        flag = "on" if o.netsplit_writes else "off"
+        return "\n".join([
+            f"nodename = {self.nodename(node)}", f"distributed_cookie = {COOKIE}",
+            f"listener.tcp.default = {ip}:{port}",
+            "listener.vmq.clustering = {}:{}".format(*self.address(node, "cluster")),
+            "listener.http.default = {}:{}".format(*self.address(node, "http")),
+            f"erlang.distribution.port_range.minimum = {self.address(node, 'dist')[1]}",
+            f"erlang.distribution.port_range.maximum = {self.address(node, 'dist')[1]}",
+            "allow_anonymous = on", "plugins.vmq_passwd = off", "plugins.vmq_acl = on",
+            "vmq_acl.acl_file = ./etc/vmq.acl", "metadata_plugin = vmq_swc",
+            *[f"allow_{verb}_during_netsplit = {flag}" for verb in ("register", "publish", "subscribe", "unsubscribe")],
+            f"outgoing_clustering_buffer_size = {o.outgoing_clustering_buffer_size}",
+            f"max_online_messages = {o.max_queued_messages}", f"max_offline_messages = {o.max_queued_messages}",
+            # three nodes on one machine: LevelDB's default takes 70% of its memory each
+            "leveldb.maximum_memory.percent = 5",
+            "log.console = file", "log.console.file = ./log/console.log", "log.console.level = info",
+            "log.error = on", "log.error.file = ./log/error.log",
+        ]) + "\n"
+
+    def launch(self, node: str) -> None:
+        d = self._install(node)
+        conf = d / "etc" / "vernemq.conf"
+        conf.unlink(missing_ok=True)  # never a link into the release
+        conf.write_text(self._conf(node))
+        if not any(p.name == f"{node}-epmd" and p.alive() for p in self.helpers):
+            self.spawn_helper(node, f"{node}-epmd", [str(next(d.glob("erts-*/bin/epmd")))])
+        env = {**os.environ, "ERL_FLAGS": "-noinput", "HOME": str(d)}
+        self.spawn_node(node, [str(d / "bin" / "vernemq"), "console"], env=env)
+
+    def admin(self, node: str, *args: str, timeout: float = 30.0) -> str:
+        """`vmq-admin ARGS` on the node (in its namespace); its output."""
+        name = f"{node}-vmq-admin"
+        self.log(name).unlink(missing_ok=True)
+        code = self.run_tool(node, name, [str(self.home(node) / "bin" / "vmq-admin"), *args], timeout)
+        out = self.log(name).read_text(errors="replace")
+        if code != 0:
+            raise SystemError_(f"vmq-admin {' '.join(args)} on {node} exited {code}: {out.strip()[-300:]}")
+        return out
+
+    def members(self, node: str) -> dict[str, bool]:
+        """The cluster as `node` sees it: member node name -> running."""
+        out = self.admin(node, "cluster", "show")
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines()
+                if line.strip().startswith("|") and "VerneMQ@" in line]
+        return {r[0]: r[1].lower() == "true" for r in rows if len(r) >= 2}
+
+    async def ready(self, timeout: float) -> None:
+        """Every node's MQTT port open, then every node a running member of n1's cluster."""
+        for n in self.node_names:
+            async def up(n=n):
+                if not self.alive(n):
+                    raise self.exited(n)
+                return await port_open(self.address(n, "mqtt")), "MQTT port"
+            await wait_until(up, timeout, f"VerneMQ on {n}", every=0.5)
+        first = self.node_names[0]
+
+        async def joined():
+            # vmq-admin answers "Usage information not found" for a while after the MQTT
+            # port opens (its commands register late): that is "not yet", as is a join
+            members = await asyncio.to_thread(self.members, first)
+            missing = [n for n in self.node_names[1:] if self.nodename(n) not in members]
+            for n in missing:
+                await asyncio.to_thread(self.admin, n, "cluster", "join", f"discovery-node={self.nodename(first)}")
+            return not missing, f"joining {', '.join(missing)}" if missing else "joined"
+
+        await wait_until(joined, timeout, "VerneMQ nodes joining n1", every=1.0)
+        await wait_until(self.whole, timeout, "the VerneMQ cluster", every=1.0)
+
+    async def whole(self) -> tuple[bool, str]:
+        """Every node a running member, as the first running node sees it."""
+        up = [n for n in self.node_names if self.alive(n)]
+        if len(up) < len(self.node_names):
+            return False, f"not running: {', '.join(n for n in self.node_names if n not in up)}"
+        members = await asyncio.to_thread(self.members, up[0])
+        want = {self.nodename(n) for n in self.node_names}
+        running = {m for m, ok in members.items() if ok}
+        return running >= want, f"running members: {len(running & want)} of {len(want)}"
+
+    def versions(self) -> dict[str, str]:
+        return {n: f"VerneMQ {version_of(self.release)}" for n in self.node_names}
+
+    def settings(self) -> dict:
+        """What the nodes were configured with (the release reads its file at start)."""
+        o = self.options
+        return {n: {"netsplit_writes": o.netsplit_writes,
+                    "outgoing_clustering_buffer_size": o.outgoing_clustering_buffer_size,
+                    "max_queued_messages": o.max_queued_messages} for n in self.node_names}
+
+
+def _link(src, dst) -> None:
+    """A hard link where the file system allows it, else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+class VerneRoles(MqttRoles):
+    """The node holding the receiver's session is where the receiver is connected. Whole:
+    every node's HTTP `/health` answers, and (a cluster of ours) every node is a running
+    member as `vmq-admin cluster show` says; an external cluster is asked over HTTP only."""
+
+    async def backend_whole(self) -> tuple[bool, str]:
+        for n in self.cluster.node_names:
+            try:
+                await http_get(*self.cluster.address(n, "http"), "/health", 3.0)
+            except (OSError, asyncio.TimeoutError) as e:
+                return False, f"{n}: /health {type(e).__name__}"
+        if isinstance(self.cluster, VerneServers):
+            return await self.cluster.whole()
+        return True, "every node healthy"

@@ -163,6 +163,9 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
         "acked_missing": sum(m["ack"] and m["recv"] == 0 for m in sent),
         "missing": sum(m["recv"] == 0 for m in sent),
         "received_no_ack": sum(m["recv"] > 0 and not m["ack"] for m in sent),
+        # the seeds' programs: exactly one read and no positive ack (a message read twice is
+        # counted under MsgsWithDups alone)
+        "seed_received_no_ack": sum(m["recv"] == 1 and not m["ack"] for m in sent),
         "received_after_nack": sum(m["recv"] > 0 and not m["ack"] and m["nack"] and not m["unk"] for m in sent),
         "received_after_unknown": sum(m["recv"] > 0 and not m["ack"] and m["unk"] for m in sent),
         "msgs_with_dups": sum(m["recv"] > 1 for m in sent),
@@ -173,7 +176,7 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
 
     # ordering, per (consumer, producer) stream in the consumer's seq order
-    counts = {"jf": 0, "jb": 0, "djf": 0, "djb": 0}
+    counts = {"jf": 0, "jb": 0, "djf": 0, "djb": 0, "jf0": 0}
     jumps = []
     streams: dict = defaultdict(list)
     for r in rows:
@@ -187,14 +190,18 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
             val = r["value"]
             dup = val in seen
             cls = None
-            if prev is not None:
-                if val > prev + 1:
-                    cls = "DJF" if dup else "JF"
-                elif val <= prev:
-                    cls = "DJB" if dup else "JB"
+            if prev is None:
+                # the seeds' readers start from "the value before the first": a first read of
+                # anything but 1 is a jump forward to them
+                cls = "JF0" if val > 1 else None
+            elif val > prev + 1:
+                cls = "DJF" if dup else "JF"
+            elif val <= prev:
+                cls = "DJB" if dup else "JB"
             if cls:
+                base = 0 if prev is None else prev
                 counts[cls.lower()] += 1
-                jumps.append((client, producer, cls, prev, val, abs(val - prev), r["seq"]))
+                jumps.append((client, producer, cls, base, val, abs(val - base), r["seq"]))
             seen.add(val)
             prev = val
     v.update(counts)

@@ -305,3 +305,41 @@ def test_a_verdict_has_exactly_the_keys_its_type_declares(spark_analyze, tmp_pat
     declared = set(Verdict.__annotations__)
     table = {k for _, k in COLUMNS} - declared
     assert set(v) - table == declared, (set(v) - table) ^ declared
+
+
+# -- the seeds' CSV and result block, as their programs count (docs/history-format.md) -----
+
+def test_the_seeds_received_no_ack_is_a_message_read_exactly_once_without_an_ack(spark_analyze, tmp_path):
+    """The dedup seed's ReceivedNoAck (and the Pulsar seed's "Non-acked messages received")
+    counts a message read once and never acked; one read twice is under MsgsWithDups alone.
+    Ours counts both, in the JSON."""
+    from brokerchaos.report.files import _csv_row
+
+    h = H().sent_acked([1, 2, 3])
+    for v in (4, 5):
+        h.ev("p1", "send", "p1", v).ev("p1", "unknown", "p1", v, detail="no answer within ack_timeout")
+    h.read([1, 2, 3, 4, 4, 5])
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path)
+    assert (v["received_no_ack"], v["seed_received_no_ack"], v["msgs_with_dups"]) == (2, 1, 1)
+    assert (o["received_no_ack"], o["seed_received_no_ack"], o["msgs_with_dups"]) == (2, 1, 1)
+    row = _csv_row(1, v, {})
+    assert (row["ReceivedNoAck"], row["MsgsWithDups"], row["received_no_ack"]) == (1, 1, 2)
+
+
+def test_the_seeds_jf_counts_a_first_read_past_the_first_value(spark_analyze, tmp_path):
+    """The seed's reader starts at "the value before the first": a read that begins at 3
+    jumps forward at once to it (JF0 here, in its order log and in the CSV's JF); ours has
+    nothing before the first read."""
+    from brokerchaos.report.files import _csv_row
+
+    h = H().sent_acked(range(1, 11)).read(range(3, 11))
+    a = spark_analyze(h.rows, tmp_path)
+    (v,) = a.verdicts
+    assert (v["jf"], v["jf0"], v["out_of_order"]) == (0, 1, 0)
+    j = [(r["class"], r["from_value"], r["to_value"], r["size"]) for r in a.jumps.collect()]
+    assert j == [("JF0", 0, 3, 3)]
+    assert oracle.analyze(h.rows)[0]["jf0"] == 1
+    assert _csv_row(1, v, {})["JF"] == 1
+    # a read that begins at the first value: no jump either way
+    (w,) = spark_analyze(H().sent_acked(range(1, 6)).read(range(1, 6)).rows, tmp_path / "b").verdicts
+    assert (w["jf"], w["jf0"]) == (0, 0)

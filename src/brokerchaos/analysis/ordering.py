@@ -79,7 +79,9 @@ def _classify(u: DataFrame, first: Optional[DataFrame], rereads: bool, df: DataF
         dup = F.lit(False)
     v, p = F.col("value"), F.col("prev")
     cls = (
-        F.when(p.isNull(), F.lit(None))
+        # a stream's first read: a jump forward from "the value before the first" (0) when
+        # it is not 1, as the seeds' readers count it; nothing otherwise
+        F.when(p.isNull(), F.when(v > 1, F.lit("JF0")))
         .when(v > p + 1, F.when(dup, "DJF").otherwise("JF"))
         .when(v <= p, F.when(dup, "DJB").otherwise("JB"))
     )
@@ -91,9 +93,9 @@ def _classify(u: DataFrame, first: Optional[DataFrame], rereads: bool, df: DataF
             F.col("client").alias("consumer"),
             "producer",
             "class",
-            F.col("prev").alias("from_value"),
+            F.coalesce(p, F.lit(0)).alias("from_value"),
             F.col("value").alias("to_value"),
-            F.abs(v - p).alias("size"),
+            F.abs(v - F.coalesce(p, F.lit(0))).alias("size"),
             "seq",
         )
     )

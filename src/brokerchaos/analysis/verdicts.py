@@ -49,6 +49,7 @@ class Formula:
 
 
 S, A, N, U, R = (Formula(x) for x in "SANUR")
+R1 = Formula("R1")  # received exactly once (in a plain block, R: nothing there is read twice)
 
 # count of messages (sent in this run unless said otherwise) with ...
 COUNTS: dict[str, Formula] = {
@@ -63,6 +64,9 @@ COUNTS: dict[str, Formula] = {
     "received_no_ack": S & R & ~A,
     "received_after_nack": S & R & ~A & N & ~U,
     "received_after_unknown": S & R & ~A & U,
+    # the seeds' ReceivedNoAck, as their programs count it: read exactly once and never
+    # acked (one read of a message read twice is counted under MsgsWithDups alone)
+    "seed_received_no_ack": S & R1 & ~A,
 }
 
 
@@ -95,12 +99,15 @@ DELIVERY_COUNTS: dict[str, DeliveryCount] = {
 }
 
 COUNT_KEYS = tuple(COUNTS) + tuple(DELIVERY_COUNTS)
-JUMP_CLASSES = ("JF", "JB", "DJF", "DJB")
+# JF0: a stream's first read is not its producer's first value (the seeds' readers start
+# from "the value before the first", so the first read is a jump forward to them; ours
+# has nothing before it); the seeds' JF column is JF + JF0
+JUMP_CLASSES = ("JF", "JB", "DJF", "DJB", "JF0")
 
 
 def count_columns_per_message(sent, acked, nacked, unk, recv_n, recv_od, recv_o, recv_cod) -> list[Column]:
     """Every count, aggregated over a table of one row per message."""
-    flags = {"S": sent, "A": acked, "N": nacked, "U": unk, "R": recv_n > 0}
+    flags = {"S": sent, "A": acked, "N": nacked, "U": unk, "R": recv_n > 0, "R1": recv_n == 1}
     out = [F.sum(F.when(f.per_message(flags), 1).otherwise(0)).alias(k) for k, f in COUNTS.items()]
     out += [F.sum(d.per_message(sent, recv_n, recv_od, recv_o, recv_cod)).alias(k)
             for k, d in DELIVERY_COUNTS.items()]
@@ -109,6 +116,7 @@ def count_columns_per_message(sent, acked, nacked, unk, recv_n, recv_od, recv_o,
 
 def count_columns_over_blocks(plain: Column, sets: dict[str, Column], rn: Column) -> list[Column]:
     """Every count, aggregated over the plain blocks of a table of bit-set blocks."""
+    sets = {**sets, "R1": sets["R"]}  # a plain block reads each of its values at most once
     out = [F.sum(F.when(plain, F.bit_count(f.bits(sets))).otherwise(0)).alias(k) for k, f in COUNTS.items()]
     out += [F.sum(F.when(plain, d.plain(rn)).otherwise(0)).alias(k) for k, d in DELIVERY_COUNTS.items()]
     return out
@@ -143,6 +151,7 @@ class Verdict(TypedDict, total=False):
     received_no_ack: int
     received_after_nack: int
     received_after_unknown: int
+    seed_received_no_ack: int
     received: int
     stowaways: int
     msgs_with_dups: int
@@ -156,6 +165,7 @@ class Verdict(TypedDict, total=False):
     jb: int
     djf: int
     djb: int
+    jf0: int
     out_of_order: int
     # the read
     read_complete: Optional[bool]

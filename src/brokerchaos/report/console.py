@@ -56,15 +56,20 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
     ]
     if v["acked_missing"]:
         rows.append(("  their position read holding another", v.get("acked_missing_overwritten", 0)))
+    # the seeds' own bookkeeping first (their programs' result block), ours beneath it
+    seed_rnoa = v.get("seed_received_no_ack", v["received_no_ack"])
     rows += [
-        ("Non-acked messages received", v["received_no_ack"]),
-        ("  after a nack / after unknown", f"{v['received_after_nack']} / {v['received_after_unknown']}"),
+        ("Non-acked messages received", seed_rnoa),
+        ("  read any number of times", f"{v['received_no_ack']} (after a nack / after unknown: "
+                                       f"{v['received_after_nack']} / {v['received_after_unknown']})"),
         ("Out-of-order", v["out_of_order"]),
         ("Duplicates", v["msgs_with_dups"]),
         ("  stored twice / redelivered", f"{v['stored_duplicates']} / {v['redeliveries']}"),
-        ("JF / JB / DJF / DJB", f"{v['jf']} / {v['jb']} / {v['djf']} / {v['djb']}"),
-        ("Stowaways", v["stowaways"]),
+        ("JF / JB / DJF / DJB", f"{v['jf'] + v.get('jf0', 0)} / {v['jb']} / {v['djf']} / {v['djb']}"),
     ]
+    if v.get("jf0"):
+        rows.append(("  JF at a stream's first read", v["jf0"]))
+    rows += [("Stowaways", v["stowaways"])]
     if v.get("timing", True):
         rows += [
             ("Longest ack gap", _ms(v["max_ack_gap_ms"])),

@@ -16,11 +16,12 @@ from .stats import merge, wilson
 SEED_COLUMNS = [
     ("DedupEnabled", None), ("TestRun", None), ("SendCount", "send_count"), ("AckCount", "ack_count"),
     ("PosAckCount", "pos_ack_count"), ("NegAckCount", "neg_ack_count"), ("Received", "received"),
-    ("NotReceived", "acked_missing"), ("ReceivedNoAck", "received_no_ack"), ("MsgsWithDups", "msgs_with_dups"),
+    ("NotReceived", "acked_missing"), ("ReceivedNoAck", "seed_received_no_ack"), ("MsgsWithDups", "msgs_with_dups"),
     ("DJF", "djf"), ("DJB", "djb"), ("JF", "jf"), ("JB", "jb"),
 ]
 EXTRA_COLUMNS = [
-    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_after_nack",
+    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_no_ack", "jf0",
+    "received_after_nack",
     "received_after_unknown", "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order",
     "read_complete", "max_ack_gap_ms", "max_recv_gap_ms", "fault_outages_ms", "fault_nodes", "ack_p50_ms",
     "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
@@ -31,7 +32,7 @@ EXTRA_COLUMNS += [c.key for c in policy.CHECKS
                   if c.key not in EXTRA_COLUMNS and c.key not in {k for _, k in SEED_COLUMNS}]
 
 
-JUMP_NAMES = {"JF": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
+JUMP_NAMES = {"JF": "JUMP FORWARDS", "JF0": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
               "DJB": "DUPLICATE JUMP BACKWARDS"}
 # the dedup seed's order_output.txt: a duplicate jump starts a block of messages read again
 SEED_LOG_NAMES = {**JUMP_NAMES, "DJF": "DUPLICATE BLOCK - JUMP FORWARDS", "DJB": "DUPLICATE BLOCK - JUMP BACKWARDS"}
@@ -57,6 +58,8 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     # the seed's clients count a send that timed out as a negative ack: its AckCount and
     # NegAckCount include what we call unknown (kept apart in unknown_count and the JSON)
     row["NegAckCount"] = v["neg_ack_count"] + v.get("unknown_count", 0)
+    # the seed's reader counts a jump forward at its first read unless that is the first value
+    row["JF"] = v["jf"] + v.get("jf0", 0)
     row["AckCount"] = v["pos_ack_count"] + row["NegAckCount"]
     lat = v.get("ack_latency_ms") or {}
     row.update({k: v.get(k) for k in EXTRA_COLUMNS if k in v})

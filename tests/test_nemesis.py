@@ -155,6 +155,22 @@ def test_ack_trigger_and_a_window_healed_at_the_end(tmp_path):
     assert any(line.startswith("Fault: pause leader -> n2 at ack 5") for line in lines), lines
 
 
+def test_a_jittered_trigger_fires_later_by_a_delay_drawn_with_the_seed(tmp_path):
+    specs = [{"action": "kill", "target": "leader", "trigger": {"after_acks": 5, "jitter": 0.4}, "duration": 0.05}]
+    t0 = time.monotonic()
+    dep, nems, _, _ = _run(tmp_path / "a", specs, acks=5)
+    w = nems[0].windows[0]
+    assert 0 <= w["trigger_jitter_ms"] < 400
+    assert dep.cluster.log[0][0] - t0 >= w["trigger_jitter_ms"] / 1e3 - 0.02  # killed no sooner
+    again = _run(tmp_path / "b", specs, acks=5)[1][0].windows[0]["trigger_jitter_ms"]
+    assert again == w["trigger_jitter_ms"]  # same seed, run and fault: the same delay
+    other = Nemesis(0, FaultSpec(**specs[0]), FakeDeployment(), None, 2, "r1", None, AckGate(),
+                    lambda: ["n1"], print, _no_observer)
+    assert other.jitter_s * 1e3 != w["trigger_jitter_ms"]  # another seed, another delay
+    plain = _run(tmp_path / "c", [{**specs[0], "trigger": {"after_acks": 5}}], acks=5)[1][0].windows[0]
+    assert "trigger_jitter_ms" not in plain
+
+
 def test_a_trigger_never_reached_records_nothing(tmp_path):
     specs = [{"action": "kill", "target": "leader", "trigger": {"after_acks": 50}}]
     dep, nems, rows, _ = _run(tmp_path, specs, acks=10)

@@ -75,6 +75,9 @@ class WorkloadSpec(_Strict):
 class TriggerSpec(_Strict):
     after_acks: Optional[int] = Field(None, ge=1, description="fire on the N-th positive ack (all producers)")
     at_seconds: Optional[float] = Field(None, ge=0, description="fire this long after the write phase starts")
+    jitter: float = Field(0.0, ge=0, le=3600, description="then wait a further delay drawn uniformly from "
+                                                         "[0, jitter) seconds with the seed (a fault off the "
+                                                         "beat of the acks or of a steady rate)")
 
     @model_validator(mode="after")
     def _one(self) -> "TriggerSpec":

@@ -74,6 +74,8 @@ class Nemesis:
         self.target_rng = rng_for(seed, run_id, index, "target")
         self.client_nodes = client_nodes
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
+        self.jitter_s = rng_for(seed, run_id, index, "trigger").uniform(0, spec.trigger.jitter) \
+            if spec.trigger.jitter else 0.0
         self.active: Optional[tuple[Fault, dict]] = None
         self.pending: Optional[Fault] = None  # prepared, not injected yet
         self.stopping = False  # the write phase is over: finish the current window, start no other
@@ -211,6 +213,7 @@ class Nemesis:
         else:
             await asyncio.sleep(max(0.0, t.at_seconds - (time.monotonic() - t_begin)))
             t_trigger = time.monotonic_ns()
+        t_trigger += int(self.jitter_s * 1e9)  # the schedule's offsets count from here
         for k, offset in enumerate(self.schedule):
             if self.stopping:
                 return
@@ -237,6 +240,8 @@ class Nemesis:
     async def _window(self, k: int, t_start: int, fault: Fault) -> bool:
         # the window's id in the history: unique in the run (a fault's index and its own count)
         w: dict = {"window": k, "id": fault.ctx.uid, "nodes": []}
+        if self.spec.trigger.jitter:
+            w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         first = self.cls.opens_window_first or self.cls.own_windows

@@ -57,7 +57,7 @@ class MqttOptions(BaseModel):
         True, description="vernemq: allow_register, _publish, _subscribe and _unsubscribe_during_netsplit (off, "
                           "VerneMQ's default, refuses every new connection while a node is down)")
     outgoing_clustering_buffer_size: int = Field(
-        10_000, ge=0, le=100_000_000, description="vernemq: the inter-node buffer while a peer is unreachable "
+        10_000, ge=0, le=100_000_000, description="vernemq: bytes of the inter-node buffer while a peer is unreachable "
                                                   "(VerneMQ's default 10000; the seed's knob)")
     max_queued_messages: int = Field(
         1000, ge=-1, le=100_000_000, description="vernemq: max_online_messages and max_offline_messages of a "

@@ -294,6 +294,11 @@ def test_sigterm_heals_and_tears_down(tmp_path):
     answered = {r["value"] for r in rows if r["type"] in ("ack", "nack", "unknown")}
     assert sent and sent == answered
     assert not list(hist.glob("*.tmp"))
+    # the run is not taken for a finished one: run.json and the history both say it was cut
+    meta = json.loads((hist.parent / "run.json").read_text())
+    assert meta["status"] == "incomplete" and meta["incomplete"].startswith("cut short"), meta
+    (end,) = [r for r in rows if r["client"] == "cut-short"]
+    assert end["type"] == "read_end" and end["detail"].startswith("incomplete: cut short")
 
 
 def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, monkeypatch):

@@ -9,8 +9,29 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from ..history import Recorder
+
 FACTS = "session.json"
 VERDICTS = "verdicts.jsonl"
+CUT_SHORT = "cut-short"  # the history client of a run's cut-short row
+
+
+def mark_cut_short(run_dir: Path, run_id: str, why: str) -> bool:
+    """A run the harness stopped in: one read_end row saying so, from a client of its own,
+    so that the analysis never takes the history for a finished read (a live receiver's rows
+    alone would decide, and could pass). Nothing when the run wrote no history, or was marked
+    already."""
+    hist = run_dir / "history"
+    files = sorted(str(f) for f in hist.glob("*.parquet")) if hist.is_dir() else []
+    if not files or any(Path(f).name.startswith(CUT_SHORT) for f in files):
+        return False
+    last = pc.max(ds.dataset(files).to_table(columns=["t_ns"]).column("t_ns")).as_py() or 0
+    with Recorder(hist, run_id, CUT_SHORT, 0) as r:
+        r.record("read_end", detail=f"incomplete: {why}", t_ns=last + 1)
+    return True
 
 
 class Journal:
@@ -48,7 +69,8 @@ class Journal:
                 meta = {"run": d.name, "index": int(d.name[4:])}
             if meta.get("status") != "finished":
                 meta["status"] = "incomplete"
-                meta["incomplete"] = "cut short: the harness stopped during this run"
+                meta.setdefault("incomplete", "cut short: the harness stopped during this run")
+                mark_cut_short(d, d.name, meta["incomplete"])
                 f.write_text(json.dumps(meta, indent=2, default=str))
             metas[d.name] = meta
         self.kept = self._read_kept()

@@ -11,6 +11,7 @@ from ..faults.base import needs_of
 from ..sandbox import Sandbox
 from ..scenario import Scenario
 from ..systems import SYSTEMS, Deployment
+from .journal import mark_cut_short
 from .observe import Observer
 from .phases import RunContext, client_side
 from .record import RunRecord
@@ -99,19 +100,32 @@ def run_one(s: Scenario, sandbox: Sandbox, clusters: Clusters, session_dir: Path
     line(f"Cluster: {rec.cluster}")
     keep = False
     t_run = time.monotonic()
+    cut: Optional[BaseException] = None
     try:
         if fresh:
             dep.cluster.start()
         c = RunContext(s, dep, sandbox, run_id, run_dir, t_run, index < s.runs, line, observer, quiet)
         sandbox.run_client(lambda: client_side(c, rec), timeout=run_bound(s))
         keep = bool(rec.healthy_after)
+    except BaseException as e:  # Ctrl-C, SIGTERM, a harness error: the run is cut short
+        cut = e
+        raise
     finally:
         try:
             if not keep:
                 clusters.drop(f"rebuilt: {rec.health_after or 'the run did not finish'}")
         finally:
-            rec.finished = time.time()
-            rec.status = "finished"
-            rec.time_phases(t_run)
-            rec.write(run_dir)  # a cluster that failed to start made no run directory
+            _ended(rec, run_dir, t_run, cut)
     return rec
+
+
+def _ended(rec: RunRecord, run_dir: Path, t_run: float, cut: Optional[BaseException]) -> None:
+    """run.json at the run's end: finished, or incomplete when something cut it short (its
+    history then says so too: journal.mark_cut_short)."""
+    rec.finished = time.time()
+    rec.status = "finished" if cut is None else "incomplete"
+    if cut is not None:
+        rec.incomplete = f"cut short: {type(cut).__name__}" + (f": {cut}" if str(cut) else "")
+        mark_cut_short(run_dir, rec.run, rec.incomplete)
+    rec.time_phases(t_run)
+    rec.write(run_dir)  # a cluster that failed to start made no run directory

@@ -1,5 +1,6 @@
 """A process we started is signalled through a handle that cannot name another: once it has
 exited and been reaped, its PID may run anything, and nothing we do reaches that."""
+import asyncio
 import os
 import signal
 import subprocess
@@ -152,3 +153,20 @@ def test_a_stop_shares_its_grace_among_the_processes(tmp_path):
             if p.alive():
                 p.popen.kill()
                 p.popen.wait()
+
+
+def test_a_bound_that_runs_out_says_where_the_client_waits():
+    from brokerchaos.sandbox.sandbox import SandboxError
+
+    async def stuck_inside():
+        await asyncio.Event().wait()  # never set
+
+    async def work():
+        await stuck_inside()
+
+    sb = Sandbox(["n1"], mode="loopback")
+    with pytest.raises(SandboxError) as e:
+        sb.run_client(work, timeout=0.5)
+    msg = str(e.value)
+    assert "did not finish within 0s" in msg or "did not finish within 1s" in msg
+    assert "work > " in msg and "stuck_inside" in msg, msg

@@ -224,8 +224,9 @@ class Sandbox:
         t.start()
         try:
             if not done.wait(timeout):
+                where = self._waiting_in(loop_box)
                 self._cancel(loop_box, done)
-                raise SandboxError(f"client work did not finish within {timeout:.0f}s")
+                raise SandboxError(f"client work did not finish within {timeout:.0f}s; waiting in: {where}")
         except BaseException:
             if not done.is_set():
                 self._cancel(loop_box, done)
@@ -233,6 +234,22 @@ class Sandbox:
         if "error" in result:
             raise result["error"]
         return result.get("value")
+
+    @staticmethod
+    def _waiting_in(loop_box: dict) -> str:
+        """Where each of the loop's tasks waits (the innermost frames of its await chain),
+        asked on the loop's own thread: what a bound that ran out says about the wait it cut."""
+        loop, box, asked = loop_box.get("loop"), {}, threading.Event()
+
+        def look() -> None:
+            box["where"] = "; ".join(filter(None, (_await_chain(t) for t in asyncio.all_tasks(loop))))
+            asked.set()
+
+        try:
+            loop.call_soon_threadsafe(look)
+        except (AttributeError, RuntimeError):  # no loop, or closed
+            return "(no loop)"
+        return box.get("where") or "(nothing pending)" if asked.wait(2) else "(the loop does not answer)"
 
     @staticmethod
     def _cancel(loop_box: dict, done: threading.Event) -> None:
@@ -244,6 +261,17 @@ class Sandbox:
                 pass
         # bounded: the coroutine's own waits (heal, close) are bounded well below this
         done.wait(60)
+
+
+def _await_chain(task: asyncio.Task, keep: int = 3) -> str:
+    """A pending task's await chain, outermost first, as its last `keep` frames
+    (`file:line function`)."""
+    frames, c = [], task.get_coro()
+    while c is not None and getattr(c, "cr_frame", None) is not None:
+        f = c.cr_frame
+        frames.append(f"{Path(f.f_code.co_filename).name}:{f.f_lineno} {f.f_code.co_name}")
+        c = getattr(c, "cr_await", None)
+    return " > ".join(frames[-keep:])
 
 
 def _kill_ns_pids(ns: str) -> None:

@@ -71,7 +71,7 @@ BACKENDS = {"rabbitmq": (RabbitMqttServers, RabbitMqttRoles), "nats": (NatsMqttS
 @SYSTEMS.register("mqtt")
 class Mqtt(System):
     description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
-                   "RabbitMQ's MQTT plugin on its cluster, NATS's MQTT listener, or Mosquitto")
+                   "RabbitMQ's MQTT plugin on its cluster, NATS's MQTT listener, Mosquitto or a VerneMQ cluster")
     Options = MqttOptions
     Client = MqttClient
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from brokerchaos import validation as sc
+from brokerchaos.report import expect
 from brokerchaos.runner import Session
 from brokerchaos.systems import pulsar as ps
 from observers import Quiet, started, until
@@ -203,3 +204,43 @@ def _ack_offsets(session_dir):
     files = sorted(str(p) for p in session_dir.rglob("*.parquet"))
     t = ds.dataset(files, format="parquet").to_table(columns=["type", "offset"]).to_pylist()
     return [r["offset"] for r in t if r["type"] == "ack" and r["offset"]]
+
+
+def _autorecovery(tmp_path, name: str, **options):
+    """scenarios/pulsar-autorecovery.yaml on one broker: a bookie of the ensemble killed at
+    the last ack, its disk wiped, started again empty 20 s later (its 10 s ZooKeeper session
+    has run out: the auditor has seen it go and marked its ledgers). Nothing is written after
+    the kill, so the topic's ledger keeps the lost bookie in its last, open fragment: a
+    replication worker leaves it for `rereplication_grace_s` before it fences and copies it."""
+    from brokerchaos.validation import load_document
+
+    doc = load_document("scenarios/pulsar-autorecovery.yaml")
+    doc["options"] = {**doc["options"], **options}
+    doc["fault"]["duration"] = 20
+    s = sc.build(doc, {"runs": 1, "messages": 10_000, "after_acks": 10_000, "name": name, "nodes": 1,
+                       "replicas": 1})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    return v, result.metas["run-001"]
+
+
+def test_autorecovery_leaves_no_ledger_under_replicated(tmp_path, spark):
+    """The end check's negative control: the wiped bookie's ledgers were under-replicated
+    when the check first looked (the topic's, open, waits out its 60 s grace), and
+    AutoRecovery copied every one again."""
+    v, meta = _autorecovery(tmp_path, "it-pulsar-autorecovery", rereplication_grace_s=60)
+    first = int(meta["end_check"].split("(")[1].split(" under-replicated at the first look")[0])
+    assert first > 0 and meta["under_replicated"] == [], meta["end_check"]
+    assert v["under_replicated"] == 0 and v["end_check"] == meta["end_check"]
+    assert expect.parse("replicated")[0].check(v)[0] == "pass"
+
+
+def test_an_end_check_before_autorecovery_is_done_shows_under_replication(tmp_path, spark):
+    """The positive control: one look (recovery_timeout_s 0) while the topic's open ledger's
+    grace (120 s) still holds its copy back."""
+    v, meta = _autorecovery(tmp_path, "it-pulsar-under-replicated", rereplication_grace_s=120,
+                            recovery_timeout_s=0)
+    assert v["under_replicated"] >= 1 and len(meta["under_replicated"]) == v["under_replicated"], meta
+    assert meta["end_check"].startswith("under-replicated after"), meta["end_check"]
+    assert expect.parse("replicated")[0].check(v)[0] == "fail"

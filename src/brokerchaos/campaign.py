@@ -234,7 +234,8 @@ def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> N
 
 def table(sessions: list[dict]) -> str:
     """One line per session: its runs, result, and each check's runs violated of decided."""
-    names = [c.name for c in CHECKS]
+    names = [c.name for c in CHECKS if c.kind != "cluster"
+             or any(c.name in (s["summary"].get("verdicts") or {}) for s in sessions)]
     lines = [f"{'scenario':<36} {'runs':>4}  {'result':<7} " + " ".join(f"{n:>{max(len(n), 7)}}" for n in names)]
     for s in sessions:
         su = s["summary"]

@@ -45,6 +45,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v["late_sends"] = int(f["late"]) if lagged else None
     v["max_send_lag_ms"] = f["lag"] / MS if lagged else None
     v.update(_live(p, run))
+    v.update(_end_check(p, run))
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
     v["result"] = result_of(v)
@@ -100,6 +101,14 @@ def _live(p: Parts, run: str) -> dict[str, Any]:
             "live_duplicates": int(live.get("duplicates") or 0),
             "live_redeliveries": int(live.get("redeliveries") or 0),
             "live_read_status": None if not ends else "; ".join(sorted(set(ends)))}
+
+
+def _end_check(p: Parts, run: str) -> dict[str, Any]:
+    """The cluster's own account of its copies after the run (the last `check` row): how
+    many stored units were short of copies (None: no check, or it could not be asked)."""
+    row = p.rows.checks.get(run)
+    return {"under_replicated": None if row is None or row["value"] is None else int(row["value"]),
+            "end_check": None if row is None else row["detail"]}
 
 
 def _facts(p: Parts, run: str, position: int, run_windows: list) -> dict[str, Any]:

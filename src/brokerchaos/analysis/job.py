@@ -78,6 +78,7 @@ class Rows:
     live_ends: dict[str, list]  # per run, each observer's
     observers: collections.Counter  # observers per run
     first_fault: dict[str, int]  # per run, its first fault's time
+    checks: dict[str, dict] = field(default_factory=dict)  # per run, its last `check` row (value, detail)
 
     def recv(self) -> DataFrame:
         """Every recv row: the checking readers' and the observers'."""
@@ -92,8 +93,8 @@ class Rows:
 
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     """Faults, heals, read ends, observers' subscribes: a handful of rows, collected."""
-    small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe"))
-             .select("run", "client", "t_ns", "type", "node", "detail", "window").collect()]
+    small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check"))
+             .select("run", "client", "t_ns", "type", "node", "value", "detail", "window").collect()]
     observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER}
     read_ends: dict[str, list] = {}
     live_ends: dict[str, list] = {}
@@ -111,8 +112,9 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     for r in nemesis:
         if r["type"] == "fault":
             first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
+    checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
-                first_fault)
+                first_fault, checks)
 
 
 # -- counts ---------------------------------------------------------------------------------------

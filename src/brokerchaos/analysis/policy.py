@@ -11,6 +11,8 @@ Two kinds of check:
   twice); its absence is proven only by a read that finished;
 - `missing`: the violation is an absence itself (an acked message not read), so both ways
   need a finished read: in a read that did not finish, a missing message is unproven.
+And one of the cluster's own word, `cluster`: what it said of its copies once every fault was
+healed (a `check` row); a run without that word is undecided by it, whatever the read.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def read_decides(v: dict) -> bool:
 class Check:
     name: str  # the rate's name in summary.json, the console and the report: "acked loss"
     key: str  # the verdict figure it reads
-    kind: str  # "seen" or "missing" (module docstring); "read": whether the read finished
+    kind: str  # "seen", "missing" or "cluster" (module docstring); "read": whether the read finished
     fails_run: bool  # a violation makes the run's result fail
     meaning: str  # what a violation is, in words
     expect: Optional[str] = None  # its --expect name
@@ -40,13 +42,15 @@ class Check:
     def count(self, v: dict) -> int:
         if self.kind == "read":
             return int(v["read_complete"] is False)
-        return int(v[self.key] or 0)
+        return int((v.get(self.key) if self.kind == "cluster" else v[self.key]) or 0)
 
     def judge(self, v: dict) -> str:
         """pass, fail or undecided for one run's verdict."""
         n = self.count(v)
         if self.kind == "read":
             return FAIL if n else PASS
+        if self.kind == "cluster":
+            return UNDECIDED if v.get(self.key) is None else FAIL if n else PASS
         if self.kind == "seen" and n:
             return FAIL
         if not read_decides(v):
@@ -71,6 +75,10 @@ CHECKS: tuple[Check, ...] = (
           detail=lambda v: f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, DJF {v['djf']}, "
                            f"DJB {v['djb']})"),
     Check("incomplete read", "read_complete", "read", False, "reads that did not finish"),
+    Check("under-replication", "under_replicated", "cluster", False, "ledgers under-replicated at the end",
+          expect="replicated", holds="the cluster itself reports nothing short of copies once every fault is "
+                                     "healed (Pulsar with options.autorecovery: no ledger under-replicated)",
+          detail=lambda v: v.get("end_check") or "no end check in this run"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 
@@ -87,11 +95,13 @@ def result_of(v: dict) -> str:
 def rates(verdicts: list[dict], wilson) -> dict[str, dict]:
     """Per check, how many runs violated it of the runs it decided, with `wilson(k, n)`'s
     95% interval: a run whose read did not finish is out of a check it cannot decide, as it
-    is out of the pass/fail count."""
+    is out of the pass/fail count. A `cluster` check no run had is left out."""
     out = {}
     for c in CHECKS:
         judged = [c.judge(v) for v in verdicts]
         k, n = judged.count(FAIL), sum(j != UNDECIDED for j in judged)
+        if c.kind == "cluster" and not n:
+            continue  # the cluster never gave its word: a system or setting without that check
         lo, hi = wilson(k, n)
         out[c.name] = {"runs": k, "of": n, "wilson95": [lo, hi]}
     return out

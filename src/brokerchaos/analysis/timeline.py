@@ -19,7 +19,7 @@ BUCKET_NS = 100_000_000
 POSITIONS = 1000
 # jump and loss rows kept per run (the plot's markers and the table under it)
 FIRST_ROWS = 500
-EVENT_TYPES = ("fault", "heal", "ready", "disconnect", "reconnect", "read_end", "subscribe")
+EVENT_TYPES = ("fault", "heal", "ready", "disconnect", "reconnect", "read_end", "subscribe", "check")
 
 
 @dataclass

@@ -167,6 +167,9 @@ class Verdict(TypedDict, total=False):
     djb: int
     jf0: int
     out_of_order: int
+    # the cluster's own account of its copies once healed (a `check` row; None without one)
+    under_replicated: Optional[int]
+    end_check: Optional[str]
     # the read
     read_complete: Optional[bool]
     read_status: Optional[str]

@@ -1,4 +1,4 @@
-"""History format 1.4: the only contract between the workload/nemesis and the analysis.
+"""History format 1.5: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 4)
+FORMAT_VERSION = (1, 5)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -50,11 +50,14 @@ LATE_NS = 100_000_000
 # callbacks report them. subscribe (1.3, optional) is a live consumer's first row; detail
 # "observer" says that it reads during the write phase to measure (end-to-end latency, the
 # consumer's outage, redeliveries) while another reader does the end check, so its
-# deliveries are not counted in the loss, duplicate and ordering verdicts.
+# deliveries are not counted in the loss, duplicate and ordering verdicts. check (1.5,
+# optional, nemesis) is the cluster's own account of its copies once every fault is healed:
+# `value` the stored units short of copies (Pulsar with AutoRecovery: under-replicated
+# ledgers; null when it could not be asked), `detail` what was seen.
 MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
 CLIENT_EVENT_TYPES = ("disconnect", "reconnect")
-EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe") + CLIENT_EVENT_TYPES
+EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
 OBSERVER = "observer"
 
 NEMESIS_CLIENT = "nemesis"

@@ -395,6 +395,12 @@ def _scenario(out: Path, metas: dict) -> dict:
 CHECKS = [(c.name, c.name) for c in policy.CHECKS]
 
 
+def _checks(sessions: list[dict]) -> list[tuple[str, str]]:
+    """The checks some session has a rate for (a cluster's own check only where it was made)."""
+    return [(label, key) for label, key in CHECKS
+            if any(key in (s["summary"].get("verdicts") or {}) for s in sessions)]
+
+
 def _arms(scenarios: list[dict]) -> str:
     """What differs between two scenarios, as `path: a vs b` (what a two-armed test compares)."""
     def flat(d: dict, pre: str = "") -> dict:
@@ -469,15 +475,16 @@ def comparison(sessions: list[dict]) -> str:
 def heat_figure(sessions: list[dict]) -> go.Figure:
     names = [s["scenario"] for s in sessions]
     z, text = [], []
+    checks = _checks(sessions)
     for s in sessions:
         zr, tr = [], []
-        for _, key in CHECKS:
+        for _, key in checks:
             d = s["summary"].get("verdicts", {}).get(key) or {"runs": 0, "of": 0, "wilson95": [None, None]}
             zr.append(d["runs"] / d["of"] if d["of"] else None)
             tr.append(f"{d['runs']}/{d['of']}<br>{_pct(*d['wilson95'])}")
         z.append(zr)
         text.append(tr)
-    fig = go.Figure(go.Heatmap(z=z, x=[c for c, _ in CHECKS], y=names, text=text, texttemplate="%{text}",
+    fig = go.Figure(go.Heatmap(z=z, x=[c for c, _ in checks], y=names, text=text, texttemplate="%{text}",
                                colorscale=[[0, "#f7fbff"], [1, "#d62728"]], zmin=0, zmax=1,
                                colorbar={"title": "share of runs"}))
     fig.update_layout(height=120 + 45 * len(names), template="plotly_white", yaxis={"autorange": "reversed"},
@@ -502,12 +509,13 @@ def campaign_outage_figure(sessions: list[dict], verdicts: dict[str, list[dict]]
 def campaign_page(name: str, sessions: list[dict], verdicts: dict[str, list[dict]], notes: str = "") -> str:
     rows, classes = [], []
     axes = list(dict.fromkeys(a for s in sessions for a in (s.get("axes") or {})))
+    checks = _checks(sessions)
     for s in sessions:
         su = s["summary"]
         outs = [o for v in verdicts.get(s["scenario"], []) for o in v.get("fault_outages_ms") or []]
         ended = sorted(o for o in outs if o is not None)
         cells = []
-        for _, key in CHECKS:
+        for _, key in checks:
             d = su.get("verdicts", {}).get(key) or {"runs": 0, "of": 0, "wilson95": [None, None]}
             cells.append(f"{d['runs']}/{d['of']} ({_pct(*d['wilson95'])})")
         med = _ms(statistics.median(ended)) if ended else "-"
@@ -516,7 +524,7 @@ def campaign_page(name: str, sessions: list[dict], verdicts: dict[str, list[dict
                      f"<span class='badge {su.get('result', 'unknown')}'>{_e(su.get('result', '?').upper())}</span>"]
                     + cells + [med, _ms(ended[-1]) if ended else "-", str(len(outs) - len(ended))])
         classes.append(su.get("result") if su.get("result") != "pass" else "")
-    table = _table(["scenario"] + axes + ["runs", "result"] + [c for c, _ in CHECKS]
+    table = _table(["scenario"] + axes + ["runs", "result"] + [c for c, _ in checks]
                    + ["outage p50", "outage max", "never ended"], rows, classes, left=1 + len(axes))
     box = campaign_outage_figure(sessions, verdicts)
     notes_html = "".join(f"<p>{_e(par)}</p>" for par in notes.strip().split("\n\n")) if notes.strip() else ""

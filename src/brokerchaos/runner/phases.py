@@ -23,6 +23,7 @@ from ..scenario import Scenario
 from ..systems import Deployment, LiveReader
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
 from ..workload.producer import quick_switches
+from .endcheck import end_check
 from .observe import Observer, progress_line
 from .record import RunRecord
 
@@ -241,6 +242,7 @@ async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis
             await n.heal_active("end of run")
         for n in nemeses:
             await n.settle(0)
+        await end_check(c.dep, rec, nem_rec, c.line)  # before check_health drops the stream
         await check_health(c, rec)
     finally:
         if readers is not None:

@@ -42,6 +42,9 @@ class RunRecord:
     live_read_status: Optional[str] = None
     read_status: Optional[str] = None
     read_s: Optional[float] = None
+    # the end check of the copies (endcheck.py): what was still short at its last look
+    under_replicated: Optional[list[str]] = None
+    end_check: Optional[str] = None
     # may the next run take this cluster?
     healthy_after: Optional[bool] = None
     health_after: Optional[str] = None

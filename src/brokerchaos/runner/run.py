@@ -78,7 +78,8 @@ def run_bound(s: Scenario) -> float:
     w = s.workload
     # connecting gets 90 s per node boot (RabbitMQ boots its nodes one by one) and one more
     # for a joiner booted a second time
-    return 90 * (s.cluster.nodes + 1) + 30 + w.write_timeout + w.read_timeout + 60
+    return 90 * (s.cluster.nodes + 1) + 30 + w.write_timeout + w.read_timeout + 60 + \
+        SYSTEMS.get(s.system).end_check_s(s)
 
 
 def run_one(s: Scenario, sandbox: Sandbox, clusters: Clusters, session_dir: Path, run_id: str, index: int,

@@ -369,6 +369,16 @@ class Roles:
         """Nodes the live consumers are connected to now (systems that read during the run)."""
         return []
 
+    def copies_wait(self) -> Optional[float]:
+        """How long a run's end check waits for the cluster to say nothing is short of copies
+        (`under_replicated`); None where the system, with these settings, keeps no such account."""
+        return None
+
+    async def under_replicated(self) -> list[str]:
+        """One look: what the cluster itself reports short of copies now (Pulsar with
+        AutoRecovery: under-replicated ledger ids); raises where it cannot be asked."""
+        raise LookupError("this system keeps no account of under-replicated data")
+
     async def whole(self) -> tuple[bool, str]:
         """One look: is the cluster whole and serving? (ok, what was seen)."""
         await self.client.connect(5.0)
@@ -450,6 +460,12 @@ class System:
         """What the roles of this scenario's deployment can look up (`offers`, unless the
         options choose a server without them)."""
         return cls.offers
+
+    @classmethod
+    def end_check_s(cls, scenario: "Scenario") -> float:
+        """The longest a run's end check of the copies may take with these settings (the run's
+        bound grows by it): 0 where there is none (Roles.copies_wait)."""
+        return 0.0
 
     @classmethod
     def local_offers(cls) -> frozenset[str]:

@@ -91,10 +91,20 @@ def packaged_binary(package: str, name: str, install: str) -> str:
 
 
 async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
-                   method: str = "GET", hops: int = 0) -> bytes:
+                   method: str = "GET") -> bytes:
     """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints), following a
     redirect; raises OSError unless the answer is 2xx."""
-    async def get() -> bytes:
+    status, body = await http_request(host, port, path, timeout, auth, method)
+    if not 200 <= status < 300:
+        raise OSError(f"HTTP {status} for {method} {path}: {body[:60]!r}")
+    return body
+
+
+async def http_request(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
+                       method: str = "GET") -> tuple[int, bytes]:
+    """One bounded HTTP/1.0 request, following up to 3 redirects: (status, body), whatever
+    the status (0: no status line)."""
+    async def once(host: str, port: int, path: str) -> tuple[int, bytes, Optional[str]]:
         r, w = await asyncio.open_connection(host, port)
         try:
             head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n"
@@ -106,22 +116,29 @@ async def http_get(host: str, port: int, path: str, timeout: float, auth: Option
         finally:
             w.close()
         head_b, _, body = data.partition(b"\r\n\r\n")
-        status = head_b.split(b"\r\n", 1)[0].split()
-        if len(status) >= 2 and status[1] in (b"301", b"302", b"307", b"308") and hops < 3:
+        first = head_b.split(b"\r\n", 1)[0].split()
+        status = int(first[1]) if len(first) >= 2 and first[1].isdigit() else 0
+        location = None
+        for line in head_b.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"location":
+                location = value.strip().decode()
+        return status, body, location
+
+    async def follow() -> tuple[int, bytes]:
+        from urllib.parse import urlsplit
+
+        h, p, pa = host, port, path
+        for _ in range(4):
+            status, body, location = await once(h, p, pa)
             # Pulsar's REST API sends a lookup to the broker that serves it
-            from urllib.parse import urlsplit
+            if status not in (301, 302, 307, 308) or location is None:
+                return status, body
+            u = urlsplit(location)
+            h, p, pa = u.hostname or h, u.port or p, u.path + (f"?{u.query}" if u.query else "")
+        return status, body
 
-            for line in head_b.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"location":
-                    u = urlsplit(value.strip().decode())
-                    return await http_get(u.hostname or host, u.port or port, u.path + (f"?{u.query}" if u.query
-                                          else ""), timeout, auth, method, hops + 1)
-        if len(status) < 2 or not status[1].startswith(b"2"):
-            raise OSError(f"HTTP {head_b[:40]!r} for {method} {path}")
-        return body
-
-    return await asyncio.wait_for(get(), timeout)
+    return await asyncio.wait_for(follow(), timeout)
 
 
 async def wait_until(look: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> str:

@@ -32,6 +32,16 @@ class PulsarOptions(BaseModel):
                            "stops there and the run is undecided)")
     zk_session_timeout_ms: int = Field(30_000, ge=1_000, le=300_000,
                                        description="brokers' and bookies' ZooKeeper session timeout (apache)")
+    autorecovery: bool = Field(
+        False, description="bookies run BookKeeper's AutoRecovery (auditor and replication worker) and their HTTP "
+                           "admin API; every run ends with the check that no ledger is under-replicated (apache)")
+    rereplication_grace_s: float = Field(
+        30.0, ge=0, le=3600, description="with autorecovery: openLedgerRereplicationGracePeriod, how long a "
+                                         "replication worker leaves a ledger still open for writes before it fences "
+                                         "it and copies it again")
+    recovery_timeout_s: float = Field(
+        180.0, ge=0, le=3600, description="with autorecovery: how long a run's end check waits for AutoRecovery to "
+                                          "leave no ledger under-replicated (0: one look)")
     batching: bool = Field(True, description="producer batching")
     batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
     batching_max_messages: int = Field(1000, ge=1, le=100_000)
@@ -70,12 +80,20 @@ class Pulsar(System):
         return () if o.broker == "lite" else (ZK, *bookie_names(o.bookies))
 
     @classmethod
+    def end_check_s(cls, scenario) -> float:
+        o = PulsarOptions.model_validate(scenario.options)
+        return o.recovery_timeout_s + 60 if o.autorecovery and o.broker == "apache" else 0.0
+
+    @classmethod
     def check(cls, scenario) -> None:
         c, w = scenario.cluster, scenario.workload
         o = PulsarOptions.model_validate(scenario.options)
         if o.broker == "lite" and scenario.external is None and (c.nodes != 1 or c.replicas != 1):
             raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
                                 "and cluster.replicas to 1 (or test a real cluster with --external)")
+        if o.autorecovery and (o.broker == "lite" or scenario.external is not None):
+            raise ScenarioError("scenario field 'options.autorecovery': the harness runs AutoRecovery on the bookies "
+                                "it starts (options.broker apache, no --external)")
         if o.broker == "apache":
             if o.ensemble_size > o.bookies:
                 raise ScenarioError(f"scenario field 'options.ensemble_size': E={o.ensemble_size} needs that many "

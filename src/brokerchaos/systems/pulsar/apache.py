@@ -20,7 +20,7 @@ from typing import Optional
 
 from .. import jvm
 from ..base import WIPE, NodeExited, SystemError_
-from ..runtime import http_get, port_open, wait_until
+from ..runtime import http_get, http_request, port_open, wait_until
 from ..cluster import LocalCluster
 from .client import PulsarRoles
 
@@ -55,7 +55,7 @@ def bookie_names(n: int) -> tuple[str, ...]:
 
 
 class ApachePulsar(LocalCluster):
-    ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181}
+    ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181, "bookie_admin": 8000}
     extra_offers = frozenset({WIPE})
 
     def __init__(self, ctx) -> None:
@@ -83,9 +83,22 @@ class ApachePulsar(LocalCluster):
             "bookiePort": port, "advertisedAddress": ip, "allowLoopback": "true",
             "useHostNameAsBookieID": "false", "journalDirectories": d / "journal", "ledgerDirectories": d / "ledgers",
             "metadataServiceUri": f"zk://{self.zk_url()}/ledgers", "zkTimeout": self.options.zk_session_timeout_ms,
-            "httpServerEnabled": "false", "journalSyncData": "true", "autoRecoveryDaemonEnabled": "false",
-            "gcWaitTime": 60_000,
+            "journalSyncData": "true", "gcWaitTime": 60_000, **self.autorecovery_conf(node),
         })
+
+    def autorecovery_conf(self, node: str) -> dict:
+        """AutoRecovery in the bookie (options.autorecovery): the auditor, elected among the
+        bookies, marks the ledgers of a bookie it sees leave as under-replicated at once
+        (lostBookieRecoveryDelay 0), and each bookie's replication worker copies them again
+        (a ledger still open after options.rereplication_grace_s: it fences it first); the
+        HTTP admin API answers the end check."""
+        if not self.options.autorecovery:
+            return {"httpServerEnabled": "false", "autoRecoveryDaemonEnabled": "false"}
+        ip, port = self.address(node, "bookie_admin")
+        return {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": 0,
+                "openLedgerRereplicationGracePeriod": int(self.options.rereplication_grace_s * 1000),
+                "httpServerEnabled": "true", "httpServerPort": port, "httpServerHost": ip,
+                "httpServerClass": "org.apache.bookkeeper.http.vertx.VertxHttpServer"}
 
     def broker_conf(self, node: str):
         o = self.options
@@ -267,6 +280,32 @@ class ApachePulsarRoles(PulsarRoles):
         if ledgers:
             out["ensemble"] = self.bookies_of(ledgers[-1])
         return out
+
+    def copies_wait(self) -> Optional[float]:
+        o = self.client.options
+        return o.recovery_timeout_s if o.autorecovery else None
+
+    async def under_replicated(self) -> list[str]:
+        """The ledgers AutoRecovery's auditor has marked under-replicated, as a bookie's HTTP
+        admin API lists them; LookupError if no bookie answers or no auditor is elected (an
+        empty list from nobody watching would be a false all-clear)."""
+        errors = []
+        for b in self.cluster.bookies:
+            host, port = self.cluster.address(b, "bookie_admin")
+            try:
+                auditor = await http_get(host, port, "/api/v1/autorecovery/who_is_auditor", 10.0)
+                if not auditor.strip():
+                    raise OSError("no auditor elected")
+                status, body = await http_request(host, port, "/api/v1/autorecovery/list_under_replicated_ledger", 30.0)
+            except (OSError, asyncio.TimeoutError) as e:
+                errors.append(f"{b}: {e or type(e).__name__}")
+                continue
+            if status == 404 and b"No under replicated" in body:
+                return []
+            if status == 200:
+                return [str(x) for x in json.loads(body)]
+            errors.append(f"{b}: HTTP {status} {body[:60]!r}")
+        raise LookupError("no bookie told its under-replicated ledgers: " + "; ".join(errors))
 
     async def whole(self) -> tuple[bool, str]:
         c = self.cluster

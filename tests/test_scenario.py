@@ -16,9 +16,10 @@ def test_defaults_match_the_foundation_scenario():
 
 
 def test_flags_override_the_file():
-    s = sc.load("scenarios/nats-kill-leader.yaml", {"runs": 2, "messages": 500, "after_acks": 100, "dedup": True})
+    s = sc.load("scenarios/nats-kill-leader.yaml", {"runs": 2, "messages": 500, "after_acks": 100, "dedup": True,
+                                                    "read_idle": 45})
     assert s.runs == 2 and s.workload.messages == 500 and s.fault.trigger.after_acks == 100
-    assert s.workload.dedup is True
+    assert s.workload.dedup is True and s.workload.read_idle == 45
     assert s.cluster.replicas == 3  # untouched
 
 

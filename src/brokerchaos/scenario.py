@@ -69,7 +69,8 @@ class WorkloadSpec(_Strict):
                                  json_schema_extra=CLI)
     read_timeout: float = Field(300.0, gt=0, description="bound on the whole read phase, seconds (default 300)",
                                 json_schema_extra=CLI)
-    read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up")
+    read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up "
+                                                     "(default 10)", json_schema_extra=CLI)
 
 
 class TriggerSpec(_Strict):

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from . import validation as sc
-from .analysis.policy import CHECKS
+from .analysis.policy import reported
 from .errors import first_error
 from .inputs import read_yaml
 from .scenario import FLAG_PATHS
@@ -234,8 +234,7 @@ def write(root: Path, sessions: list[dict], outages: Optional[dict] = None) -> N
 
 def table(sessions: list[dict]) -> str:
     """One line per session: its runs, result, and each check's runs violated of decided."""
-    names = [c.name for c in CHECKS if c.kind != "cluster"
-             or any(c.name in (s["summary"].get("verdicts") or {}) for s in sessions)]
+    names = [c.name for c in reported([s["summary"].get("verdicts") for s in sessions])]
     lines = [f"{'scenario':<36} {'runs':>4}  {'result':<7} " + " ".join(f"{n:>{max(len(n), 7)}}" for n in names)]
     for s in sessions:
         su = s["summary"]

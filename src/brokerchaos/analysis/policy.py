@@ -83,6 +83,12 @@ CHECKS: tuple[Check, ...] = (
 BY_NAME = {c.name: c for c in CHECKS}
 
 
+def reported(rate_tables: list[dict]) -> list[Check]:
+    """The checks a table of sessions shows, from their rates (`rates()`, summary.json's
+    `verdicts`): every check, a `cluster` one only where some run had the cluster's word."""
+    return [c for c in CHECKS if c.kind != "cluster" or any(c.name in (t or {}) for t in rate_tables)]
+
+
 def result_of(v: dict) -> str:
     """pass / fail / unknown: the checks that fail a run; one that cannot decide makes the
     run unknown (never a pass), unless another already failed it."""

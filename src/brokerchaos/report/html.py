@@ -397,8 +397,7 @@ CHECKS = [(c.name, c.name) for c in policy.CHECKS]
 
 def _checks(sessions: list[dict]) -> list[tuple[str, str]]:
     """The checks some session has a rate for (a cluster's own check only where it was made)."""
-    return [(label, key) for label, key in CHECKS
-            if any(key in (s["summary"].get("verdicts") or {}) for s in sessions)]
+    return [(c.name, c.name) for c in policy.reported([s["summary"].get("verdicts") for s in sessions])]
 
 
 def _arms(scenarios: list[dict]) -> str:

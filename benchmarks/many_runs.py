@@ -60,7 +60,8 @@ def generate(out: Path, runs: int, messages: int) -> tuple[dict[str, int], dict[
         add("nemesis", [1], [t_fault + 10**9], "heal", None, [None], "n1", "kill leader", 1)
         add("c1", [len(recv)], [2 * 10**10], "read_end", None, [None], None, "complete")
         table = pa.concat_tables(
-            pa.table({f.name: pa.array(p[f.name], type=f.type) for f in SCHEMA}, schema=SCHEMA) for p in parts)
+            pa.table({f.name: pa.array(p[f.name], type=f.type) if f.name in p else pa.nulls(len(p["run"]), f.type)
+                      for f in SCHEMA}, schema=SCHEMA) for p in parts)
         (out / run / "history").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, out / run / "history" / "history.parquet")
     return lost, p50

@@ -105,11 +105,18 @@ def _session(run: str, position: int, rows: list[dict], windows: list, live_gaps
 
 
 def _run(run: str, rows: list[dict], position: int = 1) -> dict:
-    # observers (a subscribe row "observer") measure the consumer side; the verdicts are the others'
-    observers = {r["client"] for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
+    # observers (a subscribe row "observer") measure the consumer side, consumer groups'
+    # members (a subscribe row naming a group) are judged by the group verdicts; the other
+    # verdicts are the others'
+    group_of = {r["client"]: r["group"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None}
+    observers = {r["client"] for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"
+                 and r.get("group") is None} - set(group_of)
     observed = [r for r in rows if r["client"] in observers]
-    rows = [r for r in rows if r["client"] not in observers]
-    v = _checked(run, rows, position, [r for r in observed if r["type"] == "recv"])
+    members = [r for r in rows if r["client"] in group_of]
+    rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of]
+    v = _checked(run, rows, position, [r for r in observed + members if r["type"] == "recv"])
+    v.update(_groups(rows, members, group_of))
+    v["result"] = _result(v)
     v["live_consumers"] = len(observers)
     v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
     v["live_duplicates"] = v["live_redeliveries"] = 0
@@ -308,12 +315,87 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
         rx_gaps = _gaps([r["t_ns"] for r in recv_rows if r["client"] in reading])
     v.update(_session(run, position, rows, windows, rx_gaps, outages))
 
-    if v["received_after_nack"] > 0:
-        v["result"] = "fail"
-    elif v["read_complete"] is False or (v["read_complete"] is None and not recv_rows):
-        v["result"] = "unknown"
-    elif v["acked_missing"] > 0:
-        v["result"] = "fail"
-    else:
-        v["result"] = "pass"
+    v["_read_decides"] = not (v["read_complete"] is False or (v["read_complete"] is None and not recv_rows))
     return v
+
+
+def _result(v: dict) -> str:
+    decides, groups_done = v["_read_decides"], v["group_read_complete"] is True
+    if v["received_after_nack"] > 0 or (decides and v["acked_missing"] > 0):
+        return "fail"
+    if v["groups"] and decides and groups_done and v["group_skips"] > 0:
+        return "fail"  # a stored message a group never processed
+    if not decides or (v["groups"] and not groups_done):
+        return "unknown"
+    return "pass"
+
+
+ASSIGNED = object()  # a member's position right after an assignment: any delivery is past it
+
+
+def _groups(checked: list[dict], members: list[dict], group_of: dict) -> dict:
+    """The consumer-group figures (format 1.6), per group and summed over the run's groups."""
+    sent = {(r["producer"], r["value"]) for r in checked if r["type"] == "send"}
+    stored = {(r["producer"], r["value"]) for r in checked if r["type"] == "recv"} & sent
+    per = {}
+    for g in sorted(set(group_of.values())):
+        mine = [r for r in members if group_of[r["client"]] == g]
+        per[g] = _group(mine, stored)
+    keys = ("group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
+            "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards")
+    out = {k: sum(x[k] for x in per.values()) for k in keys}
+    done = [x["read_complete"] for x in per.values()]
+    out["groups"] = len(per)
+    out["group_read_complete"] = None if not per or None in done else all(done)
+    out["consumer_groups"] = per
+    return out
+
+
+def _group(rows: list[dict], stored: set) -> dict:
+    recv = [r for r in rows if r["type"] == "recv"]
+    got = defaultdict(list)  # (producer, value) -> [(client, offset)]
+    for r in recv:
+        if r["producer"] is not None and r["value"] is not None:
+            got[(r["producer"], r["value"])].append((r["client"], r["offset"]))
+    x = {"group_recv_rows": len(recv), "group_skips": len(stored - set(got)), "group_duplicates": 0,
+         "group_dup_stored": 0, "group_dup_handover": 0, "group_dup_same": 0}
+    for at in got.values():
+        x["group_duplicates"] += len(at) - 1
+        offsets = {o for _, o in at if o is not None}
+        x["group_dup_stored"] += max(0, len(offsets) - 1)
+        for o in offsets:
+            here = [c for c, oo in at if oo == o]
+            x["group_dup_handover"] += len(set(here)) - 1
+            x["group_dup_same"] += len(here) - len(set(here))
+    # nonmonotonic: per (member, partition) in the member's order, a delivery not past the
+    # previous one, unless an assignment of that partition came between
+    x["group_nonmonotonic"] = 0
+    streams = defaultdict(list)
+    for r in rows:
+        if r.get("partition") is not None and (r["type"] == "assign"
+                                           or (r["type"] == "recv" and r.get("position") is not None)):
+            streams[(r["client"], r.get("partition"))].append(r)
+    for rs in streams.values():
+        prev = None
+        for r in sorted(rs, key=lambda r: r["seq"]):
+            if r["type"] == "assign":
+                prev = ASSIGNED
+                continue
+            if prev is not None and prev is not ASSIGNED and r.get("position") <= prev:
+                x["group_nonmonotonic"] += 1
+            prev = r.get("position")
+    commits = sorted((r for r in rows if r["type"] == "commit"), key=lambda r: (r["t_ns"], r["client"], r["seq"]))
+    x["group_commits"] = len(commits)
+    ok = [r for r in commits
+          if r["detail"] == "ok" and r.get("position") is not None and r.get("partition") is not None]
+    x["group_commit_failures"] = len(commits) - len(ok)
+    x["group_commit_backwards"] = 0
+    best: dict = {}
+    for r in ok:
+        if r.get("partition") in best and r.get("position") < best[r.get("partition")]:
+            x["group_commit_backwards"] += 1
+        best[r.get("partition")] = max(best.get(r.get("partition"), r.get("position")), r.get("position"))
+    ends = [r["detail"] for r in rows if r["type"] == "read_end"]
+    x["read_complete"] = None if not ends else all(e == "complete" or e.startswith("complete:") for e in ends)
+    x["read_status"] = "; ".join(sorted(set(ends))) if ends else None
+    return x

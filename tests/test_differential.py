@@ -23,6 +23,9 @@ KEYS = [
     "redeliveries", "jf", "jb", "djf", "djb", "jf0", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm", "late_sends",
     "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries", "live_read_status",
+    "groups", "group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
+    "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
+    "group_read_complete", "consumer_groups",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -74,6 +77,9 @@ def history(draw, read_after_write: bool = False):
             end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
             if end:
                 evs.append(("read_end", None, None, end))
+        if not read_after_write:
+            for gi in range(1, draw(st.integers(0, 2)) + 1):
+                _group(draw, rnd, clients, f"g{gi}", sent)
         # fault windows, with ids (format 1.1) or without (older histories), their events
         # interleaved so that windows overlap and heal in any order; a window's id rides in
         # `value` here and goes to the `window` column below
@@ -97,7 +103,7 @@ def history(draw, read_after_write: bool = False):
         while queues:
             c = rnd.choice([q for q in sorted(queues) if not (
                 read_after_write and q.startswith("c") and any(x.startswith("p") for x in queues))])
-            ty, p, v, x = queues[c].pop(0)
+            ty, p, v, x, *more = queues[c].pop(0)
             if not queues[c]:
                 del queues[c]
             t += rnd.choice([0, 1, 5, 1000, 250_000, 3_000_000])
@@ -108,8 +114,8 @@ def history(draw, read_after_write: bool = False):
                              offset=x if ty in ("ack", "recv") else None,
                              node="n1" if ty in ("fault", "heal", "ready") else
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
-                             detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe") else None,
-                             intended_ns=t - x if ty == "send" and x is not None else None))
+                             detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe", "commit") else None,
+                             intended_ns=t - x if ty == "send" and x is not None else None, **(more or [{}])[0]))
         if read_after_write or draw(st.booleans()):
             # a producer of format 1.4: each message's first ack carries its first send's start
             start: dict = {}
@@ -123,6 +129,35 @@ def history(draw, read_after_write: bool = False):
                     r["send_ns"] = start[k]
                     start[k] = None
     return rows
+
+
+def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
+    """A consumer group's members (format 1.6): assignments and revocations, deliveries with
+    a partition and a position (in order, again, back, or none), commits that succeed or
+    fail, and how each member's read ended."""
+    for mi in range(1, draw(st.integers(1, 3)) + 1):
+        evs = clients.setdefault(f"m{g}{mi}", [])
+        evs.append(("subscribe", None, None, "kafka", {"group": g}))
+        pool = sent + [("p1", 999), (None, None)]
+        for _ in range(draw(st.integers(0, 30))):
+            k, part = rnd.random(), rnd.choice(["0", "1"])
+            if k < 0.1:
+                evs.append((rnd.choice(["assign", "revoke"]), None, None, None,
+                            {"group": g, "partition": part, "epoch": rnd.randint(1, 3)}))
+            elif k < 0.25:
+                evs.append(("commit", None, None, rnd.choice(["ok", "ok", "ok", "failed: rebalance"]),
+                            {"group": g, "partition": rnd.choice([part, part, None]),
+                             "position": rnd.choice([rnd.randint(0, 30), rnd.randint(0, 30), None])}))
+            elif pool:
+                p, v = rnd.choice(pool) if rnd.random() < 0.2 or not sent else sent[int(rnd.random() * len(sent))]
+                off = rnd.choice([f"o{v}", f"o{v}", f"o{v}b", None])
+                pos = None if v is None else rnd.choice([v, v, v, v - 1, None])
+                evs.append(("recv", p, v, off if v is not None else None,
+                            {"group": g, "partition": rnd.choice([part, part, part, None]), "position": pos,
+                             "epoch": rnd.choice([1, None])}))
+        end = draw(st.sampled_from(["complete", "complete", "incomplete: no delivery for 10s", None]))
+        if end:
+            evs.append(("read_end", None, None, end, {"group": g}))
 
 
 def _close(a, b):
@@ -187,7 +222,8 @@ def test_spark_matches_oracle_on_runs_read_after_their_write(rows, in_memory, sp
 def _assume_recordable(rows) -> None:
     # a run of nothing but an observer's rows (no producer sent, nobody else read, no fault)
     # is no run the harness can record, and has no verdict: the oracle has no rows to end it
-    watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"}
+    watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe"
+               and (r["detail"] == "observer" or r.get("group") is not None)}
     assume(all(any((r["run"], r["client"]) not in watched for r in rows if r["run"] == run)
                for run in {r["run"] for r in rows}))
 

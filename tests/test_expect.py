@@ -15,6 +15,21 @@ def verdict(run="run-001", **kw):
     return v
 
 
+def test_group_expectations_are_undecided_without_a_group_and_judge_one_with_it():
+    exps = expect.parse("no-skips,group-monotonic")
+    cases = expect.evaluate("s", [verdict()], exps)
+    assert [c.status for c in cases] == ["undecided", "undecided"]
+    assert cases[0].detail == "no consumer group in this run"
+    grouped = {"groups": 1, "group_read_complete": True, "group_skips": 3, "group_nonmonotonic": 0,
+               "consumer_groups": {"g1": {"read_complete": True}}}
+    assert [c.status for c in expect.evaluate("s", [verdict(**grouped)], exps)] == ["fail", "pass"]
+    # a group whose read did not finish leaves its skips undecided, and says which group
+    g = {**grouped, "group_read_complete": False,
+         "consumer_groups": {"g1": {"read_complete": False, "read_status": "incomplete: no delivery for 10s"}}}
+    case = expect.evaluate("s", [verdict(**g)], expect.parse("no-skips"))[0]
+    assert case.status == "undecided" and "g1: incomplete: no delivery for 10s" in case.detail
+
+
 def test_parse_takes_the_documented_list_and_names_what_it_refuses():
     exps = expect.parse("no-loss, no-duplicates,ordered,no-nack-received,max-outage=1.5s")
     assert [e.name for e in exps] == ["no-loss", "no-duplicates", "ordered", "no-nack-received", "max-outage"]
@@ -116,14 +131,16 @@ def _totals() -> dict:
 
 
 def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
-    from brokerchaos.analysis.policy import CHECKS
+    from brokerchaos.analysis.policy import CHECKS, OPTIONAL_KINDS
     from brokerchaos.report.files import EXTRA_COLUMNS, SEED_COLUMNS, summarize
 
-    su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0)}])
+    grouped = {"groups": 1, "group_read_complete": True, "group_skips": 0, "group_duplicates": 0,
+               "group_nonmonotonic": 0, "group_commit_backwards": 0}
+    su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0, **grouped)}])
     assert list(su["verdicts"]) == [c.name for c in CHECKS]
-    # a cluster's own check is a rate only where some run had it
+    # a cluster's own check is a rate only where some run had it, a group's where a run had a group
     su = summarize([{**_totals(), **verdict(result="pass")}])
-    assert list(su["verdicts"]) == [c.name for c in CHECKS if c.kind != "cluster"]
+    assert list(su["verdicts"]) == [c.name for c in CHECKS if c.kind not in OPTIONAL_KINDS]
     assert {c.expect for c in CHECKS if c.expect} <= set(expect.KINDS)
     columns = set(EXTRA_COLUMNS) | {k for _, k in SEED_COLUMNS}
     assert all(c.key in columns for c in CHECKS)

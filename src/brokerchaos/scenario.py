@@ -38,6 +38,25 @@ class ClusterSpec(_Strict):
                           "false: a new cluster per run")
 
 
+class GroupSpec(_Strict):
+    """A consumer group reading during the write phase as an application would (format 1.6):
+    members in processes of their own, each processing what it is handed and making its
+    position durable as `commit` says; the group verdicts judge what it processed."""
+
+    name: str = Field("g1", pattern=r"^[a-z][a-z0-9-]{0,30}$", description="the group's name (default g1)")
+    consumers: int = Field(2, ge=1, le=16, description="members, one process each (default 2)")
+    kind: Optional[str] = Field(None, description="the system's kind of group (Kafka: classic, the default, or "
+                                                  "consumer, KIP-848's protocol on Kafka 4.x)")
+    commit: Literal["auto", "after", "before"] = Field(
+        "after", description="how a member makes its position durable: auto (the library, every auto_commit_ms), "
+                             "after processing each batch (default), or before processing it (at most once)")
+    process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
+    auto_commit_ms: int = Field(5000, ge=10, le=600_000, description="commit: auto's interval (default 5000, "
+                                                                     "librdkafka's)")
+    session_timeout_ms: int = Field(10_000, ge=1000, le=300_000,
+                                    description="how long the group waits for a silent member (default 10000)")
+
+
 class WorkloadSpec(_Strict):
     messages: int = Field(100_000, ge=1, description="messages per producer per run (default 100000)",
                           json_schema_extra=CLI)
@@ -50,6 +69,8 @@ class WorkloadSpec(_Strict):
         json_schema_extra=CLI)
     consumers: int = Field(0, ge=0, le=16, description="live consumers reading during the write phase, besides the "
                                                       "end read (default 0)", json_schema_extra=CLI)
+    group: Optional[GroupSpec] = Field(None, description="a consumer group reading during the write phase, judged "
+                                                         "by the group verdicts (default: none)")
     rate: Optional[float] = Field(
         None, gt=0, le=10_000_000, description="messages per second per producer, a steady pace (default: as fast "
                                                "as in_flight allows)", json_schema_extra=CLI)

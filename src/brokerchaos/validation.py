@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from .errors import ScenarioError, first_error
 from .faults import FAULTS, TARGETS
-from .faults.targets import TargetError, check_expression
+from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
+from .faults.targets import parse as parse_target
 from .scenario import Scenario, build as build_model, check_cross_fields, load_document, split_fault
 from .systems import SYSTEMS
 from .systems.base import LOCAL_VERBS, NETNS, node_names
@@ -61,6 +62,7 @@ def check(s: Scenario) -> None:
     except ValidationError as e:
         raise ScenarioError(first_error(e, "options")) from None
     system.check(s)
+    _check_group(s, system)
     why = system.version_error(s)
     if why:
         raise ScenarioError(f"scenario field 'cluster.version': {why}")
@@ -72,6 +74,23 @@ def check(s: Scenario) -> None:
     have = offers(s)
     for path, f in s.fault_fields():
         _check_fault(s, path, f, names, have)
+
+
+def _check_group(s: Scenario, system) -> None:
+    """A consumer group needs a system whose client has one, of a kind it has."""
+    g = s.workload.group
+    if g is None:
+        return
+    kinds = system.Client.group_kinds
+    if not kinds:
+        having = ", ".join(n for n in SYSTEMS.names() if SYSTEMS.get(n).Client.group_kinds)
+        raise ScenarioError(f"scenario field 'workload.group': {s.system} has no consumer group in this harness yet "
+                            f"(systems with one: {having})")
+    if g.kind is not None and g.kind not in kinds:
+        raise ScenarioError(f"scenario field 'workload.group.kind': {s.system} has {', '.join(kinds)}, not {g.kind!r}")
+    why = system.Client.group_error(s)
+    if why:
+        raise ScenarioError(f"scenario field 'workload.group.{why[0]}': {why[1]}")
 
 
 def _check_external(s: Scenario, system) -> None:
@@ -106,12 +125,26 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
         cls.check(params, names, have, s)
     except TargetError as e:
         raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
+    _check_consumer_target(s, path, f)
     if f.target == "follower" and s.cluster.replicas < 2:
         raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
     if f.repeat is not None and f.duration is None and cls.recoverable:
         raise ScenarioError(
             f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"
         )
+
+
+def _check_consumer_target(s: Scenario, path: str, f) -> None:
+    """The `consumer` targets are workload.group's members, which only `kill` acts on today."""
+    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
+    if not named & set(CONSUMER_TARGETS):
+        return
+    if s.workload.group is None:
+        raise ScenarioError(f"scenario field '{path}.target': {f.target!r} names a consumer, and the scenario has no "
+                            "consumer group (workload.group)")
+    if f.action != "kill":
+        raise ScenarioError(f"scenario field '{path}.action': only kill acts on a consumer group's members "
+                            f"today, not {f.action!r}")
 
 
 def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:

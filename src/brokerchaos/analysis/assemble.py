@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ..history.schema import read_finished
 from .frames import MS
+from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
 from .latency import pct
 from .policy import result_of
@@ -27,6 +28,7 @@ class Parts:
     latency: Optional[Latency]  # None with timing off
     availability: Optional[Availability]
     facts: dict[str, dict]
+    groups: Groups = Groups()
 
     @property
     def latency_exact(self) -> bool:
@@ -45,6 +47,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v["late_sends"] = int(f["late"]) if lagged else None
     v["max_send_lag_ms"] = f["lag"] / MS if lagged else None
     v.update(_live(p, run))
+    v.update(_groups(p, run))
     v.update(_end_check(p, run))
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
@@ -101,6 +104,22 @@ def _live(p: Parts, run: str) -> dict[str, Any]:
             "live_duplicates": int(live.get("duplicates") or 0),
             "live_redeliveries": int(live.get("redeliveries") or 0),
             "live_read_status": None if not ends else "; ".join(sorted(set(ends)))}
+
+
+def _groups(p: Parts, run: str) -> dict[str, Any]:
+    """The consumer groups' figures (groups.py), summed over the run's groups and per group;
+    a group's read finished when each of its members' did."""
+    per = {g: dict(x) for g, x in p.groups.of_run(run).items()}
+    for g, x in per.items():
+        ends = p.rows.group_ends.get((run, g))
+        x["read_complete"] = None if not ends else all(read_finished(e) for e in ends)
+        x["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
+    out: dict[str, Any] = {k: sum(x[k] for x in per.values()) for k in GROUP_KEYS}
+    done = [x["read_complete"] for x in per.values()]
+    out["groups"] = len(per)
+    out["group_read_complete"] = None if not per or None in done else all(done)
+    out["consumer_groups"] = per
+    return out
 
 
 def _end_check(p: Parts, run: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses,
                      message_table, unplain_filter, unplain_rows, value_ranges)
 from .facts import live_reader, session_facts
 from .frames import count_when, only_runs
+from .groups import Groups, analyze_groups
 from .latency import ack_latency, latency_table, latency_verdicts, ranked_ack_latency
 from .ordering import first_reads, jump_counts, jumps
 from .tuning import Tuning
@@ -68,8 +69,9 @@ class Cache:
 
 @dataclass(frozen=True)
 class Rows:
-    """The history (the observers' rows left out: their deliveries measure the consumer side,
-    the end check is the others'), and the few rows that are not messages."""
+    """The history (the observers' and the group members' rows left out: their deliveries
+    measure the consumer side, the end check is the others'), and the few rows that are not
+    messages."""
 
     df: DataFrame
     obs_recv: Optional[DataFrame]  # the observers' recv rows
@@ -79,11 +81,23 @@ class Rows:
     observers: collections.Counter  # observers per run
     first_fault: dict[str, int]  # per run, its first fault's time
     checks: dict[str, dict] = field(default_factory=dict)  # per run, its last `check` row (value, detail)
+    members: Optional[DataFrame] = None  # the group members' rows, their group as `g` (format 1.6)
+    groups: list[tuple[str, str]] = field(default_factory=list)  # (run, group) of every group
+    group_ends: dict[tuple[str, str], list] = field(default_factory=dict)  # per group, its members' read_end details
 
     def recv(self) -> DataFrame:
-        """Every recv row: the checking readers' and the observers'."""
+        """Every recv row: the checking readers', the observers' and the group members'."""
         recv = self.df.where(F.col("type") == "recv")
-        return recv if self.obs_recv is None else recv.unionByName(self.obs_recv)
+        if self.obs_recv is not None:
+            recv = recv.unionByName(self.obs_recv)
+        if self.members is not None:
+            recv = recv.unionByName(self.members.where(F.col("type") == "recv").drop("g"))
+        return recv
+
+    def with_live(self) -> DataFrame:
+        """The history with the observers' and the members' deliveries back in (end-to-end latency)."""
+        d = self.df if self.obs_recv is None else self.df.unionByName(self.obs_recv)
+        return d if self.members is None else d.unionByName(self.members.where(F.col("type") == "recv").drop("g"))
 
     def acks(self) -> DataFrame:
         """The ack rows, for latency and the ack gaps. (Not kept in memory: at 10 M acks the
@@ -92,21 +106,36 @@ class Rows:
 
 
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
-    """Faults, heals, read ends, observers' subscribes: a handful of rows, collected."""
+    """Faults, heals, read ends, observers' and members' subscribes: a handful of rows, collected."""
     small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check"))
-             .select("run", "client", "t_ns", "type", "node", "value", "detail", "window").collect()]
-    observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER}
+             .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group").collect()]
+    observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER
+                 and r["group"] is None}
+    member_of = {(r["run"], r["client"]): r["group"] for r in small if r["type"] == "subscribe"
+                 and r["group"] is not None}
+    observers -= set(member_of)
     read_ends: dict[str, list] = {}
     live_ends: dict[str, list] = {}
+    group_ends: dict[tuple[str, str], list] = {}
     for r in small:
         if r["type"] == "read_end":
-            ends = live_ends if (r["run"], r["client"]) in observers else read_ends
+            key = (r["run"], r["client"])
+            if key in member_of:
+                group_ends.setdefault((r["run"], member_of[key]), []).append(r["detail"])
+                continue
+            ends = live_ends if key in observers else read_ends
             ends.setdefault(r["run"], []).append(r["detail"])
-    obs_recv = None
+    obs_recv = members = None
     if observers:
         who = F.broadcast(spark.createDataFrame(sorted(observers), "run string, client string"))
         obs_recv = df.join(who, ["run", "client"]).where(F.col("type") == "recv")
-        df = df.join(who, ["run", "client"], "left_anti")
+    if member_of:
+        mem = F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
+                                                "run string, client string, g string"))
+        members = df.join(mem, ["run", "client"])
+    if observers or member_of:
+        apart = F.broadcast(spark.createDataFrame(sorted(observers | set(member_of)), "run string, client string"))
+        df = df.join(apart, ["run", "client"], "left_anti")
     nemesis = [r for r in small if r["type"] in ("fault", "heal")]
     first_fault: dict[str, int] = {}
     for r in nemesis:
@@ -114,7 +143,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
             first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
-                first_fault, checks)
+                first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends)
 
 
 # -- counts ---------------------------------------------------------------------------------------
@@ -127,6 +156,7 @@ class Counts:
     first: Optional[DataFrame]  # each message's first read, where some block is not plain
     duplicates: Callable[[], DataFrame]  # the duplicates log, built when first read
     losses: Callable[[], DataFrame]  # the loss log, built when first read
+    blocks: Optional[DataFrame] = None  # the bit-set blocks (the groups' skips read them)
 
 
 def count(rows: Rows, t: Tuning, small: bool, cache: Cache, clock: Clock) -> Counts:
@@ -152,7 +182,7 @@ def count(rows: Rows, t: Tuning, small: bool, cache: Cache, clock: Clock) -> Cou
         clock.lap("losses")
     return Counts(frames, msgs, sum(f["recv_rows"] or 0 for f in frames.values()), first, dups,
                   lost or (lambda: losses(rows.df.where(F.lit(False)),
-                                          lost_messages(blocks, t).where(F.lit(False)), True)))
+                                          lost_messages(blocks, t).where(F.lit(False)), True)), blocks)
 
 
 def _closer_look(df: DataFrame, blocks: DataFrame, unplain: int, t: Tuning, small: bool, cache: Cache,
@@ -234,6 +264,17 @@ def live_consumers(rows: Rows, clock: Clock) -> Live:
     return Live(live, spans)
 
 
+# -- consumer groups ----------------------------------------------------------------------------
+
+def consumer_groups(rows: Rows, counts: Counts, t: Tuning, clock: Clock) -> Groups:
+    """What each consumer group processed, against what the checking read found (groups.py)."""
+    if rows.members is None:
+        return Groups()
+    out = analyze_groups(rows.members, rows.groups, counts.blocks, t, counts.recv_rows <= t.plain_rows)
+    clock.lap("consumer groups")
+    return out
+
+
 # -- the plan: chosen once, from the sizes ------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -253,13 +294,19 @@ class Plan:
     first_recv: dict[str, Optional[int]]  # per run, its first delivery to any consumer
 
     @classmethod
-    def of(cls, t: Tuning, timing: bool, small: bool, counts: Counts, live: Live) -> "Plan":
-        live_rows = sum(x["rows"] for x in live.per_run.values())
+    def of(cls, t: Tuning, timing: bool, small: bool, counts: Counts, live: Live,
+           groups: Optional[Groups] = None) -> "Plan":
+        groups = groups or Groups()
+        live_rows = sum(x["rows"] for x in live.per_run.values()) + groups.rows
         rows = sum(f["rows"] or 0 for f in counts.frames.values()) + live_rows
-        first_recv = {run: min((x for x in (f["t_first_recv"], live.per_run.get(run, {}).get("t_first"))
-                                if x is not None), default=None) for run, f in counts.frames.items()}
-        live_runs = sorted(run for run, f in counts.frames.items()
-                           if live_reader(f, live.per_run.get(run, {}).get("t_first")))
+
+        def first_live(run: str) -> Optional[int]:
+            return min((x for x in (live.per_run.get(run, {}).get("t_first"), groups.t_first.get(run))
+                        if x is not None), default=None)
+
+        first_recv = {run: min((x for x in (f["t_first_recv"], first_live(run)) if x is not None), default=None)
+                      for run, f in counts.frames.items()}
+        live_runs = sorted(run for run, f in counts.frames.items() if live_reader(f, first_live(run)))
         return cls(t, timing, small, rows, rows <= t.exact_percentile_rows,
                    counts.recv_rows + live_rows <= t.plain_rows, counts.recv_rows <= t.plain_rows, live_runs,
                    first_recv)
@@ -334,7 +381,7 @@ def latency(rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows, clock: Clo
         else:
             lats.update(ranked_ack_latency(d, plan.t))
     if paired:
-        both = rows.df if rows.obs_recv is None else rows.df.unionByName(rows.obs_recv)
+        both = rows.with_live()
         if by_acks:
             both = only_runs(both, paired, plan.t)
         lat = latency_verdicts(latency_table(both, plan.live_runs, plan.t), plan.exact)
@@ -396,7 +443,8 @@ def _reading_across(rows: Rows, counts: Counts, plan: Plan, fw: FaultWindows, li
     about), as (run, client, t_ns); None when no consumer did (the seeds' read at the end)."""
     if not any(plan.first_recv.get(run) is not None and plan.first_recv[run] <= te for run, i, tf, te, *_ in fw.rows):
         return None
-    if any(checked_by(counts, run, te) for run, i, tf, te, *_ in fw.rows) or len(live.spans) > plan.t.per_run_literal:
+    if (any(checked_by(counts, run, te) for run, i, tf, te, *_ in fw.rows) or len(live.spans) > plan.t.per_run_literal
+            or rows.members is not None):
         recv = rows.recv().select("run", "client", "t_ns")
         across = (
             recv.groupBy("run", "client").agg(F.min("t_ns").alias("_lo"), F.max("t_ns").alias("_hi"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -19,6 +19,7 @@ from . import job
 from .assemble import Parts, verdict
 from .availability import ack_facts, pair_windows
 from .frames import DEFAULT, MS, in_memory, read_history, with_previous
+from .groups import skipped
 from .latency import ranked_ack_latency
 from .ordering import duplicate_returns
 from .tuning import Tuning
@@ -41,6 +42,12 @@ class Analysis:
     meta: dict = field(default_factory=dict)
     # cached frames the logs read from; release() frees them
     kept: list = field(default_factory=list)
+    # the consumer groups' skips log (None: no run had a skip), built when first read
+    build_skips: Callable[[], Optional[DataFrame]] = lambda: None
+
+    @functools.cached_property
+    def skips(self) -> Optional[DataFrame]:
+        return self.build_skips()
 
     @functools.cached_property
     def duplicates(self) -> DataFrame:
@@ -80,9 +87,14 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
     # the runs whose acks carry their send time (format 1.4): the report's latency plot needs
     # no pairing for them either
     send_ns_runs = sorted(run for run, f in frames.items() if f["send_ns_acks"])
+    rows = parts.rows
+    skips = None
+    if any(v.get("group_skips") for v in verdicts):
+        def skips():
+            return skipped(rows.df, rows.members, rows.groups)
     return Analysis(verdicts, parts.ordering.jumps, parts.latency_exact, parts.counts.duplicates,
                     parts.counts.losses, meta={"seconds": clock.laps, "send_ns_runs": send_ns_runs},
-                    kept=cache.kept)
+                    kept=cache.kept, build_skips=skips or (lambda: None))
 
 
 def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, small: bool, cache: job.Cache,
@@ -92,7 +104,8 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
     clock.lap("rows, nemesis")
     counts = job.count(rows, tuning, small, cache, clock)
     live = job.live_consumers(rows, clock)
-    plan = job.Plan.of(tuning, timing, small, counts, live)
+    groups = job.consumer_groups(rows, counts, tuning, clock)
+    plan = job.Plan.of(tuning, timing, small, counts, live, groups)
     ordering = job.ordering(rows, counts, plan, cache, clock)
     windows = job.windows(spark, rows, counts)
     lat = avail = None
@@ -100,4 +113,4 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
         lat = job.latency(rows, counts, plan, windows, clock)
         avail = job.availability(rows, counts, plan, windows, lat, live, clock)
     facts = job.facts(spark, rows, counts, plan, windows, clock)
-    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts)
+    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups)

@@ -13,13 +13,20 @@ Two kinds of check:
   need a finished read: in a read that did not finish, a missing message is unproven.
 And one of the cluster's own word, `cluster`: what it said of its copies once every fault was
 healed (a `check` row); a run without that word is undecided by it, whatever the read.
+
+The consumer groups' checks (format 1.6) have the same two kinds over the group's own read
+(`group-seen`, `group-missing`: the latter needs the checking read to have finished as
+well, since a skip is a stored message the group never processed). A run without a group
+is outside them (`NA`): neither in their rates nor in its result.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
+PASS, FAIL, UNDECIDED, NA = "pass", "fail", "undecided", "n/a"
+# the kinds a run can be outside of: a rate of them only where some run had what they read
+OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing")
 
 
 def read_decides(v: dict) -> bool:
@@ -32,7 +39,8 @@ def read_decides(v: dict) -> bool:
 class Check:
     name: str  # the rate's name in summary.json, the console and the report: "acked loss"
     key: str  # the verdict figure it reads
-    kind: str  # "seen", "missing" or "cluster" (module docstring); "read": whether the read finished
+    kind: str  # "seen", "missing", "cluster", "group-seen", "group-missing" (module docstring); "read": whether
+    # the read finished
     fails_run: bool  # a violation makes the run's result fail
     meaning: str  # what a violation is, in words
     expect: Optional[str] = None  # its --expect name
@@ -42,10 +50,12 @@ class Check:
     def count(self, v: dict) -> int:
         if self.kind == "read":
             return int(v["read_complete"] is False)
-        return int((v.get(self.key) if self.kind == "cluster" else v[self.key]) or 0)
+        return int((v.get(self.key) if self.kind in OPTIONAL_KINDS else v[self.key]) or 0)
 
     def judge(self, v: dict) -> str:
-        """pass, fail or undecided for one run's verdict."""
+        """pass, fail, undecided or n/a (a group check of a run without a group) for one run's verdict."""
+        if self.kind.startswith("group-"):
+            return self._judge_group(v)
         n = self.count(v)
         if self.kind == "read":
             return FAIL if n else PASS
@@ -54,6 +64,16 @@ class Check:
         if self.kind == "seen" and n:
             return FAIL
         if not read_decides(v):
+            return UNDECIDED
+        return FAIL if n else PASS
+
+    def _judge_group(self, v: dict) -> str:
+        if not v.get("groups"):
+            return NA
+        n = int(v.get(self.key) or 0)
+        if self.kind == "group-seen" and n:
+            return FAIL
+        if v.get("group_read_complete") is not True or (self.kind == "group-missing" and not read_decides(v)):
             return UNDECIDED
         return FAIL if n else PASS
 
@@ -79,14 +99,28 @@ CHECKS: tuple[Check, ...] = (
           expect="replicated", holds="the cluster itself reports nothing short of copies once every fault is "
                                      "healed (Pulsar with options.autorecovery: no ledger under-replicated)",
           detail=lambda v: v.get("end_check") or "no end check in this run"),
+    Check("group skips", "group_skips", "group-missing", True, "stored messages a consumer group never processed",
+          expect="no-skips", holds="every message the read found was processed by every consumer group"),
+    Check("group duplicates", "group_duplicates", "group-seen", False, "messages a consumer group processed again",
+          expect="no-group-duplicates", holds="no message processed more than once by a consumer group",
+          detail=lambda v: f"{v.get('group_duplicates') or 0} processed again (stored twice "
+                           f"{v.get('group_dup_stored') or 0}, to another consumer {v.get('group_dup_handover') or 0}"
+                           f", to the same one {v.get('group_dup_same') or 0})"),
+    Check("group nonmonotonic", "group_nonmonotonic", "group-seen", False,
+          "deliveries not past the consumer's previous position", expect="group-monotonic",
+          holds="each consumer's positions in a partition only move forward between assignments"),
+    Check("commits backwards", "group_commit_backwards", "group-seen", False,
+          "commits below an earlier commit of the partition", expect="commits-forward",
+          holds="no committed position of a group's partition goes back"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 
 
 def reported(rate_tables: list[dict]) -> list[Check]:
     """The checks a table of sessions shows, from their rates (`rates()`, summary.json's
-    `verdicts`): every check, a `cluster` one only where some run had the cluster's word."""
-    return [c for c in CHECKS if c.kind != "cluster" or any(c.name in (t or {}) for t in rate_tables)]
+    `verdicts`): every check, an optional one (a `cluster` or a group check) only where some
+    run had what it reads."""
+    return [c for c in CHECKS if c.kind not in OPTIONAL_KINDS or any(c.name in (t or {}) for t in rate_tables)]
 
 
 def result_of(v: dict) -> str:
@@ -101,13 +135,13 @@ def result_of(v: dict) -> str:
 def rates(verdicts: list[dict], wilson) -> dict[str, dict]:
     """Per check, how many runs violated it of the runs it decided, with `wilson(k, n)`'s
     95% interval: a run whose read did not finish is out of a check it cannot decide, as it
-    is out of the pass/fail count. A `cluster` check no run had is left out."""
+    is out of the pass/fail count. An optional check no run had is left out."""
     out = {}
     for c in CHECKS:
         judged = [c.judge(v) for v in verdicts]
-        k, n = judged.count(FAIL), sum(j != UNDECIDED for j in judged)
-        if c.kind == "cluster" and not n:
-            continue  # the cluster never gave its word: a system or setting without that check
+        k, n = judged.count(FAIL), sum(j in (PASS, FAIL) for j in judged)
+        if c.kind in OPTIONAL_KINDS and not n:
+            continue  # the cluster never gave its word, or no run had a group
         lo, hi = wilson(k, n)
         out[c.name] = {"runs": k, "of": n, "wilson95": [lo, hi]}
     return out

@@ -19,7 +19,8 @@ BUCKET_NS = 100_000_000
 POSITIONS = 1000
 # jump and loss rows kept per run (the plot's markers and the table under it)
 FIRST_ROWS = 500
-EVENT_TYPES = ("fault", "heal", "ready", "disconnect", "reconnect", "read_end", "subscribe", "check")
+EVENT_TYPES = ("fault", "heal", "ready", "disconnect", "reconnect", "read_end", "subscribe", "check", "assign",
+               "revoke")
 
 
 @dataclass
@@ -33,6 +34,11 @@ class RunTimeline:
     positions: dict[tuple, list[tuple[int, int, int]]] = field(default_factory=dict)
     jumps: list[dict] = field(default_factory=list)
     lost: list[dict] = field(default_factory=list)
+    # consumer groups (format 1.6): (group, member) -> [(bucket start ns, messages processed)];
+    # per group, [(bucket start ns, messages processed for the first time)]; the first skips
+    group_recv: dict[tuple, list[tuple[int, int]]] = field(default_factory=dict)
+    group_done: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    skips: list[dict] = field(default_factory=list)
 
     @property
     def t0(self) -> Optional[int]:
@@ -57,11 +63,35 @@ def _first_rows(d: DataFrame, order: list[str], n: int) -> list[dict]:
             .drop("_i").collect()]
 
 
+def _groups(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], skips: Optional[DataFrame]) -> None:
+    """Each consumer group's deliveries per member and 100 ms, and its first processing of
+    each message per 100 ms (the report's lag: acks so far − messages processed so far)."""
+    members = sorted({(run, e["client"], e["group"]) for run, tl in out.items() for e in tl.events
+                      if e["type"] == "subscribe" and e.get("group") is not None})
+    if not members:
+        return
+    who = F.broadcast(spark.createDataFrame(members, "run string, client string, g string"))
+    recv = df.where(F.col("type") == "recv").join(who, ["run", "client"])
+    b = F.floor(F.col("t_ns") / F.lit(BUCKET_NS)).cast("long").alias("b")
+    for r in recv.groupBy("run", "g", "client", b).count().orderBy("run", "g", "client", "b").collect():
+        out[r["run"]].group_recv.setdefault((r["g"], r["client"]), []).append((r["b"] * BUCKET_NS, r["count"]))
+    first = recv.where(F.col("value").isNotNull()).groupBy("run", "g", "producer", "value").agg(
+        F.min("t_ns").alias("t_ns"))
+    for r in first.groupBy("run", "g", b).count().orderBy("run", "g", "b").collect():
+        out[r["run"]].group_done.setdefault(r["g"], []).append((r["b"] * BUCKET_NS, r["count"]))
+    if skips is not None:
+        for row in _first_rows(skips.where(F.col("run").isin(list(out))), ["group", "producer", "value"],
+                               FIRST_ROWS):
+            out[row["run"]].skips.append(row)
+
+
 def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Optional[DataFrame] = None,
-            losses: Optional[DataFrame] = None, send_ns_runs: Optional[list] = None) -> dict[str, RunTimeline]:
-    """Every run's timeline. `jumps` and `losses` are the analysis' logs (metrics.Analysis);
-    positions, jumps and losses are gathered only for runs that have any. `send_ns_runs`:
-    the runs whose acks carry their send time (format 1.4), whose latency needs no pairing."""
+            losses: Optional[DataFrame] = None, send_ns_runs: Optional[list] = None,
+            skips: Optional[DataFrame] = None) -> dict[str, RunTimeline]:
+    """Every run's timeline. `jumps`, `losses` and `skips` are the analysis' logs
+    (metrics.Analysis); positions, jumps and losses are gathered only for runs that have
+    any. `send_ns_runs`: the runs whose acks carry their send time (format 1.4), whose
+    latency needs no pairing."""
     t, ts = F.col("type"), F.col("t_ns")
     out: dict[str, RunTimeline] = {v["run"]: RunTimeline() for v in verdicts}
     b = F.floor(ts / F.lit(BUCKET_NS)).cast("long")
@@ -104,12 +134,13 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
         out.setdefault(r["run"], RunTimeline()).latency.append(
             (r["b"] * BUCKET_NS, r["p"][0], r["p"][1], r["mx"], r["n"]))
 
-    observers: dict[str, set] = {}
+    observers: dict[str, set] = {}  # and the groups' members: not the checking readers
     for r in df.where(t.isin(*EVENT_TYPES)).orderBy("run", "t_ns").collect():
         row = r.asDict()
         out.setdefault(row["run"], RunTimeline()).events.append(row)
-        if row["type"] == "subscribe" and row["detail"] == OBSERVER:
+        if row["type"] == "subscribe" and (row["detail"] == OBSERVER or row.get("group") is not None):
             observers.setdefault(row["run"], set()).add(row["client"])
+    _groups(spark, df, out, skips)
 
     troubled = {v["run"]: v for v in verdicts
                 if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}

@@ -167,6 +167,21 @@ class Verdict(TypedDict, total=False):
     djb: int
     jf0: int
     out_of_order: int
+    # consumer groups (format 1.6; groups.py): summed over the run's groups, and per group
+    # (its figures, read_complete and read_status) under consumer_groups
+    groups: int
+    group_recv_rows: int
+    group_skips: int
+    group_duplicates: int
+    group_dup_stored: int
+    group_dup_handover: int
+    group_dup_same: int
+    group_nonmonotonic: int
+    group_commits: int
+    group_commit_failures: int
+    group_commit_backwards: int
+    group_read_complete: Optional[bool]
+    consumer_groups: dict[str, dict]
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]
     end_check: Optional[str]

@@ -31,6 +31,9 @@ class FaultContext:
     # a history row of the nemesis: (type, node, detail, window) -> its t_ns. For faults that
     # record windows of their own (a rolling restart: one per node)
     record: Callable[[str, Optional[str], Optional[str], Optional[int]], int] = lambda *a: 0
+    # workload.group's members (workload/group.py: names, owns, kill, down, start_member), or
+    # None: the `consumer` targets and the faults that act on them
+    group: Callable[[], Any] = lambda: None
 
     def sub_window(self, i: int) -> int:
         """The id of this fault's i-th own window (i >= 1): unique in the run, apart from

@@ -60,7 +60,8 @@ class Nemesis:
     def __init__(self, index: int, spec: FaultSpec, deployment, sandbox, seed: int, run_id: str,
                  recorder: Recorder, gate: AckGate, client_nodes: Callable[[], list[str]],
                  line: Callable[[str], None],
-                 before_fault: Callable[[object, list[str]], Awaitable[None]]) -> None:
+                 before_fault: Callable[[object, list[str]], Awaitable[None]],
+                 group: Callable[[], object] = lambda: None) -> None:
         self.index = index
         self.spec = spec
         self.deployment = deployment
@@ -73,6 +74,7 @@ class Nemesis:
         self.params = self.cls.Params.model_validate(spec.params)
         self.target_rng = rng_for(seed, run_id, index, "target")
         self.client_nodes = client_nodes
+        self.group = group
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
         self.jitter_s = rng_for(seed, run_id, index, "trigger").uniform(0, spec.trigger.jitter) \
             if spec.trigger.jitter else 0.0
@@ -106,7 +108,7 @@ class Nemesis:
     def _new_fault(self) -> Fault:
         self._uid += 1
         ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                           uid=self.index * 1000 + self._uid, record=self._record)
+                           uid=self.index * 1000 + self._uid, record=self._record, group=self.group)
         return self.cls(ctx)
 
     async def _prepared(self) -> Optional[Fault]:
@@ -139,7 +141,8 @@ class Nemesis:
                 and all(c is None and (n in VIEWED or n in names) for n, c in terms))
 
     async def _keep_view(self) -> None:
-        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes)
+        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
+                           group=self.group)
         viewable = self._viewable()
         # the flag as well as the cancel: Python 3.11's wait_for (in _roles) can swallow a
         # cancel that lands as its inner call completes, and the loop would go on for ever

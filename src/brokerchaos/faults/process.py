@@ -30,10 +30,13 @@ class _Restarting(Fault):
     a node the start did not bring up fails the heal (the cluster's `start_node` raises)."""
 
     async def heal(self) -> None:
-        cluster = self.ctx.cluster
+        cluster, group = self.ctx.cluster, self.ctx.group()
         while self.nodes:
             n = self.nodes[0]
-            if await asyncio.to_thread(cluster.down_why, n):
+            if group is not None and group.owns(n):
+                if group.down(n):  # a group member: another process in its place
+                    await group.start_member(n)
+            elif await asyncio.to_thread(cluster.down_why, n):
                 await asyncio.to_thread(cluster.start_node, n)
             self.nodes.pop(0)
 
@@ -41,7 +44,14 @@ class _Restarting(Fault):
 async def kill(fault: Fault, nodes: list[str]) -> None:
     """SIGKILL the nodes: in effect at the signal; `exit_ms` in the window's effect is how
     long until every process was gone (a JVM's teardown)."""
-    t = await fault.ctx.cluster.kill_nodes(nodes)
+    group = fault.ctx.group()
+    members = [n for n in nodes if group is not None and group.owns(n)]
+    t = None
+    for n in members:  # a consumer group's member processes (workload/group.py)
+        t = t or await group.kill(n)
+    rest = [n for n in nodes if n not in members]
+    if rest:
+        t = await fault.ctx.cluster.kill_nodes(rest) or t
     if t is not None:
         fault.effect_ns = t
         fault.effect["exit_ms"] = round((time.monotonic_ns() - t) / 1e6, 1)

@@ -83,6 +83,27 @@ async def consumer_node(ctx: FaultContext) -> list[str]:
     return nodes
 
 
+@TARGETS.register("consumers")
+async def consumers(ctx: FaultContext) -> list[str]:
+    """every running member of workload.group (consumers[2]: two, chosen with the seed)"""
+    group = ctx.group()
+    if group is None:
+        raise LookupError("no consumer group in this run (workload.group)")
+    names = group.names()
+    if not names:
+        raise LookupError("no member of the consumer group is running")
+    return names
+
+
+@TARGETS.register("consumer")
+async def consumer(ctx: FaultContext) -> list[str]:
+    """one running member of workload.group, chosen with the scenario's seed"""
+    return [ctx.rng.choice(await consumers(ctx))]
+
+
+CONSUMER_TARGETS = ("consumer", "consumers")
+
+
 @TARGETS.register("coordinator")
 async def coordinator(ctx: FaultContext) -> list[str]:
     """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""

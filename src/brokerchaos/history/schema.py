@@ -1,4 +1,4 @@
-"""History format 1.5: the only contract between the workload/nemesis and the analysis.
+"""History format 1.6: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 5)
+FORMAT_VERSION = (1, 6)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -32,6 +32,15 @@ SCHEMA = pa.schema(
         # aggregate over ack rows, with no pairing of sends and acks. Null on later acks,
         # on every other row, and in older histories
         ("send_ns", pa.int64()),
+        # 1.6: a consumer group's rows (docs/history-format.md, "Consumer groups"): the
+        # group on its members' subscribe, recv, commit, assign and revoke rows; the
+        # partition (or shard, or queue) and the position in it of a recv (where the
+        # message is stored), a commit (the position made durable: the next one to read) or
+        # an assignment; the group's generation or member epoch where the library reports it
+        ("group", pa.string()),
+        ("partition", pa.string()),
+        ("position", pa.int64()),
+        ("epoch", pa.int64()),
     ],
     metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )
@@ -54,11 +63,19 @@ LATE_NS = 100_000_000
 # optional, nemesis) is the cluster's own account of its copies once every fault is healed:
 # `value` the stored units short of copies (Pulsar with AutoRecovery: under-replicated
 # ledgers; null when it could not be asked), `detail` what was seen.
+# commit/assign/revoke (1.6, optional) are a consumer group member's: a position it made
+# durable (detail "ok", or "failed: why"), and the partitions its library's callbacks gave
+# it and took away. A member is a client whose subscribe row names a `group`; its recv rows
+# are the messages the group processed, kept out of the verdicts above (as an observer's)
+# and judged by the group verdicts.
 MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
 CLIENT_EVENT_TYPES = ("disconnect", "reconnect")
-EVENT_TYPES = MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
+GROUP_TYPES = ("commit", "assign", "revoke")
+EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
+               + GROUP_TYPES)
 OBSERVER = "observer"
+COMMIT_OK = "ok"  # a commit row's detail when the broker took the position
 
 NEMESIS_CLIENT = "nemesis"
 

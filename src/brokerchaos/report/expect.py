@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..analysis.policy import CHECKS, UNDECIDED, Check
+from ..analysis.policy import CHECKS, NA, UNDECIDED, Check, read_decides
 
 EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
 
@@ -28,6 +28,12 @@ def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
     """An expectation from the policy table: its judgement, and the figures that say why."""
     def check(v, _arg) -> Outcome:
         status = c.judge(v)
+        if status == NA:
+            return UNDECIDED, "no consumer group in this run"
+        if status == UNDECIDED and c.kind.startswith("group-") and read_decides(v):
+            return status, "a consumer group's read did not finish (" + "; ".join(
+                f"{g}: {x.get('read_status') or 'no read_end'}" for g, x in (v.get("consumer_groups") or {}).items()
+                if x.get("read_complete") is not True) + ")"
         if status == UNDECIDED and c.kind != "cluster":
             return status, f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
         return status, c.why(v)

@@ -87,6 +87,17 @@ def summarize(verdicts: list[dict]) -> dict:
             "totals": totals, "verdicts": out}
 
 
+def _skips(analysis: Analysis, out: Path) -> None:
+    """skips.csv: each message a consumer group skipped, where the read found it stored and
+    the first commit past it (analysis/groups.py)."""
+    with open(out / "skips.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "group", "producer", "value", "stored_at", "committed_past"])
+        if analysis.skips is not None:
+            for r in analysis.skips.orderBy("run", "group", "producer", "value").toLocalIterator():
+                w.writerow([r["run"], r["group"], r["producer"], r["value"], r["stored_at"], r["committed_past"]])
+
+
 def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
                   schedules: Optional[dict[str, list[float]]] = None, history=None,
                   extra: Optional[dict] = None) -> dict:
@@ -138,6 +149,8 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
             for r in analysis.losses.orderBy("run", "producer", "value").toLocalIterator():
                 w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],
                             r["first_ack_ns"] / 1e6, r["read_there"]])
+    if any(v.get("groups") for v in verdicts):
+        _skips(analysis, out)
     summary = summarize(verdicts)
     # runs the harness was killed in (a resumed soak): reported, whatever their history holds
     summary["incomplete_runs"] = sorted(r for r, m in metas.items() if m.get("status") == "incomplete")

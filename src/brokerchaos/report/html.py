@@ -24,7 +24,7 @@ from . import session_table
 from .files import JUMP_NAMES, SEED_COLUMNS, _csv_row
 
 COLORS = {"send": "#8c8c8c", "ack": "#2ca02c", "nack": "#d62728", "unknown": "#ff7f0e", "recv": "#1f77b4"}
-JUMP_COLORS = {"JF": "#9467bd", "JB": "#e377c2", "DJF": "#17becf", "DJB": "#bcbd22"}
+JUMP_COLORS = {"JF": "#9467bd", "JB": "#e377c2", "DJF": "#17becf", "DJB": "#bcbd22", "JF0": "#8c564b"}
 # rows of the lost and jump logs printed under a run's plot (the CSVs have them all)
 TABLE_ROWS = 20
 CONFIG = {"displaylogo": False, "responsive": True}
@@ -205,12 +205,7 @@ def timeline_figure(v: dict, tl: RunTimeline) -> Optional[go.Figure]:
                                      name=f"client {kind}", marker={"symbol": symbol, "size": 9, "color": color},
                                      text=[f"{e['client']} {e['node'] or ''} {e['detail'] or ''}" for e in ev]),
                           row=1, col=1)
-    for f in v.get("faults") or []:
-        action = (f.get("detail") or "fault").split()
-        label = f"{' '.join(action[:2])} → {f.get('node') or '?'}"
-        fig.add_vrect(x0=_s(f["t_ms"] * 1e6, t0), x1=_s(f["until_ms"] * 1e6, t0), fillcolor="#d62728",
-                      opacity=0.12, line_width=0, annotation_text=label, annotation_position="top left",
-                      row="all", col=1)
+    _shade_faults(fig, v, t0)
     for e in tl.events:
         if e["type"] == "ready":
             fig.add_vline(x=_s(e["t_ns"], t0), line={"color": "#2ca02c", "dash": "dash", "width": 1.5},
@@ -290,6 +285,70 @@ def _jump_table(v: dict, tl: RunTimeline) -> str:
             + _table(["consumer", "producer", "class", "position", "line"], rows, left=2))
 
 
+def _shade_faults(fig: go.Figure, v: dict, t0: int) -> None:
+    for f in v.get("faults") or []:
+        action = (f.get("detail") or "fault").split()
+        fig.add_vrect(x0=_s(f["t_ms"] * 1e6, t0), x1=_s(f["until_ms"] * 1e6, t0), fillcolor="#d62728",
+                      opacity=0.12, line_width=0, annotation_text=f"{' '.join(action[:2])} → {f.get('node') or '?'}",
+                      annotation_position="top left", row="all", col=1)
+
+
+def group_figure(v: dict, tl: RunTimeline, group: str) -> Optional[go.Figure]:
+    """A consumer group's deliveries per member and 100 ms, its rebalances (assign and
+    revoke rows), the faults shaded, and its lag: acks so far − messages processed so far."""
+    t0 = tl.t0
+    series = {c: b for (g, c), b in sorted(tl.group_recv.items()) if g == group}
+    if t0 is None or not series:
+        return None
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
+                        subplot_titles=(f"{group}: messages processed per 100 ms, per member",
+                                        f"{group}: lag (acked, not yet processed)"))
+    for client, bs in series.items():
+        fig.add_trace(go.Scatter(x=[_s(b, t0) for b, _ in bs], y=[n for _, n in bs], name=client, mode="lines",
+                                 line={"width": 1.2, "shape": "hv"}), row=1, col=1)
+    for kind, symbol in (("assign", "triangle-up"), ("revoke", "triangle-down")):
+        ev = [e for e in tl.events if e["type"] == kind and e.get("group") == group]
+        if ev:
+            fig.add_trace(go.Scatter(x=[_s(e["t_ns"], t0) for e in ev], y=[0] * len(ev), mode="markers", name=kind,
+                                     marker={"symbol": symbol, "size": 9},
+                                     text=[f"{e['client']} partition {e.get('partition')}" for e in ev]), row=1, col=1)
+    acks = {b[0]: b[1] for b in tl.counts.get("ack", [])}
+    done = dict(tl.group_done.get(group, []))
+    grid = sorted(set(acks) | set(done))
+    lag, a, d = [], 0, 0
+    for b in grid:
+        a, d = a + acks.get(b, 0), d + done.get(b, 0)
+        lag.append(max(a - d, 0))
+    fig.add_trace(go.Scatter(x=[_s(b, t0) for b in grid], y=lag, name="lag", mode="lines",
+                             line={"color": "#444", "width": 1.2, "shape": "hv"}), row=2, col=1)
+    _shade_faults(fig, v, t0)
+    fig.update_xaxes(title_text="seconds since the first send", row=2, col=1)
+    fig.update_layout(height=460, margin={"l": 50, "r": 20, "t": 40, "b": 40}, legend={"orientation": "h", "y": -0.2},
+                      template="plotly_white")
+    return fig
+
+
+def _groups_html(v: dict, tl: RunTimeline) -> str:
+    """Per consumer group: its figures, its plot, and the first of its skips (skips.csv)."""
+    out = []
+    for g, x in (v.get("consumer_groups") or {}).items():
+        facts = (f"processed {x['group_recv_rows']:,}; skipped {x['group_skips']:,}; processed again "
+                 f"{x['group_duplicates']:,} (stored twice {x['group_dup_stored']:,}, to another member "
+                 f"{x['group_dup_handover']:,}, to the same {x['group_dup_same']:,}); nonmonotonic "
+                 f"{x['group_nonmonotonic']:,}; commits {x['group_commits']:,} ({x['group_commit_failures']:,} failed, "
+                 f"{x['group_commit_backwards']:,} backwards); read {x.get('read_status') or 'not recorded'}")
+        fig = group_figure(v, tl, g)
+        rows = [[_e(r["producer"]), _fmt(r["value"]), _e(r["stored_at"]), _e(r["committed_past"])]
+                for r in tl.skips if r["group"] == g][:TABLE_ROWS]
+        more = f" (the first {TABLE_ROWS} of {x['group_skips']:,}; skips.csv has them all)" \
+            if x["group_skips"] > TABLE_ROWS else ""
+        table = (f"<h4>Skipped by {_e(g)}{more}</h4>"
+                 + _table(["producer", "value", "stored at", "first commit past it"], rows, left=1)) if rows else ""
+        drawn = _fig(fig, "group-" + v["run"] + "-" + g) if fig is not None else ""
+        out.append(f"<h3>Consumer group {_e(g)}</h3><p>{_e(facts)}</p>{drawn}{table}")
+    return "".join(out)
+
+
 def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
     figs = []
     t = timeline_figure(v, tl)
@@ -305,7 +364,7 @@ def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
              f"outage per fault: {outs}; read {v.get('read_status') or 'not recorded'}")
     return (f"<section id='{_e(v['run'])}'><h2>{_e(v['run'])} <span class='badge {v['result']}'>"
             f"{_e(v['result'].upper())}</span></h2><p>{_e(facts)}</p>{''.join(figs)}"
-            f"{_lost_table(v, tl)}{_jump_table(v, tl)}</section>")
+            f"{_lost_table(v, tl)}{_jump_table(v, tl)}{_groups_html(v, tl)}</section>")
 
 
 # -- the session summary ----------------------------------------------------------------------
@@ -370,7 +429,7 @@ def write_session(spark, df, analysis, out: Path, metas: dict, summary: dict) ->
     if len(drawn) < len(analysis.verdicts):
         df = df.where(df["run"].isin(drawn))
     tls = timeline.collect(spark, df, [v for v in analysis.verdicts if v["run"] in set(drawn)], analysis.jumps,
-                           analysis.losses, analysis.meta.get("send_ns_runs"))
+                           analysis.losses, analysis.meta.get("send_ns_runs"), getattr(analysis, "skips", None))
     command = (out / "command.txt").read_text().strip() if (out / "command.txt").exists() else None
     path = out / "report.html"
     path.write_text(session_page(scenario, analysis.verdicts, metas, summary, tls, out, command))

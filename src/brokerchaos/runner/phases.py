@@ -22,6 +22,7 @@ from ..sandbox import Sandbox
 from ..scenario import Scenario
 from ..systems import Deployment, LiveReader
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
+from ..workload.group import ConsumerGroup, GroupEvents, Journal
 from ..workload.producer import quick_switches
 from .endcheck import end_check
 from .observe import Observer, progress_line
@@ -60,6 +61,7 @@ class Readers:
     arrived: LiveProgress = field(default_factory=LiveProgress)
     checked: LiveProgress = field(default_factory=LiveProgress)  # the consumers whose deliveries are checked
     consumers: list = field(default_factory=list)  # (consumer, its recorder, its progress)
+    group: Any = None  # workload.group's ConsumerGroup
 
     @property
     def trackers(self) -> list[LiveProgress]:
@@ -77,8 +79,13 @@ class Readers:
                 rec.record("subscribe", detail=OBSERVER)
             self.consumers.append((con, rec, prog))
             await start_live(con, rec, prog)
+        if c.scenario.workload.group is not None:
+            self.group = start_group(c)
+            await self.group.start()
 
     async def close(self) -> None:
+        if self.group is not None:
+            await self.group.close()
         if self.live:
             await self.client.close()  # no-op after finish; else stops it receiving
         for con, rec, _ in self.consumers:
@@ -87,12 +94,31 @@ class Readers:
         self.rec.close()
 
 
+def start_group(c: RunContext) -> ConsumerGroup:
+    """workload.group's members, each made in its own process: its recorder, its subscribe
+    row naming the group and its kind, the system's member."""
+    dep, spec = c.dep, c.scenario.workload.group
+    kind = spec.kind or dep.client.group_kinds[0]
+
+    def journal(client: str) -> Path:
+        return c.run_dir / "history" / f"{client}.journal"
+
+    def make(client: str):
+        rec = Journal(journal(client), c.origin)
+        rec.record("subscribe", detail=f"{dep.system.name} {kind}", group=spec.name)
+        events = GroupEvents(rec, spec)
+        return events, dep.client.group_member(client, spec, events)
+
+    (c.run_dir / "history").mkdir(parents=True, exist_ok=True)
+    return ConsumerGroup(spec, c.scenario.workload.read_idle, make, c.recorder, journal, dep.client.forked)
+
+
 async def client_side(c: RunContext, rec: RunRecord) -> None:
     """The run's phases in their order; whatever happens, every fault is healed and every
     client closed (teardown)."""
-    gate, producers = AckGate(), []
+    gate, producers, group = AckGate(), [], []
     nem_rec = c.recorder("nemesis")
-    nemeses = make_nemeses(c, nem_rec, gate, producers)
+    nemeses = make_nemeses(c, nem_rec, gate, producers, group)
     rec.faults, rec.fault = [n.state for n in nemeses], nemeses[0].state
     readers = None
     switches = contextlib.ExitStack()
@@ -101,6 +127,7 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         readers = Readers(c.dep.client.reader("c1"), c.recorder("c1"), False)
         readers.live = isinstance(readers.client, LiveReader)  # reads during the write phase (MQTT)
         await readers.start(c)
+        group.append(readers.group)
         rec.leader_at_start = await c.dep.roles.leader()
         await c.quiet()
         switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
@@ -112,14 +139,15 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         await teardown(c, rec, readers, nemeses, nem_rec)
 
 
-def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: list) -> list[Nemesis]:
+def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: list, group: list) -> list[Nemesis]:
     """One nemesis per fault of the run; a `client-node` target asks the producers (filled
-    in when the write starts) which nodes they are connected to."""
+    in when the write starts) which nodes they are connected to, a `consumer` target the
+    consumer group (filled in when the readers start)."""
     def client_nodes() -> list[str]:
         return [n for n in (p.client.node() for p in producers) if n]
 
     return [Nemesis(i, spec, c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
-                    c.observer.before_fault)
+                    c.observer.before_fault, lambda: group[0] if group else None)
             for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
 
 
@@ -221,6 +249,9 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     """The live consumers finish, then the end reader reads (or finishes reading) everything."""
     w = c.scenario.workload
     t_read = time.monotonic()
+    if readers.group is not None:
+        rec.group_read_status = await readers.group.finish(w.read_timeout)
+        rec.group_members = readers.group.pids()
     if readers.consumers:
         ends = await asyncio.gather(*(finish_live(con, r, prog, w.read_idle, w.read_timeout)
                                       for con, r, prog in readers.consumers))

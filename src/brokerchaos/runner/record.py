@@ -40,6 +40,8 @@ class RunRecord:
     stream_ready_before_read: Any = None
     leader_before_read: Optional[str] = None
     live_read_status: Optional[str] = None
+    group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid
+    group_read_status: Optional[str] = None
     read_status: Optional[str] = None
     read_s: Optional[float] = None
     # the end check of the copies (endcheck.py): what was still short at its last look

@@ -313,6 +313,22 @@ class Client:
         """A live consumer (`workload.consumers`): a LiveConsumer, or the system's LiveReader."""
         raise NotImplementedError
 
+    # the kinds of consumer group `workload.group.kind` may name, the first the default; none:
+    # the system has no group member here yet
+    group_kinds: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def group_error(cls, scenario: Any) -> Optional[tuple[str, str]]:
+        """(field under workload.group, why) when this scenario's group cannot run here."""
+        return None
+
+    def group_member(self, name: str, spec: Any, events: Any) -> Any:
+        """A member of `workload.group` (workload/group.py), run in a process of its own: its
+        `run(finishing, idle)` tells `events` (GroupEvents: process, commit, assign, revoke,
+        flush) what its library does until `finishing` is set and the group has made every
+        position durable, and returns its read_end detail; `close()` lets go of it."""
+        raise NotImplementedError
+
     async def close(self) -> None:
         pass
 

@@ -209,7 +209,8 @@ async def _recv(conn, timeout: float):
 _KEPT: list = []  # a process's producers and clients, never freed before it exits
 
 
-def _child(conn, parents_end, names: list[str], make, forked) -> None:
+def become_child(parents_end) -> None:
+    """The first steps of a process forked from the harness (producers, group members)."""
     # what came from the harness is never collected here: a pulsar-client object finalized
     # in a forked process waits forever for its threads, which stayed in the harness
     # (apache/pulsar-client-python#127; seen: both processes hung in ~ExecutorService)
@@ -230,6 +231,21 @@ def _child(conn, parents_end, names: list[str], make, forked) -> None:
         pass
     if os.getppid() == 1:  # the harness died while forking
         os._exit(1)
+
+
+def exit_child(code: int) -> None:
+    """Everything recorded and reported: exit without freeing the clients (a pulsar-client
+    freed while its IO threads log through Python deadlocks on the interpreter lock)."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def _child(conn, parents_end, names: list[str], make, forked) -> None:
+    become_child(parents_end)
     code = 0
     try:
         asyncio.run(_child_main(conn, names, make, forked))
@@ -239,14 +255,7 @@ def _child(conn, parents_end, names: list[str], make, forked) -> None:
             conn.send(("error", f"producers {', '.join(names)}: {type(e).__name__}: {e}"))
         except Exception:
             pass
-    # everything is recorded and reported: exit without freeing the clients (a pulsar-client
-    # freed while its IO threads log through Python deadlocks on the interpreter lock)
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except Exception:
-            pass
-    os._exit(code)
+    exit_child(code)
 
 
 async def _child_main(conn, names: list[str], make, forked) -> None:

@@ -107,7 +107,7 @@ class ApacheKafka(LocalCluster):
         o = self.options
         ip, port = self.address(node)
         rf = min(3, len(self.node_names))
-        return {
+        props = {
             "broker.id" if self.zookeeper else "node.id": broker_id(node),
             "listeners": f"PLAINTEXT://{ip}:{port}",
             "advertised.listeners": f"PLAINTEXT://{ip}:{port}",
@@ -124,9 +124,18 @@ class ApacheKafka(LocalCluster):
             "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
             "group.initial.rebalance.delay.ms": 0,
+            # a consumer group's member may ask for a session down to 1 s (workload.group)
+            "group.min.session.timeout.ms": 1000,
             # two cores for the whole cluster, Spark and the client
             "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2, "num.replica.fetchers": 1,
         }
+        if not self.zookeeper:
+            # KIP-848's consumer groups (workload.group.kind: consumer): the session is the
+            # broker's (45 s by default, also its floor); a killed member is seen after 6 s here
+            props.update({"group.consumer.min.session.timeout.ms": 3000, "group.consumer.session.timeout.ms": 6000,
+                          "group.consumer.min.heartbeat.interval.ms": 500,
+                          "group.consumer.heartbeat.interval.ms": 1000})
+        return props
 
     zookeeper: ClassVar[bool] = True
 

@@ -151,6 +151,21 @@ class KafkaClient(Client):
     def consumer(self, name: str) -> "KafkaConsumer":
         return KafkaConsumer(self, name)
 
+    group_kinds = ("classic", "consumer")
+
+    @classmethod
+    def group_error(cls, scenario) -> Optional[tuple[str, str]]:
+        o = scenario.options or {}
+        if scenario.workload.group.kind == "consumer" and (o.get("broker", "apache") != "apache"
+                                                           or (scenario.cluster.version or "3.9").startswith("3.")):
+            return "kind", "the consumer protocol (KIP-848) needs Apache Kafka 4.x (cluster.version: 4.1)"
+        return None
+
+    def group_member(self, name: str, spec, events):
+        from .group import KafkaGroupMember
+
+        return KafkaGroupMember(self, name, spec, events)
+
     async def close(self) -> None:
         self.clients.clear()
         self.admin = None

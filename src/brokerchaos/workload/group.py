@@ -1,0 +1,290 @@
+"""A consumer group (`workload.group`, history format 1.6): each member in a process of its
+own, forked from the harness as the producers are (processes.py), so that a fault can kill
+it like a node and the heal can start another in its place.
+
+A member slot (`g1-m1`) holds one process at a time; each process is an *incarnation* with
+its own client name (`g1-m1`, then `g1-m1-r2`, …), its own history files and its own
+`subscribe` row naming the group, so that a member killed and started again is, to the
+analysis, another member of the same group (a message it processes again is handed over).
+The system writes the member (`Client.group_member`), which tells a GroupEvents what the
+group hands it; here each message is processed (`process_ms`) and recorded, the member run,
+told to finish, and its `read_end` recorded.
+
+A member's rows go to a *journal* first (`<client>.journal` beside the history files), one
+line written to the kernel per row as it happens: a member killed right after processing
+a message has recorded it (a Parquet recorder's buffer of up to a second would die with
+it, and what it had processed would be taken for a skip). The harness turns each journal
+into the member's Parquet files when the group has finished (`collect`).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..history import Recorder
+from ..history.schema import COMMIT_OK
+from ..scenario import GroupSpec
+from .payload import decode
+from .processes import become_child, exit_child
+
+START_TIMEOUT = 60.0
+STOP_GRACE = 10.0
+
+
+_FIELDS = ("type", "producer", "value", "offset", "detail", "group", "partition", "position", "epoch")
+
+
+class Journal:
+    """A member's rows, a line each, written as they happen (the module docstring); `t_ns` on
+    the run's clock (`origin`, as a Recorder's)."""
+
+    def __init__(self, path: Path, origin: int) -> None:
+        self.path = path
+        self.origin = origin
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def record(self, type_: str, producer=None, value=None, offset=None, detail=None, group=None, partition=None,
+               position=None, epoch=None) -> None:
+        row = [time.monotonic_ns() - self.origin, type_, producer, value, offset, detail, group, partition, position,
+               epoch]
+        os.write(self.fd, (json.dumps(row, separators=(",", ":")) + "\n").encode())
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def collect(path: Path, rec: Recorder) -> int:
+    """A journal's rows into the member's recorder (its Parquet files), then the journal
+    removed; a last line cut off by a kill is left out. Returns the rows."""
+    n = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            try:
+                t, *row = json.loads(line)
+            except ValueError:
+                continue  # the process died in the middle of this line
+            rec.record(row[0], **{k: v for k, v in zip(_FIELDS[1:], row[1:])}, t_ns=t)
+            n += 1
+    rec.close()
+    path.unlink()
+    return n
+
+
+class GroupEvents:
+    """What a member's library says, as history rows (format 1.6) of its journal; a
+    message handed over is processed (`process_ms`) before its `recv` row is written."""
+
+    def __init__(self, rec: Journal, spec: GroupSpec) -> None:
+        self.rec = rec
+        self.spec = spec
+
+    def process(self, payload: bytes, partition: str, position: int, offset: str) -> None:
+        if self.spec.process_ms:
+            time.sleep(self.spec.process_ms / 1000)
+        producer, value = decode(payload)
+        self.rec.record("recv", producer, value, offset=offset,
+                        detail=None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}",
+                        group=self.spec.name, partition=partition, position=position)
+
+    def commit(self, partition: str, position: Optional[int], error: Optional[str] = None) -> None:
+        self.rec.record("commit", detail=COMMIT_OK if error is None else f"failed: {error}"[:200],
+                        group=self.spec.name, partition=partition, position=position)
+
+    def assign(self, partition: str, epoch: Optional[int] = None) -> None:
+        self.rec.record("assign", group=self.spec.name, partition=partition, epoch=epoch)
+
+    def revoke(self, partition: str, epoch: Optional[int] = None, lost: bool = False) -> None:
+        self.rec.record("revoke", detail="lost" if lost else None, group=self.spec.name, partition=partition,
+                        epoch=epoch)
+
+    def flush(self) -> None:
+        """Nothing to do: every row is written as it happens."""
+
+
+@dataclass
+class Incarnation:
+    client: str
+    proc: object
+    conn: object
+    ended: Optional[str] = None  # its read_end detail, once it reported one
+
+
+@dataclass
+class Slot:
+    name: str
+    runs: list[Incarnation] = field(default_factory=list)
+
+    @property
+    def now(self) -> Optional[Incarnation]:
+        return self.runs[-1] if self.runs else None
+
+    def next_client(self) -> str:
+        return self.name if not self.runs else f"{self.name}-r{len(self.runs) + 1}"
+
+
+class ConsumerGroup:
+    """The members of one group. `make(client)` is called in the member's process and returns
+    (its GroupEvents, the system's member): its journal opened, its subscribe row written.
+    `recorder(client)` makes the Parquet recorder its journal is collected into, `journal(client)`
+    names the journal."""
+
+    def __init__(self, spec: GroupSpec, idle: float, make: Callable[[str], object],
+                 recorder: Callable[[str], Recorder], journal: Callable[[str], Path],
+                 forked: Callable[[], None] = lambda: None) -> None:
+        self.spec = spec
+        self.idle = idle
+        self.make = make
+        self.recorder = recorder
+        self.journal = journal
+        self.forked = forked
+        self.slots = {f"{spec.name}-m{i}": Slot(f"{spec.name}-m{i}") for i in range(1, spec.consumers + 1)}
+        self.errors: list[str] = []
+
+    def names(self) -> list[str]:
+        """The member slots, whose process is running now."""
+        return [n for n, s in self.slots.items() if s.now is not None and s.now.proc.is_alive()]
+
+    def owns(self, name: str) -> bool:
+        return name in self.slots
+
+    def pids(self) -> dict[str, int]:
+        """Every incarnation's pid, by its client name."""
+        return {inc.client: inc.proc.pid for s in self.slots.values() for inc in s.runs}
+
+    async def start(self, timeout: float = START_TIMEOUT) -> None:
+        for name in self.slots:
+            await self.start_member(name, timeout)
+
+    async def start_member(self, name: str, timeout: float = START_TIMEOUT) -> None:
+        """Fork the slot's next incarnation and wait until its member is built."""
+        slot = self.slots[name]
+        client = slot.next_client()
+        ctx = multiprocessing.get_context("fork")
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=_member, args=(theirs, mine, client, self.make, self.forked, self.idle),
+                        name=f"brokerchaos group member {client}", daemon=True)
+        p.start()
+        theirs.close()
+        slot.runs.append(Incarnation(client, p, mine))
+        msg = await _recv(mine, timeout)
+        if msg is None or msg[0] != "ready":
+            why = msg[1] if msg is not None and msg[0] == "error" else f"no answer within {timeout:.0f} s"
+            await asyncio.to_thread(_stop, p)
+            raise RuntimeError(f"group member {client} (pid {p.pid}) did not start: {why}")
+
+    async def kill(self, name: str) -> int:
+        """SIGKILL the slot's running process (ours: forked above); returns when, monotonic ns."""
+        inc = self.slots[name].now
+        if inc is None or not inc.proc.is_alive():
+            raise LookupError(f"group member {name} is not running")
+        t = time.monotonic_ns()
+        os.kill(inc.proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(inc.proc.join, 10)
+        inc.ended = "killed"
+        return t
+
+    def down(self, name: str) -> bool:
+        inc = self.slots[name].now
+        return inc is None or not inc.proc.is_alive()
+
+    async def finish(self, timeout: float) -> str:
+        """Tell every running member to finish (process what is left until the group has
+        committed all there is, or nothing comes for `idle` s); their read_end details."""
+        running = [s.now for s in self.slots.values() if s.now is not None and s.now.proc.is_alive()]
+        for inc in running:
+            try:
+                inc.conn.send(("finish",))
+            except OSError:
+                pass
+        ends = await asyncio.gather(*(self._end(inc, timeout) for inc in running))
+        return "; ".join(sorted(set(ends))) if ends else "incomplete: no member running"
+
+    async def _end(self, inc: Incarnation, timeout: float) -> str:
+        msg = await _recv(inc.conn, timeout)
+        if msg is not None and msg[0] == "end":
+            inc.ended = msg[1]
+        else:
+            inc.ended = f"incomplete: {msg[1] if msg is not None else f'no end within {timeout:.0f} s'}"
+            self.errors.append(f"group member {inc.client}: {inc.ended}")
+        return inc.ended
+
+    async def close(self) -> None:
+        """Every member process stopped, every journal collected into the history."""
+        for s in self.slots.values():
+            for inc in s.runs:
+                await asyncio.to_thread(_stop, inc.proc)
+                try:
+                    inc.conn.close()
+                except OSError:
+                    pass
+        await asyncio.to_thread(self.collect)
+
+    def collect(self) -> int:
+        """The journals of the members that have stopped, into their Parquet files."""
+        n = 0
+        for s in self.slots.values():
+            for inc in s.runs:
+                path = self.journal(inc.client)
+                if not inc.proc.is_alive() and path.exists():
+                    n += collect(path, self.recorder(inc.client))
+        return n
+
+
+def _stop(p) -> None:
+    p.join(0 if p.exitcode is not None else 0.5)
+    if p.is_alive():
+        os.kill(p.pid, signal.SIGTERM)
+        p.join(STOP_GRACE)
+    if p.is_alive():
+        p.kill()
+        p.join(5)
+
+
+async def _recv(conn, timeout: float):
+    if not await asyncio.to_thread(conn.poll, timeout):
+        return None
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def _member(conn, parents_end, client: str, make, forked, idle: float) -> None:
+    become_child(parents_end)
+    code = 0
+    try:
+        forked()
+        events, member = make(client)
+        finishing = threading.Event()
+
+        def wait() -> None:
+            try:
+                conn.recv()
+            except (EOFError, OSError):
+                pass  # the harness is gone: finish
+            finishing.set()
+
+        threading.Thread(target=wait, daemon=True, name="finish").start()
+        conn.send(("ready",))
+        try:
+            detail = member.run(finishing, idle)
+        except Exception as e:
+            detail = f"incomplete: {type(e).__name__}: {e}"[:300]
+        member.close()  # its last commits and revocations come before its read_end
+        events.rec.record("read_end", detail=detail, group=events.spec.name)
+        conn.send(("end", detail))
+    except BaseException as e:
+        code = 1
+        try:
+            conn.send(("error", f"{client}: {type(e).__name__}: {e}"))
+        except Exception:
+            pass
+    exit_child(code)

@@ -1,0 +1,67 @@
+"""Consumer groups for real (workload.group, history format 1.6): Apache Kafka 3.9, a group
+of two member processes on a topic of two partitions, a member SIGKILLed with a batch in
+hand and started again.
+
+- positive control: librdkafka's auto-commit (offsets stored when a batch is handed over,
+  committed every 200 ms) commits past the batch the dead member never processed: skips,
+  with nothing lost by the broker;
+- negative control: commit after processing: no skip; the dead member's uncommitted batch
+  is processed again by the member that took its partition over;
+- a rebalance storm (a member killed every 2 s): no skip, no position going back within an
+  assignment, no committed position going back.
+"""
+import os
+
+import pytest
+
+from brokerchaos import validation as sc
+from brokerchaos.runner import Session
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+
+def _run(tmp_path, scenario: str, name: str, **over):
+    s = sc.load(f"scenarios/{scenario}.yaml", {"runs": 1, "name": name, **over})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    return v, result.metas["run-001"], result
+
+
+def _members(meta) -> dict:
+    return meta["group_members"]
+
+
+def test_auto_commit_skips_what_a_killed_member_had_in_hand(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "kafka-group-auto-commit-kill-consumer", "it-group-auto")
+    (killed,) = meta["fault"]["nodes"]
+    assert killed in ("g1-m1", "g1-m2"), meta["fault"]
+    # the broker lost nothing, and the read and the group's read both finished
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    # the killed member came back as another incarnation: three member processes in all
+    assert len(_members(meta)) == 3 and f"{killed}-r2" in _members(meta), _members(meta)
+    assert v["group_skips"] > 0 and v["result"] == "fail", v
+    assert v["group_commits"] > 0 and v["group_commit_failures"] == 0, v
+
+
+def test_commit_after_processing_skips_nothing(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "kafka-group-commit-after-kill-consumer", "it-group-after")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert v["group_skips"] == 0 and v["result"] == "pass", v
+    # the killed member's batch was processed again by the member that took its partition
+    assert v["group_duplicates"] > 0 and v["group_dup_handover"] > 0 and v["group_dup_stored"] == 0, v
+    assert v["group_nonmonotonic"] == 0 and v["group_commit_backwards"] == 0, v
+
+
+def test_a_rebalance_storm_on_the_classic_protocol(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "kafka-group-rebalance-storm", "it-group-storm", messages=8000)
+    assert len(meta["fault"]["windows"]) >= 3, meta["fault"]
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert v["group_skips"] == 0 and v["group_nonmonotonic"] == 0 and v["group_commit_backwards"] == 0, v
+    assert v["group_recv_rows"] >= v["pos_ack_count"], v

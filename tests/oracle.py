@@ -115,7 +115,7 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     members = [r for r in rows if r["client"] in group_of]
     rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of]
     v = _checked(run, rows, position, [r for r in observed + members if r["type"] == "recv"])
-    v.update(_groups(rows, members, group_of))
+    v.update(_groups(rows, members, group_of, v["_windows"]))
     v["result"] = _result(v)
     v["live_consumers"] = len(observers)
     v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
@@ -277,6 +277,7 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
             ack_gap_ms.append(best[0] / 1e6)
     v["fault_outages_ms"] = outages
     v["fault_ack_gaps_ms"] = ack_gap_ms
+    v["_windows"] = windows
     all_recv = recv_rows + observed
     span: dict = {}
     for r in all_recv:
@@ -333,7 +334,7 @@ def _result(v: dict) -> str:
 ASSIGNED = object()  # a member's position right after an assignment: any delivery is past it
 
 
-def _groups(checked: list[dict], members: list[dict], group_of: dict) -> dict:
+def _groups(checked: list[dict], members: list[dict], group_of: dict, windows: list) -> dict:
     """The consumer-group figures (format 1.6), per group and summed over the run's groups."""
     sent = {(r["producer"], r["value"]) for r in checked if r["type"] == "send"}
     stored = {(r["producer"], r["value"]) for r in checked if r["type"] == "recv"} & sent
@@ -341,6 +342,7 @@ def _groups(checked: list[dict], members: list[dict], group_of: dict) -> dict:
     for g in sorted(set(group_of.values())):
         mine = [r for r in members if group_of[r["client"]] == g]
         per[g] = _group(mine, stored)
+        per[g]["outages_ms"] = _group_outages(mine, windows)
     keys = ("group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
             "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards")
     out = {k: sum(x[k] for x in per.values()) for k in keys}
@@ -348,6 +350,23 @@ def _groups(checked: list[dict], members: list[dict], group_of: dict) -> dict:
     out["groups"] = len(per)
     out["group_read_complete"] = None if not per or None in done else all(done)
     out["consumer_groups"] = per
+    out["group_outage_ms"] = [max((x["outages_ms"][j] for x in per.values() if x["outages_ms"][j] is not None),
+                                  default=None) for j in range(len(windows))] if per else []
+    return out
+
+
+def _group_outages(rows: list[dict], windows: list) -> list:
+    """Per fault window: the longest interval one of the group's partitions went without a
+    delivery, overlapping the window, from the fault on (ms; None: no such interval)."""
+    times = defaultdict(list)
+    for r in rows:
+        if r["type"] == "recv" and r.get("partition") is not None:
+            times[r["partition"]].append(r["t_ns"])
+    gaps = [g for ts in times.values() for g in _gaps(ts)]
+    out = []
+    for tf, te in windows:
+        best = max((b - max(a, tf) for a, b in gaps if b > tf and a <= te), default=None)
+        out.append(None if best is None else best / 1e6)
     return out
 
 
@@ -386,9 +405,9 @@ def _group(rows: list[dict], stored: set) -> dict:
             prev = r.get("position")
     commits = sorted((r for r in rows if r["type"] == "commit"), key=lambda r: (r["t_ns"], r["client"], r["seq"]))
     x["group_commits"] = len(commits)
-    ok = [r for r in commits
-          if r["detail"] == "ok" and r.get("position") is not None and r.get("partition") is not None]
-    x["group_commit_failures"] = len(commits) - len(ok)
+    placed = [r for r in commits if r.get("position") is not None and r.get("partition") is not None]
+    ok = [r for r in placed if r["detail"] == "ok"]  # a position, and everything before it
+    x["group_commit_failures"] = len(commits) - len([r for r in placed if r["detail"] in ("ok", "acked")])
     x["group_commit_backwards"] = 0
     best: dict = {}
     for r in ok:

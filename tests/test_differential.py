@@ -25,7 +25,7 @@ KEYS = [
     "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries", "live_read_status",
     "groups", "group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
     "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
-    "group_read_complete", "consumer_groups",
+    "group_read_complete",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -145,7 +145,7 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
                 evs.append((rnd.choice(["assign", "revoke"]), None, None, None,
                             {"group": g, "partition": part, "epoch": rnd.randint(1, 3)}))
             elif k < 0.25:
-                evs.append(("commit", None, None, rnd.choice(["ok", "ok", "ok", "failed: rebalance"]),
+                evs.append(("commit", None, None, rnd.choice(["ok", "ok", "ok", "acked", "failed: rebalance"]),
                             {"group": g, "partition": rnd.choice([part, part, None]),
                              "position": rnd.choice([rnd.randint(0, 30), rnd.randint(0, 30), None])}))
             elif pool:
@@ -158,6 +158,15 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
         end = draw(st.sampled_from(["complete", "complete", "incomplete: no delivery for 10s", None]))
         if end:
             evs.append(("read_end", None, None, end, {"group": g}))
+
+
+def _same_groups(got: dict, exp: dict) -> None:
+    assert sorted(got) == sorted(exp)
+    for g in got:
+        a, b = dict(got[g]), dict(exp[g])
+        oa, ob = a.pop("outages_ms"), b.pop("outages_ms")
+        assert a == b, (g, a, b)
+        assert len(oa) == len(ob) and all(_close(x, y) for x, y in zip(oa, ob)), (g, oa, ob)
 
 
 def _close(a, b):
@@ -236,11 +245,12 @@ def _check(a, rows) -> None:
             assert got[k] == exp[k], (got["run"], k, got[k], exp[k])
         for k in FLOAT_KEYS:
             assert _close(got[k], exp[k]), (k, got[k], exp[k])
-        for key in ("fault_outages_ms", "fault_ack_gaps_ms", "fault_recv_gaps_ms"):
+        for key in ("fault_outages_ms", "fault_ack_gaps_ms", "fault_recv_gaps_ms", "group_outage_ms"):
             assert len(got[key]) == len(exp[key])
             for x, y in zip(got[key], exp[key]):
                 assert _close(x, y), (key, got[key], exp[key])
         assert _lat_close(got["ack_latency_ms"], exp["ack_latency_ms"]), (got["ack_latency_ms"], exp["ack_latency_ms"])
+        _same_groups(got["consumer_groups"], exp["consumer_groups"])
         assert _lat_close(got["e2e_latency_ms"], exp["e2e_latency_ms"]), (got["e2e_latency_ms"], exp["e2e_latency_ms"])
     got_jumps = sorted(
         (r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"], r["seq"])

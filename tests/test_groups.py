@@ -7,7 +7,7 @@ from brokerchaos.analysis import policy
 
 KEYS = ("groups", "group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
         "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
-        "group_read_complete", "consumer_groups", "result")
+        "group_read_complete", "consumer_groups", "group_outage_ms", "result")
 
 
 def _both(spark_analyze, h: H, tmp_path) -> dict:
@@ -213,7 +213,7 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
             sc.build({"name": "x", **doc})
         return str(e.value)
 
-    assert refused({"system": "nats", "workload": {"group": {}}}).startswith("scenario field 'workload.group': nats")
+    assert refused({"system": "redis", "workload": {"group": {}}}).startswith("scenario field 'workload.group': redis")
     assert "KIP-848" in refused({"system": "kafka", "workload": {"group": {"kind": "consumer"}}})
     assert "'workload.group.kind'" in refused({"system": "kafka", "workload": {"group": {"kind": "shared"}}})
     assert "'fault.target'" in refused({"system": "kafka", "fault": {"action": "kill", "target": "consumer"}})
@@ -223,3 +223,22 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
     s = sc.build({"name": "x", "system": "kafka", "cluster": {"version": "4.1"},
                   "workload": {"group": {"kind": "consumer"}}, "fault": {"action": "kill", "target": "consumer"}})
     assert s.workload.group.consumers == 2 and s.workload.group.commit == "after"
+
+
+def test_a_groups_outage_is_its_longest_partition_without_a_delivery_in_a_fault_window(spark_analyze, tmp_path):
+    h = _clean(H().member("m1").member("m2"))
+    h.processed("m1", range(1, 4), partition="1")
+    h.processed("m1", range(1, 4), partition="0")
+    h.ev("nemesis", "fault", node="m1", detail="kill consumer")
+    h.ev("nemesis", "heal", node="m1", detail="kill consumer", dt=500_000_000)
+    h.processed("m2", range(4, 6), partition="1", position=9)  # partition 1 again after 0.5 s
+    h.ev("m2", "recv", "p1", 6, offset="0:5", group="g1", partition="0", position=5, dt=1_500_000_000)
+    h.processed("m2", range(7, 11))
+    h.ev("m1", "read_end", detail="complete").ev("m2", "read_end", detail="complete").read(range(1, 11))
+    v = _both(spark_analyze, h, tmp_path)
+    # partition 0 went 2 s without a delivery (from its last before the fault), 2 s less the
+    # few µs before the fault counted from the fault on
+    (gap,) = v["group_outage_ms"]
+    assert 1999 < gap <= 2000.01, gap
+    # no group, no outage figure; a window no partition outlived has its own
+    assert _both(spark_analyze, _clean(H("r2")).read(range(1, 11)), tmp_path / "2")["group_outage_ms"] == []

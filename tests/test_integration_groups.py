@@ -1,6 +1,6 @@
-"""Consumer groups for real (workload.group, history format 1.6): Apache Kafka 3.9, a group
-of two member processes on a topic of two partitions, a member SIGKILLed with a batch in
-hand and started again.
+"""Consumer groups for real (workload.group, history format 1.6): a group of two member
+processes, a member SIGKILLed with a batch in hand and started again. On Apache Kafka 3.9
+(a topic of two partitions):
 
 - positive control: librdkafka's auto-commit (offsets stored when a batch is handed over,
   committed every 200 ms) commits past the batch the dead member never processed: skips,
@@ -9,6 +9,11 @@ hand and started again.
   is processed again by the member that took its partition over;
 - a rebalance storm (a member killed every 2 s): no skip, no position going back within an
   assignment, no committed position going back.
+
+On NATS JetStream (one durable pull consumer the members share), the same two controls:
+each message acked before its batch is processed skips what the dead member had in hand;
+acked after processing, what it had fetched comes again after ack_wait, and nothing is
+skipped.
 """
 import os
 
@@ -64,4 +69,23 @@ def test_a_rebalance_storm_on_the_classic_protocol(tmp_path, spark):
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
     assert v["group_read_complete"] is True, v["consumer_groups"]
     assert v["group_skips"] == 0 and v["group_nonmonotonic"] == 0 and v["group_commit_backwards"] == 0, v
+    assert v["group_recv_rows"] >= v["pos_ack_count"], v
+
+
+def test_nats_acks_before_processing_skip_what_a_killed_member_had_in_hand(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "nats-group-ack-before-kill-consumer", "it-group-nats-before")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert len(_members(meta)) == 3, _members(meta)
+    assert v["group_skips"] > 0 and v["result"] == "fail", v
+    # one ack per message, each a commit row of its own ("acked"): none failed, none a position
+    assert v["group_commits"] >= v["group_recv_rows"] and v["group_commit_failures"] == 0, v
+    assert v["group_commit_backwards"] == 0, v
+
+
+def test_nats_acks_after_processing_skip_nothing(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "nats-group-ack-after-kill-consumer", "it-group-nats-after")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert v["group_skips"] == 0 and v["result"] == "pass", v
     assert v["group_recv_rows"] >= v["pos_ack_count"], v

@@ -46,15 +46,19 @@ class GroupSpec(_Strict):
     name: str = Field("g1", pattern=r"^[a-z][a-z0-9-]{0,30}$", description="the group's name (default g1)")
     consumers: int = Field(2, ge=1, le=16, description="members, one process each (default 2)")
     kind: Optional[str] = Field(None, description="the system's kind of group (Kafka: classic, the default, or "
-                                                  "consumer, KIP-848's protocol on Kafka 4.x)")
+                                                  "consumer, KIP-848's protocol on Kafka 4.x; NATS: durable, one "
+                                                  "durable pull consumer the members share)")
     commit: Literal["auto", "after", "before"] = Field(
-        "after", description="how a member makes its position durable: auto (the library, every auto_commit_ms), "
-                             "after processing each batch (default), or before processing it (at most once)")
+        "after", description="how a member makes its position durable: auto (Kafka: the library, every "
+                             "auto_commit_ms; NATS: no acks), after processing each batch or message (default), or "
+                             "before processing it (at most once)")
     process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
     auto_commit_ms: int = Field(5000, ge=10, le=600_000, description="commit: auto's interval (default 5000, "
                                                                      "librdkafka's)")
     session_timeout_ms: int = Field(10_000, ge=1000, le=300_000,
-                                    description="how long the group waits for a silent member (default 10000)")
+                                    description="how long the group waits for a silent member (default 10000; "
+                                                "NATS: the consumer's ack_wait, after which an unacked message "
+                                                "comes again)")
 
 
 class WorkloadSpec(_Strict):

@@ -3,7 +3,7 @@ counts, the ordering, the windows, latency and availability, the live consumers 
 session facts. No Spark here: every figure is already computed."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..history.schema import read_finished
@@ -29,6 +29,7 @@ class Parts:
     availability: Optional[Availability]
     facts: dict[str, dict]
     groups: Groups = Groups()
+    group_outages: dict = field(default_factory=dict)  # (run, group, window index) -> ns
 
     @property
     def latency_exact(self) -> bool:
@@ -47,7 +48,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v["late_sends"] = int(f["late"]) if lagged else None
     v["max_send_lag_ms"] = f["lag"] / MS if lagged else None
     v.update(_live(p, run))
-    v.update(_groups(p, run))
+    v.update(_groups(p, run, [i for _, i, *_ in run_windows]))
     v.update(_end_check(p, run))
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
@@ -106,15 +107,21 @@ def _live(p: Parts, run: str) -> dict[str, Any]:
             "live_read_status": None if not ends else "; ".join(sorted(set(ends)))}
 
 
-def _groups(p: Parts, run: str) -> dict[str, Any]:
+def _groups(p: Parts, run: str, idx: list[int]) -> dict[str, Any]:
     """The consumer groups' figures (groups.py), summed over the run's groups and per group;
-    a group's read finished when each of its members' did."""
+    a group's read finished when each of its members' did; its outage per fault window (None
+    where no partition had a delivery after the fault, or with timing off), and the run's:
+    the longest of its groups'."""
     per = {g: dict(x) for g, x in p.groups.of_run(run).items()}
+    timing = p.plan.timing
     for g, x in per.items():
         ends = p.rows.group_ends.get((run, g))
         x["read_complete"] = None if not ends else all(read_finished(e) for e in ends)
         x["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
+        x["outages_ms"] = [_ms(p.group_outages.get((run, g, i))) if timing else None for i in idx]
     out: dict[str, Any] = {k: sum(x[k] for x in per.values()) for k in GROUP_KEYS}
+    out["group_outage_ms"] = [max((x["outages_ms"][j] for x in per.values() if x["outages_ms"][j] is not None),
+                                  default=None) for j in range(len(idx))] if per else []
     done = [x["read_complete"] for x in per.values()]
     out["groups"] = len(per)
     out["group_read_complete"] = None if not per or None in done else all(done)

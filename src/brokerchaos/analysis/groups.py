@@ -21,7 +21,7 @@ from typing import Optional
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from ..history.schema import COMMIT_OK
+from ..history.schema import ACKED, COMMIT_OK
 from .frames import count_when, with_previous
 from .tuning import Tuning
 
@@ -55,11 +55,13 @@ def _bit(t: Tuning):
 
 
 def group_blocks(recv: DataFrame, t: Tuning) -> DataFrame:
-    """Per (run, g, producer, block): the values the group processed (`done`, a bit set) and its
-    rows for them (gn)."""
-    ident = recv.where(F.col("producer").isNotNull() & F.col("value").isNotNull())
-    return ident.groupBy("run", "g", "producer", _blk(t).alias("blk")).agg(
-        F.bit_or(_bit(t)).alias("done"), F.count(F.lit(1)).alias("gn"))
+    """Per (run, g, producer, block): the values the group processed (`done`, a bit set), its
+    rows for them (gn) and its first (t0); the rows without an identity in a null block."""
+    ident = F.col("producer").isNotNull() & F.col("value").isNotNull()
+    return recv.groupBy("run", "g", F.when(ident, F.col("producer")).alias("producer"),
+                        F.when(ident, _blk(t)).alias("blk")).agg(
+        F.coalesce(F.bit_or(F.when(ident, _bit(t))), F.lit(0).cast("long")).alias("done"),
+        F.count(F.lit(1)).alias("gn"), F.min("t_ns").alias("t0"))
 
 
 def skips(blocks: DataFrame, gblocks: DataFrame, groups: DataFrame) -> DataFrame:
@@ -77,7 +79,8 @@ def skips(blocks: DataFrame, gblocks: DataFrame, groups: DataFrame) -> DataFrame
 def duplicates(recv: DataFrame, gblocks: DataFrame, t: Tuning) -> Optional[DataFrame]:
     """Per (run, g): messages processed more than once, split by cause (module docstring);
     None when no block has more rows than values (nothing processed twice)."""
-    again = gblocks.where(F.col("gn") > F.bit_count("done")).select("run", "g", "producer", "blk")
+    again = gblocks.where(F.col("blk").isNotNull() & (F.col("gn") > F.bit_count("done"))).select(
+        "run", "g", "producer", "blk")
     if again.isEmpty():
         return None
     rows = recv.where(F.col("producer").isNotNull() & F.col("value").isNotNull()).withColumn("blk", _blk(t))
@@ -108,16 +111,33 @@ def nonmonotonic(members: DataFrame, t: Tuning, plain: bool) -> DataFrame:
 
 
 def commits(members: DataFrame) -> DataFrame:
-    """Per (run, g): commits, failed commits, and successful commits below the highest one
-    made before them in the same partition (by time; ties by client and seq)."""
+    """Per (run, g): commits, failed commits, and successful commits of a position below the
+    highest one made before them in the same partition (by time; ties by client and seq).
+    One message's ack (`acked`) succeeds without being a position."""
     c = members.where(F.col("type") == "commit")
-    ok = (F.col("detail") == COMMIT_OK) & F.col("position").isNotNull() & F.col("partition").isNotNull()
+    placed = F.col("position").isNotNull() & F.col("partition").isNotNull()
+    ok = (F.col("detail") == COMMIT_OK) & placed
     w = (Window.partitionBy("run", "g", "partition").orderBy("t_ns", "client", "seq")
          .rowsBetween(Window.unboundedPreceding, -1))
     c = c.withColumn("_before", F.max(F.when(ok, F.col("position"))).over(w))
     return c.groupBy("run", "g").agg(
-        F.count(F.lit(1)).alias("group_commits"), count_when(~ok).alias("group_commit_failures"),
+        F.count(F.lit(1)).alias("group_commits"),
+        count_when(~(ok | ((F.col("detail") == ACKED) & placed))).alias("group_commit_failures"),
         count_when(ok & (F.col("position") < F.col("_before"))).alias("group_commit_backwards"))
+
+
+def outages(members: DataFrame, windows: DataFrame, t: Tuning, plain: bool) -> dict[tuple, int]:
+    """Per (run, group, window): the longest interval a partition of the group went without a
+    delivery, overlapping the fault window, counted from the fault on (ns). `windows` is
+    (run, w, t_fault, t_wend)."""
+    d = members.where((F.col("type") == "recv") & F.col("partition").isNotNull()).select(
+        "run", "g", "partition", "t_ns")
+    d = with_previous(d, ["run", "g", "partition"], "t_ns", "t_ns", t.time_bucket_ns, plain)
+    over = (d.where(F.col("prev").isNotNull()).join(F.broadcast(windows), "run")
+            .where((F.col("t_ns") > F.col("t_fault")) & (F.col("prev") <= F.col("t_wend"))))
+    eff = F.col("t_ns") - F.greatest(F.col("prev"), F.col("t_fault"))
+    return {(r["run"], r["g"], r["w"]): r["gap"] for r in over.groupBy("run", "g", "w").agg(F.max(eff).alias("gap"))
+            .collect()}
 
 
 def skipped(checked: DataFrame, members: DataFrame, groups: list[tuple[str, str]]) -> DataFrame:
@@ -162,7 +182,7 @@ def analyze_groups(members: DataFrame, groups: list[tuple[str, str]], blocks: Da
     try:
         per = {key: dict.fromkeys(GROUP_KEYS, 0) for key in groups}
         firsts: dict[str, int] = {}
-        for r in recv.groupBy("run", "g").agg(F.count(F.lit(1)).alias("n"), F.min("t_ns").alias("t0")).collect():
+        for r in gblocks.groupBy("run", "g").agg(F.sum("gn").alias("n"), F.min("t0").alias("t0")).collect():
             per[(r["run"], r["g"])]["group_recv_rows"] = r["n"]
             firsts[r["run"]] = min(r["t0"], firsts.get(r["run"], r["t0"]))
         parts = [skips(blocks, gblocks, gdf), nonmonotonic(members, t, plain), commits(members)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..history.schema import MESSAGE_TYPES, OBSERVER
@@ -27,6 +27,7 @@ from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses,
 from .facts import live_reader, session_facts
 from .frames import count_when, only_runs
 from .groups import Groups, analyze_groups
+from .groups import outages as group_outage_gaps
 from .latency import ack_latency, latency_table, latency_verdicts, ranked_ack_latency
 from .ordering import first_reads, jump_counts, jumps
 from .tuning import Tuning
@@ -91,18 +92,46 @@ class Rows:
         if self.obs_recv is not None:
             recv = recv.unionByName(self.obs_recv)
         if self.members is not None:
-            recv = recv.unionByName(self.members.where(F.col("type") == "recv").drop("g"))
+            recv = recv.unionByName(self.members.where(F.col("type") == "recv").drop("g"), allowMissingColumns=True)
         return recv
 
     def with_live(self) -> DataFrame:
         """The history with the observers' and the members' deliveries back in (end-to-end latency)."""
         d = self.df if self.obs_recv is None else self.df.unionByName(self.obs_recv)
-        return d if self.members is None else d.unionByName(self.members.where(F.col("type") == "recv").drop("g"))
+        return d if self.members is None else d.unionByName(
+            self.members.where(F.col("type") == "recv").drop("g"), allowMissingColumns=True)
 
     def acks(self) -> DataFrame:
         """The ack rows, for latency and the ack gaps. (Not kept in memory: at 10 M acks the
         cache cost 3.7 s to fill and spared 0.8 s of the two passes that read it.)"""
         return self.df.where(F.col("type") == "ack").select("run", "t_ns", "send_ns")
+
+
+MEMBER_COLUMNS = ("run", "client", "seq", "t_ns", "type", "producer", "value", "offset", "detail", "partition",
+                  "position")
+# up to this many (run, client) pairs, the observers' and members' rows are picked by a
+# filter of literals (a pass over the rows costs nothing more); past it, by a broadcast join
+LITERAL_CLIENTS = 64
+
+
+def _is(pairs: set) -> Column:
+    return functools.reduce(lambda a, b: a | b, [(F.col("run") == r) & (F.col("client") == c)
+                                                 for r, c in sorted(pairs)])
+
+
+def _clients(spark: SparkSession, df: DataFrame, pairs: set, keep: bool = True) -> DataFrame:
+    """The rows of these (run, client) pairs (keep), or every other row."""
+    if len(pairs) <= LITERAL_CLIENTS:
+        return df.where(_is(pairs) if keep else ~_is(pairs))
+    who = F.broadcast(spark.createDataFrame(sorted(pairs), "run string, client string"))
+    return df.join(who, ["run", "client"], "inner" if keep else "left_anti")
+
+
+def _group_of(member_of: dict) -> Column:
+    out = F.lit(None).cast("string")
+    for (r, c), g in sorted(member_of.items()):
+        out = F.when((F.col("run") == r) & (F.col("client") == c), F.lit(g)).otherwise(out)
+    return out
 
 
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
@@ -127,15 +156,15 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
             ends.setdefault(r["run"], []).append(r["detail"])
     obs_recv = members = None
     if observers:
-        who = F.broadcast(spark.createDataFrame(sorted(observers), "run string, client string"))
-        obs_recv = df.join(who, ["run", "client"]).where(F.col("type") == "recv")
+        obs_recv = _clients(spark, df, observers).where(F.col("type") == "recv")
     if member_of:
-        mem = F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
-                                                "run string, client string, g string"))
-        members = df.join(mem, ["run", "client"])
+        # what the group verdicts, the consumer outage and end-to-end latency read of them
+        members = _clients(spark, df, set(member_of)).select(*MEMBER_COLUMNS)
+        members = members.withColumn("g", _group_of(member_of)) if len(member_of) <= LITERAL_CLIENTS else \
+            members.join(F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
+                                                            "run string, client string, g string")), ["run", "client"])
     if observers or member_of:
-        apart = F.broadcast(spark.createDataFrame(sorted(observers | set(member_of)), "run string, client string"))
-        df = df.join(apart, ["run", "client"], "left_anti")
+        df = _clients(spark, df, observers | set(member_of), keep=False)
     nemesis = [r for r in small if r["type"] in ("fault", "heal")]
     first_fault: dict[str, int] = {}
     for r in nemesis:
@@ -267,7 +296,10 @@ def live_consumers(rows: Rows, clock: Clock) -> Live:
 # -- consumer groups ----------------------------------------------------------------------------
 
 def consumer_groups(rows: Rows, counts: Counts, t: Tuning, clock: Clock) -> Groups:
-    """What each consumer group processed, against what the checking read found (groups.py)."""
+    """What each consumer group processed, against what the checking read found (groups.py).
+    `rows.members` is read once per figure, from the files: the members' own files, picked by
+    a filter the Parquet reader pushes down, cost less than a copy in memory (1 M members'
+    rows: 3.1 s without the copy, 4.2 s with it, benchmarks/groups.py)."""
     if rows.members is None:
         return Groups()
     out = analyze_groups(rows.members, rows.groups, counts.blocks, t, counts.recv_rows <= t.plain_rows)
@@ -350,6 +382,16 @@ class FaultWindows:
 def windows(spark: SparkSession, rows: Rows, counts: Counts) -> FaultWindows:
     wins = fault_windows(rows.nemesis, {k: f["t_end"] for k, f in counts.frames.items()})
     return FaultWindows(wins, Windows(spark, [(r, i, tf, te) for r, i, tf, te, *_ in wins]) if wins else None)
+
+
+def group_outages(rows: Rows, fw: FaultWindows, plan: Plan, clock: Clock) -> dict[tuple, int]:
+    """Each consumer group's outage per fault window: its longest partition without a
+    delivery (groups.outages); none without groups, windows or timing."""
+    if rows.members is None or fw.w is None or not plan.timing:
+        return {}
+    out = group_outage_gaps(rows.members, fw.w.df, plan.t, plan.plain_recv)
+    clock.lap("consumer groups' outages")
+    return out
 
 
 # -- latency ------------------------------------------------------------------------------------

@@ -113,4 +113,5 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
         lat = job.latency(rows, counts, plan, windows, clock)
         avail = job.availability(rows, counts, plan, windows, lat, live, clock)
     facts = job.facts(spark, rows, counts, plan, windows, clock)
-    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups)
+    gout = job.group_outages(rows, windows, plan, clock)
+    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout)

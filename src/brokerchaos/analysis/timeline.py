@@ -144,11 +144,18 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
 
     troubled = {v["run"]: v for v in verdicts
                 if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}
-    if not troubled:
-        return out
+    if troubled:
+        _positions(spark, df, out, troubled, observers, jumps, losses)
+    return out
+
+
+def _positions(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], troubled: dict[str, dict],
+               observers: dict[str, set], jumps: Optional[DataFrame], losses: Optional[DataFrame]) -> None:
+    """For runs with losses or jumps: the checking readers' read positions in slices, and
+    the first rows of the jump and loss logs."""
     steps = [(run, max(1, -(-int(v.get("recv_rows") or 0) // POSITIONS))) for run, v in troubled.items()]
     step = spark.createDataFrame(steps, "run string, _step long")
-    recv = df.where(t == "recv").join(F.broadcast(step), "run")
+    recv = df.where(F.col("type") == "recv").join(F.broadcast(step), "run")
     skip = [(run, c) for run, cs in observers.items() for c in cs]
     if skip:
         recv = recv.join(F.broadcast(spark.createDataFrame(skip, "run string, client string")),
@@ -167,4 +174,3 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
     if losses is not None:
         for row in _first_rows(losses.where(F.col("run").isin(runs)), ["producer", "value"], FIRST_ROWS):
             out[row["run"]].lost.append(row)
-    return out

@@ -181,6 +181,9 @@ class Verdict(TypedDict, total=False):
     group_commit_failures: int
     group_commit_backwards: int
     group_read_complete: Optional[bool]
+    # per fault window, the longest a partition of any group went without a delivery, from
+    # the fault on (None: none had one after it; timing off)
+    group_outage_ms: list[Optional[float]]
     consumer_groups: dict[str, dict]
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]

@@ -64,10 +64,10 @@ LATE_NS = 100_000_000
 # `value` the stored units short of copies (Pulsar with AutoRecovery: under-replicated
 # ledgers; null when it could not be asked), `detail` what was seen.
 # commit/assign/revoke (1.6, optional) are a consumer group member's: a position it made
-# durable (detail "ok", or "failed: why"), and the partitions its library's callbacks gave
-# it and took away. A member is a client whose subscribe row names a `group`; its recv rows
-# are the messages the group processed, kept out of the verdicts above (as an observer's)
-# and judged by the group verdicts.
+# durable (detail "ok"; "acked" for one message's ack; or "failed: why"), and the
+# partitions its library's callbacks gave it and took away. A member is a client whose
+# subscribe row names a `group`; its recv rows are the messages the group processed,
+# kept out of the verdicts above (as an observer's) and judged by the group verdicts.
 MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
 CLIENT_EVENT_TYPES = ("disconnect", "reconnect")
@@ -75,7 +75,8 @@ GROUP_TYPES = ("commit", "assign", "revoke")
 EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
                + GROUP_TYPES)
 OBSERVER = "observer"
-COMMIT_OK = "ok"  # a commit row's detail when the broker took the position
+COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
+ACKED = "acked"  # … when it took one message's ack (NATS, RabbitMQ, Redis: no position order)
 
 NEMESIS_CLIENT = "nemesis"
 

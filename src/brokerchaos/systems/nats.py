@@ -309,6 +309,13 @@ class NatsClient(Client):
     def consumer(self, name: str) -> "NatsConsumer":
         return NatsConsumer(self, name)
 
+    group_kinds = ("durable",)  # one durable pull consumer, shared by the members
+
+    def group_member(self, name: str, spec, events):
+        from .natsgroup import NatsGroupMember
+
+        return NatsGroupMember(self, name, spec, events, _connect, _close)
+
     async def close(self) -> None:
         await _close(self.nc)
         self.nc = None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..history import Recorder
-from ..history.schema import COMMIT_OK
+from ..history.schema import ACKED, COMMIT_OK
 from ..scenario import GroupSpec
 from .payload import decode
 from .processes import become_child, exit_child
@@ -94,8 +94,12 @@ class GroupEvents:
                         detail=None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}",
                         group=self.spec.name, partition=partition, position=position)
 
-    def commit(self, partition: str, position: Optional[int], error: Optional[str] = None) -> None:
-        self.rec.record("commit", detail=COMMIT_OK if error is None else f"failed: {error}"[:200],
+    def commit(self, partition: str, position: Optional[int], error: Optional[str] = None,
+               cumulative: bool = True) -> None:
+        """A position made durable (`cumulative`: everything before it too, Kafka's commit),
+        or one message's ack (`cumulative=False`: its position, detail `acked`)."""
+        ok = COMMIT_OK if cumulative else ACKED
+        self.rec.record("commit", detail=ok if error is None else f"failed: {error}"[:200],
                         group=self.spec.name, partition=partition, position=position)
 
     def assign(self, partition: str, epoch: Optional[int] = None) -> None:

@@ -41,7 +41,7 @@ def _members(meta) -> dict:
 
 
 def test_auto_commit_skips_what_a_killed_member_had_in_hand(tmp_path, spark):
-    v, meta, _ = _run(tmp_path, "kafka-group-auto-commit-kill-consumer", "it-group-auto")
+    v, meta, result = _run(tmp_path, "kafka-group-auto-commit-kill-consumer", "it-group-auto")
     (killed,) = meta["fault"]["nodes"]
     assert killed in ("g1-m1", "g1-m2"), meta["fault"]
     # the broker lost nothing, and the read and the group's read both finished
@@ -50,7 +50,14 @@ def test_auto_commit_skips_what_a_killed_member_had_in_hand(tmp_path, spark):
     # the killed member came back as another incarnation: three member processes in all
     assert len(_members(meta)) == 3 and f"{killed}-r2" in _members(meta), _members(meta)
     assert v["group_skips"] > 0 and v["result"] == "fail", v
-    assert v["group_commits"] > 0 and v["group_commit_failures"] == 0, v
+    # skips.csv: every skipped message is stored, and a commit of its partition went past it.
+    # (A commit may fail: a member's last one, as it closes, races the rebalance the other
+    # member's leaving started: UNKNOWN_MEMBER_ID, seen in most runs. Not asserted.)
+    import csv
+
+    with open(result.dir / "skips.csv", newline="") as fh:
+        skipped = list(csv.DictReader(fh))
+    assert len(skipped) == v["group_skips"] and all(r["stored_at"] and r["committed_past"] for r in skipped)
 
 
 def test_commit_after_processing_skips_nothing(tmp_path, spark):

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ..history.schema import ACKED, COMMIT_OK
+from .counts import _bit, _blk  # the same blocks of values as the run's counts
 from .frames import count_when, with_previous
 from .tuning import Tuning
 
@@ -44,14 +45,6 @@ class Groups:
 
     def of_run(self, run: str) -> dict[str, dict]:
         return {g: x for (r, g), x in sorted(self.per_group.items()) if r == run}
-
-
-def _blk(t: Tuning):
-    return F.expr(f"shiftright(value, {t.block_bits})")
-
-
-def _bit(t: Tuning):
-    return F.expr(f"shiftleft(cast(1 as bigint), cast(value & {(1 << t.block_bits) - 1} as int))")
 
 
 def group_blocks(recv: DataFrame, t: Tuning) -> DataFrame:

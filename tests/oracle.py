@@ -407,14 +407,14 @@ def _group(rows: list[dict], stored: set) -> dict:
     x["group_commits"] = len(commits)
     placed = [r for r in commits if r.get("position") is not None and r.get("partition") is not None]
     ok = [r for r in placed if r["detail"] == "ok"]  # a position, and everything before it
-    x["group_commit_failures"] = len(commits) - len([r for r in placed if r["detail"] in ("ok", "acked")])
+    x["group_commit_failures"] = len(commits) - len(ok) - len([r for r in commits if r["detail"] == "acked"])
     x["group_commit_backwards"] = 0
     best: dict = {}
     for r in ok:
         if r.get("partition") in best and r.get("position") < best[r.get("partition")]:
             x["group_commit_backwards"] += 1
         best[r.get("partition")] = max(best.get(r.get("partition"), r.get("position")), r.get("position"))
-    ends = [r["detail"] for r in rows if r["type"] == "read_end"]
+    ends = [r["detail"] for r in rows if r["type"] == "read_end" and r["detail"] != "left"]
     x["read_complete"] = None if not ends else all(e == "complete" or e.startswith("complete:") for e in ends)
     x["read_status"] = "; ".join(sorted(set(ends))) if ends else None
     return x

@@ -155,7 +155,7 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
                 evs.append(("recv", p, v, off if v is not None else None,
                             {"group": g, "partition": rnd.choice([part, part, part, None]), "position": pos,
                              "epoch": rnd.choice([1, None])}))
-        end = draw(st.sampled_from(["complete", "complete", "incomplete: no delivery for 10s", None]))
+        end = draw(st.sampled_from(["complete", "complete", "incomplete: no delivery for 10s", "left", None]))
         if end:
             evs.append(("read_end", None, None, end, {"group": g}))
 

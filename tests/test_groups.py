@@ -74,6 +74,19 @@ def test_skips_wait_for_the_groups_read_to_finish(spark_analyze, tmp_path):
     assert policy.BY_NAME["group skips"].judge(v) == policy.UNDECIDED and v["result"] == "unknown"
 
 
+def test_a_member_that_left_does_not_speak_for_the_groups_read(spark_analyze, tmp_path):
+    # m2 left the group (scale-in) after 1..5; m1 read on to the end: the group's read is m1's
+    h = _clean(H().member("m1").member("m2")).processed("m2", range(1, 6)).ev("m2", "read_end", detail="left")
+    h.processed("m1", range(6, 11)).ev("m1", "read_end", detail="complete").read(range(1, 11))
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["group_read_complete"] is True and v["consumer_groups"]["g1"]["read_status"] == "complete"
+    assert (v["group_skips"], v["result"]) == (0, "pass")
+    # every member left: nobody read to the end, so skips are not decided
+    h2 = _clean(H("r2").member("m1")).processed("m1", range(1, 6)).ev("m1", "read_end", detail="left")
+    v2 = _both(spark_analyze, h2.read(range(1, 11)), tmp_path / "2")
+    assert v2["group_read_complete"] is None and v2["group_skips"] == 5 and v2["result"] == "unknown"
+
+
 def test_duplicates_are_split_by_cause(spark_analyze, tmp_path):
     h = _clean(H().member("m1").member("m2"))
     h.processed("m1", range(1, 6))
@@ -213,12 +226,22 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
             sc.build({"name": "x", **doc})
         return str(e.value)
 
-    assert refused({"system": "redis", "workload": {"group": {}}}).startswith("scenario field 'workload.group': redis")
+    no_group = refused({"system": "pulsar", "workload": {"group": {}}})
+    assert no_group.startswith("scenario field 'workload.group': pulsar"), no_group
+    assert "shared subscriptions" in refused({"system": "mqtt", "workload": {"group": {}}})  # RabbitMQ 3.10's plugin
+    assert "'workload.group.kind'" in refused({"system": "redis", "workload": {"group": {"kind": "durable"}}})
     assert "KIP-848" in refused({"system": "kafka", "workload": {"group": {"kind": "consumer"}}})
     assert "'workload.group.kind'" in refused({"system": "kafka", "workload": {"group": {"kind": "shared"}}})
     assert "'fault.target'" in refused({"system": "kafka", "fault": {"action": "kill", "target": "consumer"}})
-    assert "'fault.action'" in refused({"system": "kafka", "workload": {"group": {}},
-                                        "fault": {"action": "pause", "target": "consumers[1]"}})
+    assert "act on a consumer group" in refused({"system": "kafka", "workload": {"group": {}},
+                                        "fault": {"action": "isolate", "target": "consumers[1]"}})
+    assert "'fault.target'" in refused({"system": "kafka", "fault": {"action": "kill", "target": "group-coordinator"}})
+    assert "no group coordinator" in refused({"system": "mqtt", "options": {"broker": "mosquitto"},
+                                              "cluster": {"nodes": 1, "replicas": 1}, "workload": {"group": {}},
+                                              "fault": {"action": "kill", "target": "group-coordinator"}})
+    for action in ("pause", "restart", "stop"):
+        sc.build({"name": "x", "system": "redis", "workload": {"group": {}}, "fault": {"action": action,
+                                                                                     "target": "consumers[1]"}})
     assert "'workload.group.commit'" in refused({"system": "kafka", "workload": {"group": {"commit": "never"}}})
     s = sc.build({"name": "x", "system": "kafka", "cluster": {"version": "4.1"},
                   "workload": {"group": {"kind": "consumer"}}, "fault": {"action": "kill", "target": "consumer"}})

@@ -14,6 +14,16 @@ On NATS JetStream (one durable pull consumer the members share), the same two co
 each message acked before its batch is processed skips what the dead member had in hand;
 acked after processing, what it had fetched comes again after ack_wait, and nothing is
 skipped.
+
+On Redis Streams (a consumer group, XREADGROUP/XACK, XAUTOCLAIM after the session): XACK
+before processing skips what a killed member had in hand; XACK after, with a member paused
+(SIGSTOP) past the session, skips nothing: its pending entries are claimed by the other, and
+what it held when it stopped is processed by both (handed over).
+
+On MQTT (a shared subscription on Mosquitto, each member a persistent session it resumes
+when started again): paho's PUBACK as a message is queued for the worker skips the killed
+member's queue; a PUBACK after processing skips nothing (the session is handed its unacked
+messages again).
 """
 import os
 
@@ -21,6 +31,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
+from brokerchaos.systems.mqtt import MOSQUITTO
 from observers import Quiet
 
 pytestmark = [
@@ -92,6 +103,77 @@ def test_nats_acks_before_processing_skip_what_a_killed_member_had_in_hand(tmp_p
 
 def test_nats_acks_after_processing_skip_nothing(tmp_path, spark):
     v, meta, _ = _run(tmp_path, "nats-group-ack-after-kill-consumer", "it-group-nats-after")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert v["group_skips"] == 0 and v["result"] == "pass", v
+    assert v["group_recv_rows"] >= v["pos_ack_count"], v
+
+
+def test_redis_acks_before_processing_skip_what_a_killed_member_had_in_hand(tmp_path, spark):
+    v, meta, result = _run(tmp_path, "redis-group-ack-before-kill-consumer", "it-group-redis-before")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert len(_members(meta)) == 3, _members(meta)
+    assert v["group_skips"] > 0 and v["result"] == "fail", v
+    # the skipped entries were acked (XACK took each): acks at least every delivery and skip
+    assert v["group_commits"] >= v["group_recv_rows"] + v["group_skips"], v
+    import csv
+
+    with open(result.dir / "skips.csv", newline="") as fh:
+        skipped = list(csv.DictReader(fh))
+    assert len(skipped) == v["group_skips"] and all(r["stored_at"] for r in skipped), skipped[:3]
+
+
+def test_redis_a_member_paused_past_its_session_skips_nothing(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "redis-group-pause-consumer", "it-group-redis-pause", messages=8000)
+    (paused,) = meta["fault"]["nodes"]
+    assert paused in ("g1-m1", "g1-m2") and len(_members(meta)) == 2, (meta["fault"], _members(meta))
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert v["group_skips"] == 0 and v["result"] == "pass", v
+    # what it held when paused was claimed and processed by the other member, then by it
+    assert v["group_dup_handover"] > 0 and v["group_dup_stored"] == 0, v
+
+
+
+def test_redis_a_group_scaled_out_and_in_skips_nothing(tmp_path, spark):
+    """workload.group.schedule: two members join 3 s into the write, three leave at 8 s (the
+    last started first); what the leavers had taken and not acked is claimed by the one left."""
+    v, meta, result = _run(tmp_path, "redis-group-scale-out-in", "it-group-redis-scale")
+    steps = meta["group_scaled"]
+    want = [(4, ["g1-m3", "g1-m4"]), (1, ["g1-m4", "g1-m3", "g1-m2"])]
+    assert [(s["consumers"], s["changed"]) for s in steps] == want, steps
+    assert 3 <= steps[0]["at_s"] < 4 and 8 <= steps[1]["at_s"] < 9, steps
+    assert sorted(_members(meta)) == ["g1-m1", "g1-m2", "g1-m3", "g1-m4"], _members(meta)
+    # the three that left said so; the one left read on to the end and speaks for the group
+    assert v["consumer_groups"]["g1"]["read_status"] == "complete" and v["group_read_complete"] is True, v
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_skips"] == 0 and v["result"] == "pass", v
+    import pyarrow.dataset as ds
+
+    files = sorted(str(p) for p in (result.dir / "run-001" / "history").rglob("*.parquet"))
+    rows = ds.dataset(files, format="parquet").to_table().to_pylist()
+    ends = {r["client"]: r["detail"] for r in rows if r["type"] == "read_end" and r["group"] == "g1"}
+    assert ends == {"g1-m1": "complete", "g1-m2": "left", "g1-m3": "left", "g1-m4": "left"}, ends
+    done = {r["client"] for r in rows if r["type"] == "recv" and r["group"] == "g1"}
+    assert done == set(ends), done  # each member processed something while it was in the group
+
+
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (make setup)")
+def test_mqtt_acks_as_messages_arrive_skip_a_killed_members_queue(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "mqtt-group-auto-ack-kill-consumer", "it-group-mqtt-auto")
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True, v["consumer_groups"]
+    assert len(_members(meta)) == 3, _members(meta)
+    assert v["group_skips"] > 0 and v["result"] == "fail", v
+    # each skipped message was acked: one ack per message the members were handed
+    assert v["group_commits"] >= v["group_recv_rows"] + v["group_skips"] and v["group_commit_failures"] == 0, v
+
+
+@pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="mosquitto not installed (make setup)")
+def test_mqtt_acks_after_processing_skip_nothing(tmp_path, spark):
+    v, meta, _ = _run(tmp_path, "mqtt-group-ack-after-kill-consumer", "it-group-mqtt-after")
+    assert len(_members(meta)) == 3, _members(meta)
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
     assert v["group_read_complete"] is True, v["consumer_groups"]
     assert v["group_skips"] == 0 and v["result"] == "pass", v

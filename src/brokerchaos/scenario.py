@@ -38,6 +38,15 @@ class ClusterSpec(_Strict):
                           "false: a new cluster per run")
 
 
+class GroupStep(_Strict):
+    """A change of the group's size on a schedule: members join (new ones) or leave (the
+    last started first, as a scale-in or a deployment does: they leave the group, they are
+    not killed)."""
+
+    at_seconds: float = Field(..., ge=0, le=86_400, description="seconds into the write phase")
+    consumers: int = Field(..., ge=1, le=16, description="members running from then on")
+
+
 class GroupSpec(_Strict):
     """A consumer group reading during the write phase as an application would (format 1.6):
     members in processes of their own, each processing what it is handed and making its
@@ -47,18 +56,22 @@ class GroupSpec(_Strict):
     consumers: int = Field(2, ge=1, le=16, description="members, one process each (default 2)")
     kind: Optional[str] = Field(None, description="the system's kind of group (Kafka: classic, the default, or "
                                                   "consumer, KIP-848's protocol on Kafka 4.x; NATS: durable, one "
-                                                  "durable pull consumer the members share)")
+                                                  "durable pull consumer the members share; Redis: stream, a "
+                                                  "Streams consumer group; MQTT: shared, a shared subscription)")
     commit: Literal["auto", "after", "before"] = Field(
         "after", description="how a member makes its position durable: auto (Kafka: the library, every "
-                             "auto_commit_ms; NATS: no acks), after processing each batch or message (default), or "
-                             "before processing it (at most once)")
+                             "auto_commit_ms; NATS: no acks; Redis: XREADGROUP NOACK), after processing each batch "
+                             "or message (default), or before processing it (at most once)")
     process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
     auto_commit_ms: int = Field(5000, ge=10, le=600_000, description="commit: auto's interval (default 5000, "
                                                                      "librdkafka's)")
     session_timeout_ms: int = Field(10_000, ge=1000, le=300_000,
                                     description="how long the group waits for a silent member (default 10000; "
                                                 "NATS: the consumer's ack_wait, after which an unacked message "
-                                                "comes again)")
+                                                "comes again; Redis: how long an unacked entry waits before "
+                                                "another member claims it)")
+    schedule: list[GroupStep] = Field(default_factory=list, description="scale out and in during the write: "
+                                                                         "[{at_seconds, consumers}, …]")
 
 
 class WorkloadSpec(_Strict):

@@ -17,7 +17,9 @@ from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
 from .faults.targets import parse as parse_target
 from .scenario import Scenario, build as build_model, check_cross_fields, load_document, split_fault
 from .systems import SYSTEMS
-from .systems.base import LOCAL_VERBS, NETNS, node_names
+from .systems.base import LOCAL_VERBS, NETNS, Roles, node_names
+
+CONSUMER_ACTIONS = ("kill", "stop", "restart", "pause")  # what acts on workload.group's members
 
 __all__ = ["ScenarioError", "build", "load", "load_document", "split_fault", "offers"]
 
@@ -126,6 +128,7 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
     except TargetError as e:
         raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
     _check_consumer_target(s, path, f)
+    _check_group_coordinator(s, path, f)
     if f.target == "follower" and s.cluster.replicas < 2:
         raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
     if f.repeat is not None and f.duration is None and cls.recoverable:
@@ -135,16 +138,29 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
 
 
 def _check_consumer_target(s: Scenario, path: str, f) -> None:
-    """The `consumer` targets are workload.group's members, which only `kill` acts on today."""
+    """The `consumer` targets are workload.group's members: processes of the harness's, which
+    a kill, a stop (the member leaves the group), a restart or a pause acts on."""
     named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
     if not named & set(CONSUMER_TARGETS):
         return
     if s.workload.group is None:
         raise ScenarioError(f"scenario field '{path}.target': {f.target!r} names a consumer, and the scenario has no "
                             "consumer group (workload.group)")
-    if f.action != "kill":
-        raise ScenarioError(f"scenario field '{path}.action': only kill acts on a consumer group's members "
-                            f"today, not {f.action!r}")
+    if f.action not in CONSUMER_ACTIONS:
+        raise ScenarioError(f"scenario field '{path}.action': {', '.join(CONSUMER_ACTIONS)} act on a consumer "
+                            f"group's members, not {f.action!r}")
+
+
+def _check_group_coordinator(s: Scenario, path: str, f) -> None:
+    """`group-coordinator` needs workload.group and a system that can name it."""
+    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
+    if "group-coordinator" not in named:
+        return
+    if s.workload.group is None:
+        raise ScenarioError(f"scenario field '{path}.target': group-coordinator needs a consumer group "
+                            "(workload.group)")
+    if SYSTEMS.get(s.system).roles_class(s).group_coordinator is Roles.group_coordinator:
+        raise ScenarioError(f"scenario field '{path}.target': {s.system} has no group coordinator to name")
 
 
 def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:

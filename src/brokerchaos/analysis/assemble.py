@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..history.schema import read_finished
+from ..history.schema import LEFT, read_finished
 from .frames import MS
 from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
@@ -109,13 +109,13 @@ def _live(p: Parts, run: str) -> dict[str, Any]:
 
 def _groups(p: Parts, run: str, idx: list[int]) -> dict[str, Any]:
     """The consumer groups' figures (groups.py), summed over the run's groups and per group;
-    a group's read finished when each of its members' did; its outage per fault window (None
+    a group's read finished when each of its members' did (those that left aside); its outage per fault window (None
     where no partition had a delivery after the fault, or with timing off), and the run's:
     the longest of its groups'."""
     per = {g: dict(x) for g, x in p.groups.of_run(run).items()}
     timing = p.plan.timing
     for g, x in per.items():
-        ends = p.rows.group_ends.get((run, g))
+        ends = [e for e in p.rows.group_ends.get((run, g)) or [] if e != LEFT]  # who left speaks for nobody
         x["read_complete"] = None if not ends else all(read_finished(e) for e in ends)
         x["read_status"] = None if not ends else "; ".join(sorted(set(ends)))
         x["outages_ms"] = [_ms(p.group_outages.get((run, g, i))) if timing else None for i in idx]

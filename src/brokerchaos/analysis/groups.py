@@ -106,7 +106,7 @@ def nonmonotonic(members: DataFrame, t: Tuning, plain: bool) -> DataFrame:
 def commits(members: DataFrame) -> DataFrame:
     """Per (run, g): commits, failed commits, and successful commits of a position below the
     highest one made before them in the same partition (by time; ties by client and seq).
-    One message's ack (`acked`) succeeds without being a position."""
+    One message's ack (`acked`) succeeds without being a position (MQTT's has none)."""
     c = members.where(F.col("type") == "commit")
     placed = F.col("position").isNotNull() & F.col("partition").isNotNull()
     ok = (F.col("detail") == COMMIT_OK) & placed
@@ -115,7 +115,7 @@ def commits(members: DataFrame) -> DataFrame:
     c = c.withColumn("_before", F.max(F.when(ok, F.col("position"))).over(w))
     return c.groupBy("run", "g").agg(
         F.count(F.lit(1)).alias("group_commits"),
-        count_when(~(ok | ((F.col("detail") == ACKED) & placed))).alias("group_commit_failures"),
+        count_when(~(ok | (F.col("detail") == ACKED))).alias("group_commit_failures"),
         count_when(ok & (F.col("position") < F.col("_before"))).alias("group_commit_backwards"))
 
 

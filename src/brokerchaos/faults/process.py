@@ -64,7 +64,12 @@ async def stop(fault: Fault, nodes: list[str], timeout: float) -> list[bool]:
     how long until the last one was down."""
     fault.effect_ns = time.monotonic_ns()
     clean = []
+    group = fault.ctx.group()
     for n in nodes:
+        if group is not None and group.owns(n):  # a member leaves the group (workload/group.py)
+            await group.leave(n, timeout)
+            clean.append(True)
+            continue
         clean.append(await asyncio.to_thread(fault.ctx.cluster.stop_node, n, timeout))
     fault.effect["exit_ms"] = round((time.monotonic_ns() - fault.effect_ns) / 1e6, 1)
     return clean
@@ -115,14 +120,22 @@ class Pause(Fault):
     needs = frozenset({"pause"})
 
     async def inject(self, target: Target) -> None:
+        group = self.ctx.group()
         for n in target.nodes:
             self.nodes.append(n)
-            self.ctx.cluster.pause(n)
+            if group is not None and group.owns(n):  # a consumer group's member process
+                t = group.pause(n)
+                self.effect_ns = self.effect_ns or t
+            else:
+                self.ctx.cluster.pause(n)
 
     async def heal(self) -> None:
+        group = self.ctx.group()
         while self.nodes:
             n = self.nodes[0]
-            if self.ctx.cluster.alive(n):
+            if group is not None and group.owns(n):
+                group.resume(n)
+            elif self.ctx.cluster.alive(n):
                 self.ctx.cluster.resume(n)
             self.nodes.pop(0)
 

@@ -104,6 +104,16 @@ async def consumer(ctx: FaultContext) -> list[str]:
 CONSUMER_TARGETS = ("consumer", "consumers")
 
 
+@TARGETS.register("group-coordinator")
+async def group_coordinator(ctx: FaultContext) -> list[str]:
+    """the node coordinating workload.group (Kafka: its group coordinator, the leader of its
+    __consumer_offsets partition; NATS: its durable consumer's leader; Redis: the primary)"""
+    group = ctx.group()
+    if group is None:
+        raise LookupError("no consumer group in this run (workload.group)")
+    return [await ctx.roles.group_coordinator(group.spec.name)]
+
+
 @TARGETS.register("coordinator")
 async def coordinator(ctx: FaultContext) -> list[str]:
     """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""

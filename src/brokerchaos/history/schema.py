@@ -76,7 +76,8 @@ EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe"
                + GROUP_TYPES)
 OBSERVER = "observer"
 COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
-ACKED = "acked"  # … when it took one message's ack (NATS, RabbitMQ, Redis: no position order)
+ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no position order)
+LEFT = "left"  # a group member's read_end when it left the group on purpose (scale-in, a stop)
 
 NEMESIS_CLIENT = "nemesis"
 

@@ -170,6 +170,8 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
     tasks = [n.start() for n in nemeses]
     progress = asyncio.create_task(_progress(c, producers))
     t_write = time.monotonic()
+    if readers.group is not None and w.group.schedule:
+        tasks.append(asyncio.create_task(_scale(c, rec, readers.group, t_write)))
     deadline = t_write + w.write_timeout
     try:
         if group is not None:
@@ -178,6 +180,8 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
             await asyncio.gather(*(p.run(deadline) for p in producers))
     finally:
         progress.cancel()
+        for t in tasks[len(nemeses):]:
+            t.cancel()  # the group's steps not yet taken are not taken
         for n in nemeses:
             await n.end_of_write()
         await asyncio.gather(*tasks, progress, return_exceptions=True)
@@ -190,6 +194,26 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
         if w.rate is not None:
             rec.late_sends = sum(p.late for p in producers)
         c.line(progress_line(producers))
+
+
+async def _scale(c: RunContext, rec: RunRecord, group: ConsumerGroup, t_write: float) -> None:
+    """workload.group.schedule: at each step's time into the write, members join or leave
+    until that many run (run.json: `group_scaled`)."""
+    rec.group_scaled = []
+    for step in sorted(c.scenario.workload.group.schedule, key=lambda s: s.at_seconds):
+        await asyncio.sleep(max(0.0, t_write + step.at_seconds - time.monotonic()))
+        t = time.monotonic()
+        try:
+            changed = await group.scale(step.consumers)
+        except Exception as e:  # a member that would not start or leave: said, and the steps end
+            why = f"{type(e).__name__}: {e}"[:300]
+            rec.group_scaled.append({"at_s": round(t - t_write, 3), "consumers": step.consumers, "error": why})
+            group.errors.append(f"scaling to {step.consumers}: {why}")
+            c.line(f"Group {group.spec.name}: scaling to {step.consumers} failed: {why}")
+            return
+        rec.group_scaled.append({"at_s": round(t - t_write, 3), "consumers": step.consumers, "changed": changed,
+                                 "took_s": round(time.monotonic() - t, 3)})
+        c.line(f"Group {group.spec.name}: {step.consumers} members ({', '.join(changed) or 'no change'})")
 
 
 async def start_producers(c: RunContext, rec: RunRecord, gate: AckGate, producers: list[ProducerLoop],

@@ -42,6 +42,7 @@ class RunRecord:
     live_read_status: Optional[str] = None
     group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid
     group_read_status: Optional[str] = None
+    group_scaled: Optional[list] = None  # workload.group.schedule: each step, when, and the slots it changed
     read_status: Optional[str] = None
     read_s: Optional[float] = None
     # the end check of the copies (endcheck.py): what was still short at its last look

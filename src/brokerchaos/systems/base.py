@@ -357,6 +357,11 @@ class Roles:
         """The node coordinating the cluster (controller, meta leader); needs `coordinator`."""
         raise LookupError("this system has no coordinator")
 
+    async def group_coordinator(self, group: str) -> str:
+        """The node coordinating workload.group's group (`group`: its name in the scenario):
+        Kafka's group coordinator, NATS's consumer leader. Target `group-coordinator`."""
+        raise LookupError("this system has no group coordinator")
+
     async def ensemble(self) -> list[str]:
         """The storage nodes holding the stream's current segment (Pulsar: the bookies of the
         current ledger's last ensemble); needs `ensemble`."""

@@ -376,6 +376,16 @@ class NatsRoles(Roles):
     async def coordinator(self) -> str:
         return await meta_leader(self.cluster)
 
+    async def group_coordinator(self, group: str) -> str:
+        """The leader of the group's durable consumer (its Raft group's, not the stream's)."""
+        durable = f"{self.ctx.stream_name}-{group}"
+        info = await self.client.js.consumer_info(self.ctx.stream_name, durable, timeout=2)
+        if info.cluster is None or not info.cluster.leader:
+            if len(self.cluster.node_names) == 1:
+                return self.cluster.node_names[0]
+            raise SystemError_(f"consumer {durable} has no leader")
+        return await node_of_server(self.cluster, info.cluster.leader)
+
     async def whole(self) -> tuple[bool, str]:
         return await meta_whole(self.cluster)
 

@@ -29,9 +29,9 @@ from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, Ou
 from .consumer import LiveConsumer
 from .runtime import wait_until
 from .cluster import LocalCluster
+from .redisio import FIELD, abandon_after, aclose, client_for, entry_id
 from .registry import SYSTEMS
 
-FIELD = b"p"
 
 
 class RedisOptions(BaseModel):
@@ -56,12 +56,6 @@ class RedisOptions(BaseModel):
 
 class UnknownMaster(Hopeless):
     """The sentinels monitor no primary by the name asked (options.master_name)."""
-
-
-def _redis():
-    import redis.asyncio as aioredis
-
-    return aioredis
 
 
 def _bin() -> str:
@@ -142,10 +136,6 @@ class RedisServers(LocalCluster):
         self.spawn_node(node, [_bin(), str(conf)])
 
 
-def client_for(addr: tuple[str, int], timeout: float = 2.0):
-    return _redis().Redis(host=addr[0], port=addr[1], socket_connect_timeout=timeout, socket_timeout=timeout)
-
-
 class RedisClient(Client):
     def __init__(self, ctx, cluster) -> None:
         super().__init__(ctx, cluster)
@@ -154,9 +144,9 @@ class RedisClient(Client):
     async def ask(self, addr, *cmd, timeout: float = 2.0):
         r = client_for(addr, timeout)
         try:
-            return await _abandon_after(r.execute_command(*cmd), timeout + 1, self.abandoned)
+            return await abandon_after(r.execute_command(*cmd), timeout + 1, self.abandoned)
         finally:
-            await _aclose(r, self.abandoned)
+            await aclose(r, self.abandoned)
 
     async def connect(self, timeout: float) -> None:
         """Every server answers, the replicas are in sync, and every sentinel sees the others."""
@@ -242,6 +232,13 @@ class RedisClient(Client):
     def consumer(self, name: str) -> "RedisConsumer":
         return RedisConsumer(self, name)
 
+    group_kinds = ("stream",)  # a Redis Streams consumer group (XREADGROUP, XACK, XAUTOCLAIM)
+
+    def group_member(self, name: str, spec, events):
+        from .redisgroup import RedisGroupMember
+
+        return RedisGroupMember(self, name, spec, events)
+
 
 class RedisRoles(Roles):
     """The leader is the primary the sentinels name."""
@@ -257,6 +254,10 @@ class RedisRoles(Roles):
 
     async def whole(self) -> tuple[bool, str]:
         return await self.client.settled()
+
+    async def group_coordinator(self, group: str) -> str:
+        """A Streams group lives in the stream, on the primary."""
+        return await self.leader()
 
     async def stepdown(self, node: str, role: str) -> str:
         """SENTINEL FAILOVER: a sentinel promotes a replica without a vote, as for a dead
@@ -381,7 +382,7 @@ class RedisProducer(ClientEvents):
                 # a pipeline on a connection whose server died mid-batch was seen to wait
                 # forever, and so did its cancellation (which asyncio.wait_for awaits): the
                 # write phase then ran into write_timeout. It is abandoned instead.
-                res = await _abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
+                res = await abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
                 self.connected = True
                 if self.down:
                     self.down = False
@@ -396,7 +397,7 @@ class RedisProducer(ClientEvents):
                                   f"redis-py: {type(e).__name__}: {e}"[:200])
                 self.connected = False
                 if r is not None:
-                    await _aclose(r, self.abandoned)
+                    await aclose(r, self.abandoned)
                 r = None
                 await asyncio.sleep(0.2)
                 if self.o.follow_failover:
@@ -426,9 +427,9 @@ class RedisProducer(ClientEvents):
                 if self.o.follow_failover and "READONLY" in str(reply):
                     self._refresh_soon()
             elif short:
-                self.on_outcome(value, "unknown", _id(reply), node, short)
+                self.on_outcome(value, "unknown", entry_id(reply), node, short)
             else:
-                self.on_outcome(value, "ack", _id(reply), node, None)
+                self.on_outcome(value, "ack", entry_id(reply), node, None)
 
     def _refresh_soon(self) -> None:
         async def refresh():
@@ -442,38 +443,6 @@ class RedisProducer(ClientEvents):
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-
-
-def _id(reply) -> str:
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-
-async def _abandon_after(coro, timeout: float, abandoned: set):
-    """`await coro` for at most `timeout` seconds; past that it is cancelled and left behind
-    (kept in `abandoned`), not awaited as asyncio.wait_for would."""
-    task = asyncio.ensure_future(coro)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
-        task.cancel()
-        abandoned.add(task)
-        task.add_done_callback(lambda t: _settle(t, abandoned))
-        raise TimeoutError(f"no answer within {timeout:.0f}s")
-    return task.result()
-
-
-def _settle(task: asyncio.Task, abandoned: set) -> None:
-    abandoned.discard(task)
-    # its error (a connection closed, long after we gave up) is retrieved here: otherwise
-    # asyncio prints "Task exception was never retrieved" with a traceback on the console
-    if not task.cancelled():
-        task.exception()
-
-
-async def _aclose(r, abandoned: Optional[set] = None) -> None:
-    try:
-        await _abandon_after(r.aclose(), 2, abandoned if abandoned is not None else set())
-    except Exception:
-        pass
 
 
 class RedisReader:
@@ -506,12 +475,12 @@ class RedisReader:
                 except Exception as e:
                     return f"incomplete: XRANGE on {node} failed: {type(e).__name__}: {e}"
                 for eid, fields in entries:
-                    deliver(fields.get(FIELD, b""), _id(eid), node)
+                    deliver(fields.get(FIELD, b""), entry_id(eid), node)
                 if len(entries) < 10_000:
                     return "complete"
-                start = "(" + _id(entries[-1][0])
+                start = "(" + entry_id(entries[-1][0])
         finally:
-            await _aclose(r)
+            await aclose(r)
 
 
 class RedisConsumer(LiveConsumer):
@@ -531,11 +500,11 @@ class RedisConsumer(LiveConsumer):
         r = client_for(addr, timeout=3.0)
         try:
             while True:
-                got = await _abandon_after(r.xread({s.stream_name: self.last_id}, count=1000, block=1000), 4,
+                got = await abandon_after(r.xread({s.stream_name: self.last_id}, count=1000, block=1000), 4,
                                            self.abandoned)
                 for _key, entries in got or []:
                     for eid, fields in entries:
-                        self.last_id = _id(eid)
+                        self.last_id = entry_id(eid)
                         deliver(fields.get(FIELD, b""), self.last_id, node)
         finally:
-            await _aclose(r, self.abandoned)
+            await aclose(r, self.abandoned)

@@ -30,13 +30,26 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..history import Recorder
-from ..history.schema import ACKED, COMMIT_OK
+from ..history.schema import ACKED, COMMIT_OK, LEFT
 from ..scenario import GroupSpec
 from .payload import decode
 from .processes import become_child, exit_child
 
 START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
+LEAVE_SIGNAL = signal.SIGUSR2  # the harness asks a member to leave the group (scale-in, a stop)
+
+
+class Leave(BaseException):
+    """Raised in a member's main thread by LEAVE_SIGNAL: it stops where it is (the message in
+    hand unfinished, as a shutdown hook that does not wait), closes its consumer (which
+    leaves the group: Kafka's LeaveGroup, MQTT's UNSUBSCRIBE) and ends with read_end `left`.
+    A BaseException, so that no member's `except Exception` takes it for an error."""
+
+
+def _leave(_sig, _frame) -> None:
+    signal.signal(LEAVE_SIGNAL, signal.SIG_IGN)  # once
+    raise Leave()
 
 
 _FIELDS = ("type", "producer", "value", "offset", "detail", "group", "partition", "position", "epoch")
@@ -195,6 +208,49 @@ class ConsumerGroup:
         inc.ended = "killed"
         return t
 
+    def pause(self, name: str) -> int:
+        """SIGSTOP the slot's running process: alive, silent (no heartbeat, no processing);
+        returns when, monotonic ns."""
+        inc = self.slots[name].now
+        if inc is None or not inc.proc.is_alive():
+            raise LookupError(f"group member {name} is not running")
+        t = time.monotonic_ns()
+        os.kill(inc.proc.pid, signal.SIGSTOP)
+        return t
+
+    def resume(self, name: str) -> None:
+        """SIGCONT the slot's process, if it is still there."""
+        inc = self.slots[name].now
+        if inc is not None and inc.proc.is_alive():
+            os.kill(inc.proc.pid, signal.SIGCONT)
+
+    async def leave(self, name: str, timeout: float = 3 * STOP_GRACE) -> int:
+        """Ask the slot's running process to leave the group and wait for its end; returns
+        when it was asked, monotonic ns."""
+        inc = self.slots[name].now
+        if inc is None or not inc.proc.is_alive():
+            raise LookupError(f"group member {name} is not running")
+        t = time.monotonic_ns()
+        os.kill(inc.proc.pid, LEAVE_SIGNAL)
+        await self._end(inc, timeout)
+        await asyncio.to_thread(inc.proc.join, STOP_GRACE)
+        return t
+
+    async def scale(self, n: int) -> list[str]:
+        """Members joined (new slots, numbered on) or asked to leave (the last started first)
+        until `n` run; the slots that changed."""
+        running = self.names()
+        changed = []
+        while len(running) + len(changed) < n:
+            name = f"{self.spec.name}-m{len(self.slots) + 1}"
+            self.slots[name] = Slot(name)
+            await self.start_member(name)
+            changed.append(name)
+        for name in running[n:][::-1]:
+            await self.leave(name)
+            changed.append(name)
+        return changed
+
     def down(self, name: str) -> bool:
         inc = self.slots[name].now
         return inc is None or not inc.proc.is_alive()
@@ -245,6 +301,7 @@ class ConsumerGroup:
 def _stop(p) -> None:
     p.join(0 if p.exitcode is not None else 0.5)
     if p.is_alive():
+        os.kill(p.pid, signal.SIGCONT)  # one left paused hears the SIGTERM
         os.kill(p.pid, signal.SIGTERM)
         p.join(STOP_GRACE)
     if p.is_alive():
@@ -277,11 +334,15 @@ def _member(conn, parents_end, client: str, make, forked, idle: float) -> None:
             finishing.set()
 
         threading.Thread(target=wait, daemon=True, name="finish").start()
+        signal.signal(LEAVE_SIGNAL, _leave)
         conn.send(("ready",))
         try:
             detail = member.run(finishing, idle)
+        except Leave:
+            detail = LEFT
         except Exception as e:
             detail = f"incomplete: {type(e).__name__}: {e}"[:300]
+        signal.signal(LEAVE_SIGNAL, signal.SIG_IGN)
         member.close()  # its last commits and revocations come before its read_end
         events.rec.record("read_end", detail=detail, group=events.spec.name)
         conn.send(("end", detail))

@@ -202,6 +202,17 @@ class KafkaRoles(Roles):
         lead = self.node_of(md, p.leader)
         return [lead] + [self.node_of(md, r) for r in p.replicas if r != p.leader]
 
+    async def group_coordinator(self, group: str) -> str:
+        """The group's coordinator: the broker leading its `__consumer_offsets` partition, as
+        FindCoordinator answers (through describe_consumer_groups)."""
+        gid = f"{self.ctx.stream_name}-{group}"
+        fut = self.client._admin().describe_consumer_groups([gid], request_timeout=3)[gid]
+        c = (await asyncio.to_thread(fut.result, 5)).coordinator
+        node = c is not None and self.cluster.node_at(c.host, c.port)
+        if not node:
+            raise SystemError_(f"the coordinator of group {gid} ({c}) is not a known node")
+        return node
+
     async def describe(self) -> dict:
         """The topic's details as a broker's metadata gives them, as the seed printed them
         around each fault."""

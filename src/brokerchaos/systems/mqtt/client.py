@@ -20,6 +20,9 @@ def _paho():
     return mqtt
 
 
+SHARED = ("mosquitto", "vernemq")  # the brokers here with shared subscriptions ($share/...)
+
+
 class MqttClient(Client):
     """Producers publish at QoS 1; the reader is the live receiver (one per run)."""
 
@@ -70,6 +73,21 @@ class MqttClient(Client):
 
     async def close(self) -> None:
         self.receiver = None
+
+    group_kinds = ("shared",)  # an MQTT shared subscription ($share/<group>/<topic>)
+
+    @classmethod
+    def group_error(cls, scenario) -> Optional[tuple[str, str]]:
+        broker = (scenario.options or {}).get("broker", "rabbitmq")
+        if broker not in SHARED:
+            return "kind", (f"MQTT's {broker} broker here has no shared subscriptions; brokers with them: "
+                            f"{', '.join(SHARED)} (options.broker)")
+        return None
+
+    def group_member(self, name: str, spec, events):
+        from .group import MqttGroupMember
+
+        return MqttGroupMember(self, name, spec, events)
 
 
 async def mqtt_ports(cluster, timeout: float) -> None:

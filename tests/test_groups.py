@@ -228,7 +228,7 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
 
     no_group = refused({"system": "pulsar", "workload": {"group": {}}})
     assert no_group.startswith("scenario field 'workload.group': pulsar"), no_group
-    assert "shared subscriptions" in refused({"system": "mqtt", "workload": {"group": {}}})  # RabbitMQ 3.10's plugin
+    assert "shared subscriptions on mosquitto" in refused({"system": "mqtt", "workload": {"group": {}}})
     assert "'workload.group.kind'" in refused({"system": "redis", "workload": {"group": {"kind": "durable"}}})
     assert "KIP-848" in refused({"system": "kafka", "workload": {"group": {"kind": "consumer"}}})
     assert "'workload.group.kind'" in refused({"system": "kafka", "workload": {"group": {"kind": "shared"}}})

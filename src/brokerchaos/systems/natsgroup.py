@@ -89,7 +89,7 @@ class NatsGroupMember:
         try:
             js = nc.jetstream(timeout=2)
             psub = await self._subscribe(js)  # no assignment: every member may get any message
-            last, since = time.monotonic(), None
+            last, since, seen = time.monotonic(), None, None
             while True:
                 try:
                     msgs = await psub.fetch(batch=BATCH, timeout=0.5)
@@ -109,9 +109,11 @@ class NatsGroupMember:
                 why = await self._caught_up(js)
                 if why is None:
                     return "complete"
+                if why != seen:  # the group moved (another member's commits, deliveries): not idle
+                    seen, last = why, now
                 if now - max(last, since) > idle:
                     err = f"; last error {self.last_error}" if self.last_error else ""
-                    return f"incomplete: no delivery for {idle:.0f}s ({why}{err})"
+                    return f"incomplete: the group did not move for {idle:.0f}s ({why}{err})"
         finally:
             await self.close_nc(nc)
 

@@ -139,7 +139,7 @@ class RedisGroupMember:
 
     async def _run(self, finishing, idle: float) -> str:
         r = await self._connect(finishing, idle)
-        last, since = time.monotonic(), None
+        last, since, seen = time.monotonic(), None, None
         try:
             while True:
                 try:
@@ -159,9 +159,11 @@ class RedisGroupMember:
                 why = await self._caught_up(r)
                 if why is None:
                     return "complete"
+                if why != seen:  # the group moved (another member's commits, deliveries): not idle
+                    seen, last = why, now
                 if now - max(last, since) > idle:
                     err = f"; last error {self.last_error}" if self.last_error else ""
-                    return f"incomplete: no delivery for {idle:.0f}s ({why}{err})"
+                    return f"incomplete: the group did not move for {idle:.0f}s ({why}{err})"
         finally:
             await aclose(r, self.abandoned)
 

@@ -257,7 +257,8 @@ class ConsumerGroup:
 
     async def finish(self, timeout: float) -> str:
         """Tell every running member to finish (process what is left until the group has
-        committed all there is, or nothing comes for `idle` s); their read_end details."""
+        committed all there is, or neither it nor the group moves for `idle` s); their
+        read_end details."""
         running = [s.now for s in self.slots.values() if s.now is not None and s.now.proc.is_alive()]
         for inc in running:
             try:

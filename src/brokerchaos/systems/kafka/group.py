@@ -133,12 +133,12 @@ class KafkaGroupMember:
 
     def run(self, finishing, idle: float) -> str:
         """Process until `finishing` is set and the group has committed everything there is
-        (complete), or nothing came for `idle` seconds since then (incomplete)."""
+        (complete), or neither it got anything nor the group moved for `idle` s (incomplete)."""
         from confluent_kafka import Consumer
 
         self.c = Consumer(self._conf())
         self.c.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
-        last, since = time.monotonic(), None
+        last, since, seen = time.monotonic(), None, None
         while True:
             msgs = self.c.consume(BATCH, POLL_S)
             now = time.monotonic()
@@ -154,9 +154,11 @@ class KafkaGroupMember:
             why = self.caught_up()
             if why is None:
                 return "complete"
+            if why != seen:  # the group moved (another member's commits, deliveries): not idle
+                seen, last = why, now
             if now - max(last, since) > idle:
                 last_error = f"; last error {self.last_error}" if self.last_error else ""
-                return f"incomplete: no delivery for {idle:.0f}s ({why}{last_error})"
+                return f"incomplete: the group did not move for {idle:.0f}s ({why}{last_error})"
             time.sleep(0.5)
 
     def close(self) -> None:

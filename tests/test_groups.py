@@ -226,8 +226,11 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
             sc.build({"name": "x", **doc})
         return str(e.value)
 
-    no_group = refused({"system": "pulsar", "workload": {"group": {}}})
-    assert no_group.startswith("scenario field 'workload.group': pulsar"), no_group
+    no_group = refused({"system": "rabbitmq", "workload": {"group": {}}})
+    assert no_group.startswith("scenario field 'workload.group': rabbitmq"), no_group
+    assert "'workload.group.commit'" in refused({"system": "pulsar", "workload": {"group": {"commit": "auto"}}})
+    assert "pulsar-lite" in refused({"system": "pulsar", "options": {"broker": "lite"},
+                                     "cluster": {"nodes": 1, "replicas": 1}, "workload": {"group": {}}})
     assert "shared subscriptions on mosquitto" in refused({"system": "mqtt", "workload": {"group": {}}})
     assert "'workload.group.kind'" in refused({"system": "redis", "workload": {"group": {"kind": "durable"}}})
     assert "KIP-848" in refused({"system": "kafka", "workload": {"group": {"kind": "consumer"}}})

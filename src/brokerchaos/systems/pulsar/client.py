@@ -171,6 +171,21 @@ class PulsarClient(Client):
     def consumer(self, name: str) -> "PulsarConsumer":
         return PulsarConsumer(self, name)
 
+    group_kinds = ("shared", "failover", "key-shared")  # a durable subscription's type (pulsar/group.py)
+
+    @classmethod
+    def group_error(cls, scenario) -> Optional[tuple[str, str]]:
+        if (scenario.options or {}).get("broker") == "lite":
+            return "kind", "pulsar-lite has no admin API to say what a subscription has left (options.broker: apache)"
+        if scenario.workload.group.commit == "auto":
+            return "commit", "Pulsar has no automatic ack: after or before"
+        return None
+
+    def group_member(self, name: str, spec, events):
+        from .group import PulsarGroupMember
+
+        return PulsarGroupMember(self, name, spec, events, spec.kind or self.group_kinds[0])
+
 
 class PulsarRoles(Roles):
     """One broker owns everything (pulsar-lite)."""
@@ -183,6 +198,10 @@ class PulsarRoles(Roles):
     async def whole(self) -> tuple[bool, str]:
         await self.client.serving()
         return True, "serving"
+
+    async def group_coordinator(self, group: str) -> str:
+        """The broker owning the topic dispatches to its subscriptions."""
+        return await self.leader()
 
 
 # The C++ client keeps the first logger a process gives it (later clients' are ignored), so

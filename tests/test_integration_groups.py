@@ -52,14 +52,29 @@ def _members(meta) -> dict:
 
 
 def test_auto_commit_skips_what_a_killed_member_had_in_hand(tmp_path, spark):
-    v, meta, result = _run(tmp_path, "kafka-group-auto-commit-kill-consumer", "it-group-auto")
-    (killed,) = meta["fault"]["nodes"]
-    assert killed in ("g1-m1", "g1-m2"), meta["fault"]
+    """A member killed with a batch in hand skips the rest of it once an auto-commit tick came
+    between the batch's handover and the kill. The shipped scenario commits every 200 ms in
+    2 s batches: a kill in the first 200 ms of a batch skips nothing (seen once in CI-like
+    runs: the kill 73 ms after the handover, 16 messages handed over, no skip). Here: a tick
+    every 20 ms and two kills, 6 s apart (3 s apart, the second often hit the first one's
+    successor before the rebalance had given it anything), so that both miss in well under
+    1 run in 10,000."""
+    from brokerchaos.scenario import load_document
+
+    doc = load_document("scenarios/kafka-group-auto-commit-kill-consumer.yaml")
+    doc["workload"]["group"]["auto_commit_ms"] = 20
+    doc["workload"]["messages"] = 10000
+    doc["fault"]["repeat"] = {"every": 6, "for": 7}
+    s = sc.build(doc, {"runs": 1, "name": "it-group-auto"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,), meta = result.verdicts, result.metas["run-001"]
+    windows = meta["fault"]["windows"]
+    assert len(windows) == 2 and all(len(w["nodes"]) == 1 for w in windows), windows
     # the broker lost nothing, and the read and the group's read both finished
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
     assert v["group_read_complete"] is True, v["consumer_groups"]
-    # the killed member came back as another incarnation: three member processes in all
-    assert len(_members(meta)) == 3 and f"{killed}-r2" in _members(meta), _members(meta)
+    # each killed member came back as another incarnation: two member processes more
+    assert len(_members(meta)) == 4, _members(meta)
     assert v["group_skips"] > 0 and v["result"] == "fail", v
     # skips.csv: every skipped message is stored, and a commit of its partition went past it.
     # (A commit may fail: a member's last one, as it closes, races the rebalance the other

@@ -57,7 +57,8 @@ class GroupSpec(_Strict):
     kind: Optional[str] = Field(None, description="the system's kind of group (Kafka: classic, the default, or "
                                                   "consumer, KIP-848's protocol on Kafka 4.x; NATS: durable, one "
                                                   "durable pull consumer the members share; Redis: stream, a "
-                                                  "Streams consumer group; MQTT: shared, a shared subscription)")
+                                                  "Streams consumer group; MQTT: shared, a shared subscription; "
+                                                  "Pulsar: shared, failover or key-shared)")
     commit: Literal["auto", "after", "before"] = Field(
         "after", description="how a member makes its position durable: auto (Kafka: the library, every "
                              "auto_commit_ms; NATS: no acks; Redis: XREADGROUP NOACK), after processing each batch "

@@ -92,3 +92,32 @@ class LiveConsumer:
                 await asyncio.wait_for(self.shutdown(), 5)
             except Exception:  # closing a broken connection: nothing left to save
                 pass
+
+
+class GroupEnd:
+    """When a consumer group's member told to finish ends (its `run`): `complete` once the
+    group has made everything durable (`why` None), `incomplete` once neither the member got
+    anything (`got`) nor the group moved (`why`, what is left, changed: another member's
+    commits or deliveries) for `idle` seconds."""
+
+    def __init__(self, idle: float) -> None:
+        self.idle = idle
+        self.last = time.monotonic()
+        self.since: Optional[float] = None
+        self.seen: Optional[str] = None
+
+    def got(self) -> None:
+        self.last = time.monotonic()
+
+    def check(self, why: Optional[str], last_error: Optional[str]) -> Optional[str]:
+        """The member's read_end detail, or None to go on."""
+        now = time.monotonic()
+        self.since = self.since or now
+        if why is None:
+            return "complete"
+        if why != self.seen:
+            self.seen, self.last = why, now
+        if now - max(self.last, self.since) <= self.idle:
+            return None
+        err = f"; last error {last_error}" if last_error else ""
+        return f"incomplete: the group did not move for {self.idle:.0f}s ({why}{err})"

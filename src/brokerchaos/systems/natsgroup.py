@@ -17,8 +17,9 @@ its stream sequence.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Optional
+
+from .consumer import GroupEnd
 
 BATCH = 100
 PARTITION = "0"
@@ -89,7 +90,7 @@ class NatsGroupMember:
         try:
             js = nc.jetstream(timeout=2)
             psub = await self._subscribe(js)  # no assignment: every member may get any message
-            last, since, seen = time.monotonic(), None, None
+            end = GroupEnd(idle)
             while True:
                 try:
                     msgs = await psub.fetch(batch=BATCH, timeout=0.5)
@@ -99,21 +100,14 @@ class NatsGroupMember:
                     self.last_error = f"{type(e).__name__}: {e}"[:200]
                     msgs = []
                     await asyncio.sleep(0.2)
-                now = time.monotonic()
                 if msgs:
-                    last = now
+                    end.got()
                     await self._handle(msgs)
                 if not finishing.is_set() or msgs:
                     continue
-                since = since or now
-                why = await self._caught_up(js)
-                if why is None:
-                    return "complete"
-                if why != seen:  # the group moved (another member's commits, deliveries): not idle
-                    seen, last = why, now
-                if now - max(last, since) > idle:
-                    err = f"; last error {self.last_error}" if self.last_error else ""
-                    return f"incomplete: the group did not move for {idle:.0f}s ({why}{err})"
+                detail = end.check(await self._caught_up(js), self.last_error)
+                if detail is not None:
+                    return detail
         finally:
             await self.close_nc(nc)
 

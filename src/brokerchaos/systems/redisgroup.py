@@ -26,6 +26,7 @@ import asyncio
 import time
 from typing import Optional
 
+from .consumer import GroupEnd
 from .redisio import FIELD, abandon_after, aclose, client_for, entry_id
 
 BATCH = 100
@@ -139,13 +140,13 @@ class RedisGroupMember:
 
     async def _run(self, finishing, idle: float) -> str:
         r = await self._connect(finishing, idle)
-        last, since, seen = time.monotonic(), None, None
+        end = GroupEnd(idle)
         try:
             while True:
                 try:
                     entries = await self._fetch(r)
                     if entries:
-                        last = time.monotonic()
+                        end.got()
                         await self._handle(r, entries)
                 except Exception as e:  # the primary gone or failed over: the sentinels again
                     self._failed(e)
@@ -154,16 +155,9 @@ class RedisGroupMember:
                     continue
                 if not finishing.is_set() or entries:
                     continue
-                now = time.monotonic()
-                since = since or now
-                why = await self._caught_up(r)
-                if why is None:
-                    return "complete"
-                if why != seen:  # the group moved (another member's commits, deliveries): not idle
-                    seen, last = why, now
-                if now - max(last, since) > idle:
-                    err = f"; last error {self.last_error}" if self.last_error else ""
-                    return f"incomplete: the group did not move for {idle:.0f}s ({why}{err})"
+                detail = end.check(await self._caught_up(r), self.last_error)
+                if detail is not None:
+                    return detail
         finally:
             await aclose(r, self.abandoned)
 

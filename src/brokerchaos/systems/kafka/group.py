@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from ..consumer import GroupEnd
 from ..runtime import quiet_logger
 
 BATCH = 500
@@ -138,27 +139,18 @@ class KafkaGroupMember:
 
         self.c = Consumer(self._conf())
         self.c.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
-        last, since, seen = time.monotonic(), None, None
+        end = GroupEnd(idle)
         while True:
             msgs = self.c.consume(BATCH, POLL_S)
-            now = time.monotonic()
             if msgs:
-                last = now
+                end.got()
                 self._handle(msgs)
             self.events.flush()
-            if not finishing.is_set():
+            if not finishing.is_set() or msgs:
                 continue
-            since = since or now
-            if msgs:
-                continue
-            why = self.caught_up()
-            if why is None:
-                return "complete"
-            if why != seen:  # the group moved (another member's commits, deliveries): not idle
-                seen, last = why, now
-            if now - max(last, since) > idle:
-                last_error = f"; last error {self.last_error}" if self.last_error else ""
-                return f"incomplete: the group did not move for {idle:.0f}s ({why}{last_error})"
+            detail = end.check(self.caught_up(), self.last_error)
+            if detail is not None:
+                return detail
             time.sleep(0.5)
 
     def close(self) -> None:

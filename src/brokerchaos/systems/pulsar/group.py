@@ -23,6 +23,8 @@ import json
 import time
 from typing import Optional
 
+from ..consumer import GroupEnd
+
 BATCH = 100
 PARTITION = "0"
 KINDS = {"shared": "Shared", "failover": "Failover", "key-shared": "KeyShared"}
@@ -98,26 +100,17 @@ class PulsarGroupMember:
         self.consumer = self.client.subscribe(
             s.topic, self.sub, consumer_type=getattr(pulsar.ConsumerType, KINDS[self.kind]),
             initial_position=pulsar.InitialPosition.Earliest, consumer_name=self.name)
-        last, since, seen = time.monotonic(), None, None
+        end = GroupEnd(idle)
         while True:
             msgs = self._receive()
-            now = time.monotonic()
             if msgs:
-                last = now
+                end.got()
                 self._handle(msgs)
-            if not finishing.is_set():
+            if not finishing.is_set() or msgs:
                 continue
-            since = since or now
-            if msgs:
-                continue
-            why = self.caught_up()
-            if why is None:
-                return "complete"
-            if why != seen:  # the group moved (another member's acks): not idle
-                seen, last = why, now
-            if now - max(last, since) > idle:
-                err = f"; last error {self.last_error}" if self.last_error else ""
-                return f"incomplete: the group did not move for {idle:.0f}s ({why}{err})"
+            detail = end.check(self.caught_up(), self.last_error)
+            if detail is not None:
+                return detail
 
     def close(self) -> None:
         for x in (self.consumer, self.client):

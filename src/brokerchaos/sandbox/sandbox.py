@@ -8,7 +8,9 @@ loopback mode (not root, or namespaces unavailable): every node on 127.0.0.1 wit
 ports; process faults still work, network faults do not.
 
 Everything created is recorded under STATE_ROOT/<sid>/ with the owner's PID, so that
-`brokerchaos clean` can remove what a crashed session left behind.
+`brokerchaos clean` can remove what a crashed session left behind; the owner is also
+registered machine-wide (OWNERS), so that a clean run with another state root leaves a
+running session's namespaces alone.
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ from . import mounts, netns, process
 from .process import Proc
 
 STATE_ROOT = Path(os.environ.get("BROKERCHAOS_STATE", "/tmp/brokerchaos"))
+# every session's owner, machine-wide whatever its STATE_ROOT (namespaces are the machine's):
+# a `clean` run with another state root (a test's) must not take a running session's
+# namespaces for leftovers (seen: a test's clean killed a soak's VerneMQ cluster)
+OWNERS = Path("/tmp/brokerchaos-owners")
 SUBNET = "198.18.0"
 
 
@@ -144,6 +150,10 @@ class Sandbox:
         tmp = self.dir / "owner.json.tmp"
         tmp.write_text(json.dumps(info))
         os.replace(tmp, self.dir / "owner.json")
+        mine = OWNERS / self.sid
+        if not mine.exists():
+            OWNERS.mkdir(parents=True, exist_ok=True)
+            mine.write_text(json.dumps({"pid": info["pid"], "start": info["start"], "state": str(self.dir)}))
 
     def teardown(self) -> None:
         errors = []
@@ -158,6 +168,7 @@ class Sandbox:
         self.namespaces.clear()
         errors += _unmount_all(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
+        (OWNERS / self.sid).unlink(missing_ok=True)
         if errors:
             raise SandboxError("teardown: " + "; ".join(errors))
 
@@ -306,6 +317,23 @@ def _safe_inode(ns: str) -> Optional[int]:
         return None
 
 
+def _running_elsewhere() -> set[str]:
+    """The sessions of the machine-wide registry whose owner still runs (any state root);
+    the entries of those that do not are removed."""
+    live = set()
+    for f in sorted(OWNERS.iterdir()) if OWNERS.is_dir() else []:
+        try:
+            info = json.loads(f.read_text())
+            alive = info.get("start") is not None and _proc_start_time(info["pid"]) == info["start"]
+        except (OSError, ValueError, KeyError, TypeError):
+            alive = False
+        if alive:
+            live.add(f.name)
+        else:
+            f.unlink(missing_ok=True)
+    return live
+
+
 def clean(all_sessions: bool = False) -> list[str]:
     """Remove leftovers of sessions whose owner died (or of every session with `all_sessions`).
 
@@ -346,6 +374,8 @@ def clean(all_sessions: bool = False) -> list[str]:
                 removed.append(f"error: {e}")
             shutil.rmtree(d, ignore_errors=True)
             removed.append(f"state {d}")
+    if not all_sessions:
+        live |= _running_elsewhere()
     for ns in netns.list_all():
         if not ns.startswith(netns.PREFIX):
             continue

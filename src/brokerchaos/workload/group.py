@@ -165,6 +165,13 @@ class ConsumerGroup:
         self.slots = {f"{spec.name}-m{i}": Slot(f"{spec.name}-m{i}") for i in range(1, spec.consumers + 1)}
         self.errors: list[str] = []
 
+    def _running(self, name: str) -> Incarnation:
+        """The slot's process now; LookupError if it is not running."""
+        inc = self.slots[name].now
+        if inc is None or not inc.proc.is_alive():
+            raise LookupError(f"group member {name} is not running")
+        return inc
+
     def names(self) -> list[str]:
         """The member slots, whose process is running now."""
         return [n for n, s in self.slots.items() if s.now is not None and s.now.proc.is_alive()]
@@ -199,9 +206,7 @@ class ConsumerGroup:
 
     async def kill(self, name: str) -> int:
         """SIGKILL the slot's running process (ours: forked above); returns when, monotonic ns."""
-        inc = self.slots[name].now
-        if inc is None or not inc.proc.is_alive():
-            raise LookupError(f"group member {name} is not running")
+        inc = self._running(name)
         t = time.monotonic_ns()
         os.kill(inc.proc.pid, signal.SIGKILL)
         await asyncio.to_thread(inc.proc.join, 10)
@@ -211,9 +216,7 @@ class ConsumerGroup:
     def pause(self, name: str) -> int:
         """SIGSTOP the slot's running process: alive, silent (no heartbeat, no processing);
         returns when, monotonic ns."""
-        inc = self.slots[name].now
-        if inc is None or not inc.proc.is_alive():
-            raise LookupError(f"group member {name} is not running")
+        inc = self._running(name)
         t = time.monotonic_ns()
         os.kill(inc.proc.pid, signal.SIGSTOP)
         return t
@@ -227,9 +230,7 @@ class ConsumerGroup:
     async def leave(self, name: str, timeout: float = 3 * STOP_GRACE) -> int:
         """Ask the slot's running process to leave the group and wait for its end; returns
         when it was asked, monotonic ns."""
-        inc = self.slots[name].now
-        if inc is None or not inc.proc.is_alive():
-            raise LookupError(f"group member {name} is not running")
+        inc = self._running(name)
         t = time.monotonic_ns()
         os.kill(inc.proc.pid, LEAVE_SIGNAL)
         await self._end(inc, timeout)

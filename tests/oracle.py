@@ -113,7 +113,7 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
                  and r.get("group") is None} - set(group_of)
     observed = [r for r in rows if r["client"] in observers]
     members = [r for r in rows if r["client"] in group_of]
-    rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of]
+    rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of] + _taken(rows, group_of)
     v = _checked(run, rows, position, [r for r in observed + members if r["type"] == "recv"])
     v.update(_groups(rows, members, group_of, v["_windows"]))
     v["result"] = _result(v)
@@ -129,6 +129,24 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     ends = sorted({r["detail"] for r in observed if r["type"] == "read_end"})
     v["live_read_status"] = "; ".join(ends) if ends else None
     return v
+
+
+def _taken(rows: list[dict], group_of: dict) -> list[dict]:
+    """A group whose subscribe detail ends `; takes` took out of the store each message its
+    members' `acked` commits name: one recv row per message and group, as the group, counted
+    with the checking read (loss, duplicates, their logs) and nowhere else (`_taken`)."""
+    takes = {r["group"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None
+             and (r["detail"] or "").endswith("; takes")}
+    first: dict = {}
+    for r in rows:
+        g = group_of.get(r["client"])
+        if (g in takes and r["type"] == "commit" and r["detail"] == "acked" and r["producer"] is not None
+                and r["value"] is not None):
+            key = (g, r["producer"], r["value"])
+            if key not in first or r["t_ns"] < first[key]["t_ns"]:
+                first[key] = {**r, "client": g, "type": "recv", "offset": None, "node": None, "detail": None,
+                              "_taken": True}
+    return list(first.values())
 
 
 def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) -> dict:
@@ -187,7 +205,7 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     jumps = []
     streams: dict = defaultdict(list)
     for r in rows:
-        if r["type"] == "recv" and r["producer"] is not None and r["value"] is not None:
+        if r["type"] == "recv" and r["producer"] is not None and r["value"] is not None and not r.get("_taken"):
             streams[(r["client"], r["producer"])].append(r)
     for (client, producer), rs in streams.items():
         rs.sort(key=lambda r: r["seq"])
@@ -278,7 +296,7 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     v["fault_outages_ms"] = outages
     v["fault_ack_gaps_ms"] = ack_gap_ms
     v["_windows"] = windows
-    all_recv = recv_rows + observed
+    all_recv = [r for r in recv_rows if not r.get("_taken")] + observed
     span: dict = {}
     for r in all_recv:
         lo, hi = span.get(r["client"], (r["t_ns"], r["t_ns"]))
@@ -312,8 +330,9 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
 
     rx_gaps = []
     if windows:
-        reading = {r["client"] for r in recv_rows if r["t_ns"] <= windows[0][1]}
-        rx_gaps = _gaps([r["t_ns"] for r in recv_rows if r["client"] in reading])
+        read = [r for r in recv_rows if not r.get("_taken")]
+        reading = {r["client"] for r in read if r["t_ns"] <= windows[0][1]}
+        rx_gaps = _gaps([r["t_ns"] for r in read if r["client"] in reading])
     v.update(_session(run, position, rows, windows, rx_gaps, outages))
 
     v["_read_decides"] = not (v["read_complete"] is False or (v["read_complete"] is None and not recv_rows))

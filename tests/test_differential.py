@@ -134,10 +134,12 @@ def history(draw, read_after_write: bool = False):
 def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
     """A consumer group's members (format 1.6): assignments and revocations, deliveries with
     a partition and a position (in order, again, back, or none), commits that succeed or
-    fail, and how each member's read ended."""
+    fail, and how each member's read ended. A group that takes messages out of the store (a
+    RabbitMQ queue's) names the message its acks are for; another group's commits may too."""
+    takes = draw(st.booleans())
     for mi in range(1, draw(st.integers(1, 3)) + 1):
         evs = clients.setdefault(f"m{g}{mi}", [])
-        evs.append(("subscribe", None, None, "kafka", {"group": g}))
+        evs.append(("subscribe", None, None, "rabbitmq queue; takes" if takes else "kafka", {"group": g}))
         pool = sent + [("p1", 999), (None, None)]
         for _ in range(draw(st.integers(0, 30))):
             k, part = rnd.random(), rnd.choice(["0", "1"])
@@ -145,7 +147,8 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
                 evs.append((rnd.choice(["assign", "revoke"]), None, None, None,
                             {"group": g, "partition": part, "epoch": rnd.randint(1, 3)}))
             elif k < 0.25:
-                evs.append(("commit", None, None, rnd.choice(["ok", "ok", "ok", "acked", "failed: rebalance"]),
+                p, v = rnd.choice(pool) if pool and rnd.random() < 0.6 else (None, None)
+                evs.append(("commit", p, v, rnd.choice(["ok", "ok", "ok", "acked", "failed: rebalance"]),
                             {"group": g, "partition": rnd.choice([part, part, None]),
                              "position": rnd.choice([rnd.randint(0, 30), rnd.randint(0, 30), None])}))
             elif pool:

@@ -65,6 +65,60 @@ def test_a_group_skip_is_a_stored_message_no_member_processed(spark_analyze, tmp
     assert (v2["group_skips"], v2["acked_missing"]) == (0, 1)
 
 
+def _queue(h: H, client: str, values, before: bool, processed=None) -> H:
+    """A RabbitMQ queue's member: each message's ack names it; acked before processing
+    (`before`) or after; only `processed` (default all) are processed."""
+    done = set(values if processed is None else processed)
+    for v in values:
+        if before:
+            h.ev(client, "commit", "p1", v, detail="acked", group="g1", partition="0")
+        if v in done:
+            h.ev(client, "recv", "p1", v, group="g1", partition="0")
+            if not before:
+                h.ev(client, "commit", "p1", v, detail="acked", group="g1", partition="0")
+    return h
+
+
+def _queue_group(h: H) -> H:
+    for m in ("m1", "m2"):
+        h.ev(m, "subscribe", detail="rabbitmq queue; takes", group="g1")
+    return h
+
+
+def test_a_queue_groups_acks_are_read_from_the_broker_and_its_skips_are_what_it_acked_unprocessed(
+        spark_analyze, tmp_path):
+    # positive: acked on arrival, m1 killed with 4 and 5 in hand; 9 and 10 left for the end read
+    h = _queue_group(_clean(H()))
+    _queue(h, "m1", range(1, 6), before=True, processed=range(1, 4))
+    _queue(h, "m2", range(6, 9), before=True)
+    h.ev("m2", "read_end", detail="complete", group="g1")
+    h.ev("c1", "recv", "p1", 9).ev("c1", "recv", "p1", 10).ev("c1", "read_end", detail="complete")  # no offsets
+    v = _both(spark_analyze, h, tmp_path)
+    # the broker lost nothing: what the group took counts as read, once each
+    assert (v["acked_missing"], v["received"], v["duplicate_deliveries"]) == (0, 10, 0)
+    assert v["group_skips"] == 4 and v["result"] == "fail"  # 4, 5 acked unprocessed; 9, 10 never given it
+    skips = spark_analyze(h.rows, tmp_path / "skips").skips.collect()
+    got = sorted((r["value"], r["stored_at"], r["committed_past"] and
+                  r["committed_past"].split("@")[0] + " " + r["committed_past"].split()[-1]) for r in skips)
+    assert got == [(4, "taken", "m1 acked"), (5, "taken", "m1 acked"),
+                   (9, "read by c1", None), (10, "read by c1", None)]
+    # negative: acked after processing; m1 killed with 4 and 5 unacked, which the broker gave m2
+    h = _queue_group(_clean(H()))
+    _queue(h, "m1", range(1, 6), before=False, processed=range(1, 4))
+    _queue(h, "m2", range(4, 11), before=False)
+    h.ev("m2", "read_end", detail="complete", group="g1")
+    h.ev("c1", "read_end", detail="complete")
+    v = _both(spark_analyze, h, tmp_path / "after")
+    assert (v["acked_missing"], v["received"], v["group_skips"], v["result"]) == (0, 10, 0, "pass")
+    # and what neither the group took nor the end read found is the broker's loss, not a skip
+    h = _queue_group(_clean(H()))
+    _queue(h, "m1", range(1, 9), before=False)
+    h.ev("m1", "read_end", detail="complete", group="g1")
+    h.read([10])
+    v = _both(spark_analyze, h, tmp_path / "lost")
+    assert (v["acked_missing"], v["group_skips"], v["result"]) == (1, 1, "fail")  # 9 lost; 10 the group's skip
+
+
 def test_skips_wait_for_the_groups_read_to_finish(spark_analyze, tmp_path):
     h = _clean(H().member("m1")).processed("m1", range(1, 6))
     h.ev("m1", "read_end", detail="incomplete: no delivery for 10s").read(range(1, 11))
@@ -226,8 +280,11 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
             sc.build({"name": "x", **doc})
         return str(e.value)
 
-    no_group = refused({"system": "rabbitmq", "workload": {"group": {}}})
-    assert no_group.startswith("scenario field 'workload.group': rabbitmq"), no_group
+    stream = refused({"system": "rabbitmq", "options": {"queue_type": "stream"}, "workload": {"group": {}}})
+    assert stream.startswith("scenario field 'workload.group.kind': competing consumers"), stream
+    assert "no_ack" in refused({"system": "rabbitmq", "workload": {"group": {"commit": "auto"}}})
+    sc.build({"name": "x", "system": "rabbitmq", "workload": {"group": {"commit": "before"}},
+              "fault": {"action": "kill", "target": "group-coordinator"}})
     assert "'workload.group.commit'" in refused({"system": "pulsar", "workload": {"group": {"commit": "auto"}}})
     assert "pulsar-lite" in refused({"system": "pulsar", "options": {"broker": "lite"},
                                      "cluster": {"nodes": 1, "replicas": 1}, "workload": {"group": {}}})
@@ -268,3 +325,24 @@ def test_a_groups_outage_is_its_longest_partition_without_a_delivery_in_a_fault_
     assert 1999 < gap <= 2000.01, gap
     # no group, no outage figure; a window no partition outlived has its own
     assert _both(spark_analyze, _clean(H("r2")).read(range(1, 11)), tmp_path / "2")["group_outage_ms"] == []
+
+
+def test_a_member_that_cannot_start_is_said_in_one_line(tmp_path):
+    """A member whose process fails to build (its library, its broker) ends the group's start
+    with MemberError naming it and why (the run turns it into one line, not a traceback)."""
+    import asyncio
+
+    import pytest
+
+    from brokerchaos.history import Recorder
+    from brokerchaos.scenario import GroupSpec
+    from brokerchaos.workload.group import ConsumerGroup, MemberError
+
+    def make(client):
+        raise ConnectionError("no broker at 10.9.9.9:6379")
+
+    g = ConsumerGroup(GroupSpec(consumers=1), 5.0, make, lambda c: Recorder(tmp_path / "history", "r1", c, 0),
+                      lambda c: tmp_path / f"{c}.journal")
+    with pytest.raises(MemberError, match=r"g1-m1 \(pid \d+\) did not start: g1-m1: ConnectionError: no broker"):
+        asyncio.run(g.start(timeout=20))
+    assert not any(inc.proc.is_alive() for s in g.slots.values() for inc in s.runs)

@@ -24,6 +24,11 @@ On MQTT (a shared subscription on Mosquitto, each member a persistent session it
 when started again): paho's PUBACK as a message is queued for the worker skips the killed
 member's queue; a PUBACK after processing skips nothing (the session is handed its unacked
 messages again).
+
+On RabbitMQ (competing consumers on a quorum queue; each ack names its message, which the
+queue then deletes, so what the group took counts as read from the broker): acked as each
+message arrives skips the killed member's backlog; acked after processing skips nothing (the
+queue requeues what the dead member held unacked).
 """
 import os
 
@@ -193,3 +198,37 @@ def test_mqtt_acks_after_processing_skip_nothing(tmp_path, spark):
     assert v["group_read_complete"] is True, v["consumer_groups"]
     assert v["group_skips"] == 0 and v["result"] == "pass", v
     assert v["group_recv_rows"] >= v["pos_ack_count"], v
+
+
+def _skips_csv(result) -> list[dict]:
+    import csv
+
+    with open(result.dir / "skips.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_rabbitmq_acks_as_messages_arrive_skip_a_killed_members_backlog(tmp_path, spark):
+    """Competing consumers on a quorum queue, each message acked as it arrives: the queue
+    deleted what the killed member had acked and not processed. The end read finds only what
+    the group left, so the broker's verdicts count what the members took (their acks name
+    each message): nothing lost, and the skips are messages taken, never processed."""
+    v, meta, result = _run(tmp_path, "rabbitmq-group-ack-before-kill-consumer", "it-group-rabbit-before",
+                           messages=4000)
+    assert v["read_complete"] is True and v["group_read_complete"] is True, (v["read_status"], v["consumer_groups"])
+    assert v["acked_missing"] == 0 and v["received"] >= v["pos_ack_count"], v
+    assert len(_members(meta)) == 3, _members(meta)
+    assert v["group_skips"] > 0 and v["result"] == "fail", v
+    skipped = _skips_csv(result)
+    # each skip was taken out of the queue by the member killed, acked by it and never processed
+    killed = meta["fault"]["windows"][0]["nodes"][0]
+    assert len(skipped) == v["group_skips"] and all(r["stored_at"] == "taken" for r in skipped), skipped[:3]
+    assert {r["committed_past"].split("@")[0] for r in skipped} == {killed}, skipped[:3]
+
+
+def test_rabbitmq_acks_after_processing_skip_nothing(tmp_path, spark):
+    """The same with each message acked after it is processed: what the killed member held
+    unacked goes back to the queue and the other member processes it."""
+    v, meta, _ = _run(tmp_path, "rabbitmq-group-ack-after-kill-consumer", "it-group-rabbit-after", messages=4000)
+    assert v["read_complete"] is True and v["group_read_complete"] is True, (v["read_status"], v["consumer_groups"])
+    assert v["acked_missing"] == 0 and len(_members(meta)) == 3, v
+    assert v["group_skips"] == 0 and v["result"] == "pass", v

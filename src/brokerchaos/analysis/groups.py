@@ -133,22 +133,32 @@ def outages(members: DataFrame, windows: DataFrame, t: Tuning, plain: bool) -> d
             .collect()}
 
 
+def _where_found():
+    """A checking read's row as skips.csv's `stored_at` names it: its offset, else `taken` (what
+    the group itself took out of a queue), else `read by <reader>`."""
+    c = F.col
+    return (F.when(c("offset").isNotNull(), c("offset")).when(c("client") == c("g"), F.lit("taken"))
+            .otherwise(F.concat(F.lit("read by "), c("client"))))
+
+
 def skipped(checked: DataFrame, members: DataFrame, groups: list[tuple[str, str]]) -> DataFrame:
     """The skips log (skips.csv): each (run, group, message) skipped, where the checking read
-    found it (`stored_at`: its offsets), and the first successful commit of that partition
-    past it (`committed_past`: `member@ms position`), where the offset reads `partition:position`
-    (Kafka's)."""
+    found it (`stored_at`: its offsets; `taken` where a group took it out of a queue), and the
+    first successful commit of that partition past it (`committed_past`: `member@ms position`),
+    where the offset reads `partition:position` (Kafka's), else the first ack that named it
+    (`member@ms acked`: a queue's member acked it and never processed it)."""
     spark = members.sparkSession
     c = F.col
     ident = c("producer").isNotNull() & c("value").isNotNull()
     sent = checked.where((c("type") == "send") & ident).select("run", "producer", "value").distinct()
-    stored = (checked.where((c("type") == "recv") & ident).select("run", "producer", "value", "offset")
+    stored = (checked.where((c("type") == "recv") & ident).select("run", "client", "producer", "value", "offset")
               .join(sent, ["run", "producer", "value"], "left_semi"))
     done = members.where((c("type") == "recv") & ident).select("run", "g", "producer", "value").distinct()
     gdf = F.broadcast(spark.createDataFrame(groups, "run string, g string"))
     skips = (stored.join(gdf, "run").join(done, ["run", "g", "producer", "value"], "left_anti")
              .groupBy("run", "g", "producer", "value")
-             .agg(F.concat_ws(" ", F.array_sort(F.collect_set("offset"))).alias("stored_at"),
+             .agg(F.concat_ws(" ", F.array_sort(F.collect_set(_where_found()))
+                              ).alias("stored_at"),
                   F.min("offset").alias("_at")))
     at = F.regexp_extract("_at", r"^(\d+):(\d+)$", 1)
     skips = skips.withColumn("_part", F.when(at != "", at)).withColumn(
@@ -160,8 +170,14 @@ def skipped(checked: DataFrame, members: DataFrame, groups: list[tuple[str, str]
             .groupBy("run", "g", "producer", "value")
             .agg(F.min_by(F.format_string("%s@%.1fms %d", c("_by"), c("_t") / 1e6, c("_cpos")), c("_t"))
                  .alias("committed_past")))
+    acked = (members.where((c("type") == "commit") & (c("detail") == ACKED) & ident)
+             .groupBy("run", "g", "producer", "value")
+             .agg(F.min_by(F.format_string("%s@%.1fms acked", c("client"), c("t_ns") / 1e6), c("t_ns"))
+                  .alias("_acked")))
     return (skips.join(past, ["run", "g", "producer", "value"], "left")
-            .select("run", c("g").alias("group"), "producer", "value", "stored_at", "committed_past"))
+            .join(acked, ["run", "g", "producer", "value"], "left")
+            .select("run", c("g").alias("group"), "producer", "value", "stored_at",
+                    F.coalesce("committed_past", "_acked").alias("committed_past")))
 
 
 def analyze_groups(members: DataFrame, groups: list[tuple[str, str]], blocks: DataFrame, t: Tuning,

@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..history.schema import MESSAGE_TYPES, OBSERVER
+from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, TAKES
 from .availability import Windows, ack_facts, ack_gap_facts, fault_windows, gap_facts, gaps, outage
 from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses, message_blocks, message_counts,
                      message_table, unplain_filter, unplain_rows, value_ranges)
@@ -85,6 +85,13 @@ class Rows:
     members: Optional[DataFrame] = None  # the group members' rows, their group as `g` (format 1.6)
     groups: list[tuple[str, str]] = field(default_factory=list)  # (run, group) of every group
     group_ends: dict[tuple[str, str], list] = field(default_factory=dict)  # per group, its members' read_end details
+    taken: Optional[DataFrame] = None  # what groups took out of a queue, as one recv row per message and group
+
+    @property
+    def checked(self) -> DataFrame:
+        """The rows the loss and duplicate counts judge: the history's, and what a group took
+        out of the broker (a queue's acks naming their message: read from it, once each)."""
+        return self.df if self.taken is None else self.df.unionByName(self.taken, allowMissingColumns=True)
 
     def recv(self) -> DataFrame:
         """Every recv row: the checking readers', the observers' and the group members'."""
@@ -114,8 +121,8 @@ MEMBER_COLUMNS = ("run", "client", "seq", "t_ns", "type", "producer", "value", "
 LITERAL_CLIENTS = 64
 
 
-def _is(pairs: set) -> Column:
-    return functools.reduce(lambda a, b: a | b, [(F.col("run") == r) & (F.col("client") == c)
+def _is(pairs, column: str = "client") -> Column:
+    return functools.reduce(lambda a, b: a | b, [(F.col("run") == r) & (F.col(column) == c)
                                                  for r, c in sorted(pairs)])
 
 
@@ -142,6 +149,8 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
                  and r["group"] is None}
     member_of = {(r["run"], r["client"]): r["group"] for r in small if r["type"] == "subscribe"
                  and r["group"] is not None}
+    takes = sorted({(r["run"], r["group"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
+                    and (r["detail"] or "").endswith(TAKES)})
     observers -= set(member_of)
     read_ends: dict[str, list] = {}
     live_ends: dict[str, list] = {}
@@ -172,7 +181,20 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
             first_fault[r["run"]] = min(r["t_ns"], first_fault.get(r["run"], r["t_ns"]))
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
-                first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends)
+                first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends,
+                taken(members, takes) if takes else None)
+
+
+def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:
+    """The messages the groups that take (run, group: a subscribe detail ending `; takes`) took
+    out of the broker: their members' acks that name a message (a queue's, format 1.6), one
+    recv row per message and group (its client the group's name), at the first of them."""
+    named = (_is(takes, "g") & (F.col("type") == "commit") & (F.col("detail") == ACKED)
+             & F.col("producer").isNotNull() & F.col("value").isNotNull())
+    return (members.where(named).groupBy("run", "g", "producer", "value")
+            .agg(F.min("t_ns").alias("t_ns"), F.min("seq").alias("seq"))
+            .select("run", F.col("g").alias("client"), "seq", "t_ns", F.lit("recv").alias("type"), "producer",
+                    "value"))
 
 
 # -- counts ---------------------------------------------------------------------------------------
@@ -191,7 +213,8 @@ class Counts:
 def count(rows: Rows, t: Tuning, small: bool, cache: Cache, clock: Clock) -> Counts:
     """Every count: from the blocks' bit sets, and message by message for the blocks that
     are not plain; then, where acked messages are missing, what the read found instead."""
-    blocks = message_blocks(rows.df, rows.first_fault, t)
+    df = rows.checked
+    blocks = message_blocks(df, rows.first_fault, t)
     if not small:
         # read again by the closer look and the losses: in a small history, a pass over the
         # rows in memory costs less than the cache (the common run reads them once)
@@ -200,17 +223,17 @@ def count(rows: Rows, t: Tuning, small: bool, cache: Cache, clock: Clock) -> Cou
     msgs = {run: dict(f) for run, f in frames.items()}
     clock.lap("blocks")
     unplain = sum(f["_unplain"] for f in frames.values())
-    first, dups = None, (lambda: duplicates(rows.df.where(F.lit(False))))
+    first, dups = None, (lambda: duplicates(df.where(F.lit(False))))
     if unplain:
-        looked = _closer_look(rows.df, blocks, unplain, t, small, cache, msgs)
+        looked = _closer_look(df, blocks, unplain, t, small, cache, msgs)
         # a message read twice is in a block that is not plain: these rows hold every one
         first, dups = first_reads(looked), (lambda: duplicates(looked))
         clock.lap("blocks looked at closely")
-    lost = _losses(rows.df, blocks, msgs, t, small, cache)
+    lost = _losses(df, blocks, msgs, t, small, cache)
     if lost is not None:
         clock.lap("losses")
     return Counts(frames, msgs, sum(f["recv_rows"] or 0 for f in frames.values()), first, dups,
-                  lost or (lambda: losses(rows.df.where(F.lit(False)),
+                  lost or (lambda: losses(df.where(F.lit(False)),
                                           lost_messages(blocks, t).where(F.lit(False)), True)), blocks)
 
 

@@ -91,7 +91,7 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
     skips = None
     if any(v.get("group_skips") for v in verdicts):
         def skips():
-            return skipped(rows.df, rows.members, rows.groups)
+            return skipped(rows.checked, rows.members, rows.groups)
     return Analysis(verdicts, parts.ordering.jumps, parts.latency_exact, parts.counts.duplicates,
                     parts.counts.losses, meta={"seconds": clock.laps, "send_ns_runs": send_ns_runs},
                     kept=cache.kept, build_skips=skips or (lambda: None))

@@ -77,6 +77,10 @@ EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe"
 OBSERVER = "observer"
 COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
 ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no position order)
+# ends a member's subscribe detail (`rabbitmq queue; takes`) when its acks take messages out of
+# the store and name them (producer, value on its `acked` commit rows): what the group took
+# counts as read by the checking read
+TAKES = "; takes"
 LEFT = "left"  # a group member's read_end when it left the group on purpose (scale-in, a stop)
 
 NEMESIS_CLIENT = "nemesis"

@@ -17,12 +17,12 @@ from typing import Any, Awaitable, Callable
 
 from ..faults.nemesis import AckGate, Nemesis
 from ..history import Recorder
-from ..history.schema import OBSERVER
+from ..history.schema import OBSERVER, TAKES
 from ..sandbox import Sandbox
 from ..scenario import Scenario
-from ..systems import Deployment, LiveReader
+from ..systems import Deployment, LiveReader, SystemError_
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
-from ..workload.group import ConsumerGroup, GroupEvents, Journal
+from ..workload.group import ConsumerGroup, GroupEvents, Journal, MemberError
 from ..workload.producer import quick_switches
 from .endcheck import end_check
 from .observe import Observer, progress_line
@@ -81,7 +81,10 @@ class Readers:
             await start_live(con, rec, prog)
         if c.scenario.workload.group is not None:
             self.group = start_group(c)
-            await self.group.start()
+            try:
+                await self.group.start()
+            except MemberError as e:  # every run would fail alike: the session ends, in one line
+                raise SystemError_(str(e)) from None
 
     async def close(self) -> None:
         if self.group is not None:
@@ -105,7 +108,8 @@ def start_group(c: RunContext) -> ConsumerGroup:
 
     def make(client: str):
         rec = Journal(journal(client), c.origin)
-        rec.record("subscribe", detail=f"{dep.system.name} {kind}", group=spec.name)
+        rec.record("subscribe", detail=f"{dep.system.name} {kind}" + (TAKES if dep.client.group_takes else ""),
+                   group=spec.name)
         events = GroupEvents(rec, spec)
         return events, dep.client.group_member(client, spec, events)
 

@@ -316,6 +316,9 @@ class Client:
     # the kinds of consumer group `workload.group.kind` may name, the first the default; none:
     # the system has no group member here yet
     group_kinds: ClassVar[tuple[str, ...]] = ()
+    # a member's ack takes the message out of the store (a RabbitMQ queue's): it names the
+    # message (GroupEvents.commit's `message`), and the end read finds only what is left
+    group_takes: ClassVar[bool] = False
 
     @classmethod
     def group_error(cls, scenario: Any) -> Optional[tuple[str, str]]:

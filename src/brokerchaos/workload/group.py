@@ -40,6 +40,10 @@ STOP_GRACE = 10.0
 LEAVE_SIGNAL = signal.SIGUSR2  # the harness asks a member to leave the group (scale-in, a stop)
 
 
+class MemberError(RuntimeError):
+    """A member's process did not start (its library, its broker connection): said in one line."""
+
+
 class Leave(BaseException):
     """Raised in a member's main thread by LEAVE_SIGNAL: it stops where it is (the message in
     hand unfinished, as a shutdown hook that does not wait), closes its consumer (which
@@ -108,11 +112,13 @@ class GroupEvents:
                         group=self.spec.name, partition=partition, position=position)
 
     def commit(self, partition: str, position: Optional[int], error: Optional[str] = None,
-               cumulative: bool = True) -> None:
+               cumulative: bool = True, message: Optional[bytes] = None) -> None:
         """A position made durable (`cumulative`: everything before it too, Kafka's commit),
-        or one message's ack (`cumulative=False`: its position, detail `acked`)."""
+        or one message's ack (`cumulative=False`: its position, detail `acked`). `message`:
+        the acked message's payload, where the ack takes it out of the broker (a queue's)."""
         ok = COMMIT_OK if cumulative else ACKED
-        self.rec.record("commit", detail=ok if error is None else f"failed: {error}"[:200],
+        producer, value = decode(message) if message is not None else (None, None)
+        self.rec.record("commit", producer, value, detail=ok if error is None else f"failed: {error}"[:200],
                         group=self.spec.name, partition=partition, position=position)
 
     def assign(self, partition: str, epoch: Optional[int] = None) -> None:
@@ -202,7 +208,7 @@ class ConsumerGroup:
         if msg is None or msg[0] != "ready":
             why = msg[1] if msg is not None and msg[0] == "error" else f"no answer within {timeout:.0f} s"
             await asyncio.to_thread(_stop, p)
-            raise RuntimeError(f"group member {client} (pid {p.pid}) did not start: {why}")
+            raise MemberError(f"group member {client} (pid {p.pid}) did not start: {why}")
 
     async def kill(self, name: str) -> int:
         """SIGKILL the slot's running process (ours: forked above); returns when, monotonic ns."""

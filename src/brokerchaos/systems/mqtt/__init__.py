@@ -59,6 +59,10 @@ class MqttOptions(BaseModel):
     outgoing_clustering_buffer_size: int = Field(
         10_000, ge=0, le=100_000_000, description="vernemq: bytes of the inter-node buffer while a peer is unreachable "
                                                   "(VerneMQ's default 10000; the seed's knob)")
+    shared_subscription_policy: Literal["prefer_local", "local_only", "random"] = Field(
+        "prefer_local", description="vernemq: which member of a shared subscription ($share/...) gets a message: "
+                                    "one on the node it was published to if any (prefer_local, VerneMQ's default), "
+                                    "only such one (local_only), or any (random)")
     max_queued_messages: int = Field(
         1000, ge=-1, le=100_000_000, description="vernemq: max_online_messages and max_offline_messages of a "
                                                  "session (VerneMQ's default 1000; -1: no bound)")

@@ -20,8 +20,8 @@ def _paho():
     return mqtt
 
 
-# the brokers whose shared subscriptions ($share/...) the harness runs (VerneMQ has them: not tried yet)
-SHARED = ("mosquitto",)
+# the brokers whose shared subscriptions ($share/...) the harness runs
+SHARED = ("mosquitto", "vernemq")
 
 
 class MqttClient(Client):

@@ -120,6 +120,7 @@ class VerneServers(LocalCluster):
             "vmq_acl.acl_file = ./etc/vmq.acl", "metadata_plugin = vmq_swc",
             *[f"allow_{verb}_during_netsplit = {flag}" for verb in ("register", "publish", "subscribe", "unsubscribe")],
             f"outgoing_clustering_buffer_size = {o.outgoing_clustering_buffer_size}",
+            f"shared_subscription_policy = {o.shared_subscription_policy}",
             f"max_online_messages = {o.max_queued_messages}", f"max_offline_messages = {o.max_queued_messages}",
             # three nodes on one machine: LevelDB's default takes 70% of its memory each
             "leveldb.maximum_memory.percent = 5",
@@ -194,7 +195,8 @@ class VerneServers(LocalCluster):
         o = self.options
         return {n: {"netsplit_writes": o.netsplit_writes,
                     "outgoing_clustering_buffer_size": o.outgoing_clustering_buffer_size,
-                    "max_queued_messages": o.max_queued_messages} for n in self.node_names}
+                    "max_queued_messages": o.max_queued_messages,
+                    "shared_subscription_policy": o.shared_subscription_policy} for n in self.node_names}
 
 
 def _link(src, dst) -> None:

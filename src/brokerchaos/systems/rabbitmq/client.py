@@ -47,6 +47,11 @@ class RabbitClient(Client):
                                 client_properties={"connection_name": "brokerchaos"}),
             timeout + 1)
 
+    @staticmethod
+    async def close_connection(conn) -> None:
+        """Close it, whatever state it is in, within 3 s."""
+        await _close(conn)
+
     def queue_arguments(self) -> dict:
         qt = self.options.queue_type
         r = self.ctx.scenario.cluster.replicas
@@ -117,6 +122,25 @@ class RabbitClient(Client):
     def consumer(self, name: str) -> "RabbitConsumer":
         return RabbitConsumer(self, name)
 
+    group_kinds = ("queue",)  # competing consumers on the run's queue (group.py)
+    group_takes = True
+
+    @classmethod
+    def group_error(cls, scenario) -> Optional[tuple[str, str]]:
+        if (scenario.options or {}).get("queue_type", "quorum") == "stream":
+            return "kind", ("competing consumers share a quorum or classic queue; a stream is read by offset "
+                            "(options.queue_type)")
+        if scenario.workload.group.commit == "auto":
+            return "commit", ("RabbitMQ's auto-ack (no_ack) is not offered: what the broker pushed to a member "
+                              "killed before reading it leaves no trace and would be taken for the broker's loss; "
+                              "`before` acks each message as it arrives, the same loss made visible")
+        return None
+
+    def group_member(self, name: str, spec, events):
+        from .group import RabbitGroupMember
+
+        return RabbitGroupMember(self, name, spec, events)
+
 
 class RabbitRoles(Roles):
     """Leaders and health from the management API, by majority of the nodes that answer."""
@@ -136,6 +160,10 @@ class RabbitRoles(Roles):
 
     async def whole(self) -> tuple[bool, str]:
         return await self.api.whole()
+
+    async def group_coordinator(self, group: str) -> str:
+        """The queue's leader hands its messages to the competing consumers."""
+        return await self.leader()
 
     async def stepdown(self, node: str, role: str) -> str:
         """3.10 has no leader transfer for one queue: the operator's verb is draining the

@@ -4,6 +4,7 @@ finishes and closes it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -121,3 +122,16 @@ class GroupEnd:
             return None
         err = f"; last error {last_error}" if last_error else ""
         return f"incomplete: the group did not move for {self.idle:.0f}s ({why}{err})"
+
+
+def slot_of(member: str) -> str:
+    """A member incarnation's slot (`g1-m1-r2` -> `g1-m1`): what a member started again keeps."""
+    return re.sub(r"-r\d+$", "", member)
+
+
+def member_nodes(member: str, names: list[str]) -> list[str]:
+    """The nodes a member tries in turn: its slot's own first, so the members spread over the
+    nodes (`g1-m1` on the first, `g1-m2` on the second, ...), then the others in order."""
+    last = slot_of(member).rsplit("m", 1)[-1]
+    i = (int(last) - 1 if last.isdigit() else 0) % len(names)
+    return names[i:] + names[:i]

@@ -22,10 +22,11 @@ unsubscribes, so the session holds nothing for a later run.
 from __future__ import annotations
 
 import queue
-import re
 import threading
 import time
 from typing import Optional
+
+from ..consumer import member_nodes, slot_of
 
 PARTITION = "0"
 QUIET_S = 3.0
@@ -46,12 +47,9 @@ class MqttGroupMember:
         self.events = events
         o = client.options
         self.qos = o.qos
-        slot = re.sub(r"-r\d+$", "", name)
-        self.client_id = f"{client.ctx.prefix}-{client.ctx.run_id}-{slot}"
+        self.client_id = f"{client.ctx.prefix}-{client.ctx.run_id}-{slot_of(name)}"
         self.topic = f"$share/{spec.name}-{client.ctx.run_id}/{client.topic}"
-        names = client.cluster.node_names
-        i = int(slot.rsplit("m", 1)[-1]) - 1 if slot.rsplit("m", 1)[-1].isdigit() else 0
-        self.nodes = names[i % len(names):] + names[:i % len(names)]  # members spread over the nodes
+        self.nodes = member_nodes(name, client.cluster.node_names)
         self.work: queue.Queue = queue.Queue()
         self.connected = threading.Event()
         self.last_error: Optional[str] = None

@@ -25,11 +25,10 @@ Queues have no position: deliveries and acks carry none (partition `0`). The mem
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from typing import Optional
 
-from ..consumer import GroupEnd
+from ..consumer import GroupEnd, member_nodes
 
 PARTITION = "0"
 QUIET_S = 2.0
@@ -42,10 +41,7 @@ class RabbitGroupMember:
         self.name = name
         self.spec = spec
         self.events = events
-        slot = re.sub(r"-r\d+$", "", name)
-        names = client.cluster.node_names
-        i = int(slot.rsplit("m", 1)[-1]) - 1 if slot.rsplit("m", 1)[-1].isdigit() else 0
-        self.nodes = names[i % len(names):] + names[:i % len(names)]
+        self.nodes = member_nodes(name, client.cluster.node_names)
         self.idx = 0
         self.last_error: Optional[str] = None
 

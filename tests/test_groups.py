@@ -79,6 +79,21 @@ def _queue(h: H, client: str, values, before: bool, processed=None) -> H:
     return h
 
 
+def test_a_queue_groups_takes_are_the_same_picked_by_a_join(spark_analyze, tmp_path, monkeypatch):
+    """Past LITERAL_CLIENTS (run, group) pairs the taking groups are picked by a broadcast
+    join instead of a filter of literals: the same figures."""
+    from brokerchaos.analysis import job
+
+    monkeypatch.setattr(job, "LITERAL_CLIENTS", 0)
+    h = _queue_group(_clean(H()))
+    _queue(h, "m1", range(1, 6), before=True, processed=range(1, 4))
+    _queue(h, "m2", range(6, 9), before=True)
+    h.ev("m2", "read_end", detail="complete", group="g1")
+    h.read([9])
+    v = _both(spark_analyze, h, tmp_path)
+    assert (v["acked_missing"], v["received"], v["group_skips"]) == (1, 9, 3), v
+
+
 def _queue_group(h: H) -> H:
     for m in ("m1", "m2"):
         h.ev(m, "subscribe", detail="rabbitmq queue; takes", group="g1")

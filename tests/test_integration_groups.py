@@ -28,7 +28,8 @@ messages again).
 On RabbitMQ (competing consumers on a quorum queue; each ack names its message, which the
 queue then deletes, so what the group took counts as read from the broker): acked as each
 message arrives skips the killed member's backlog; acked after processing skips nothing (the
-queue requeues what the dead member held unacked).
+queue requeues what the dead member held unacked). On VerneMQ, the MQTT positive control on
+a shared subscription spread over a 3-node cluster.
 """
 import os
 
@@ -232,3 +233,24 @@ def test_rabbitmq_acks_after_processing_skip_nothing(tmp_path, spark):
     assert v["read_complete"] is True and v["group_read_complete"] is True, (v["read_status"], v["consumer_groups"])
     assert v["acked_missing"] == 0 and len(_members(meta)) == 3, v
     assert v["group_skips"] == 0 and v["result"] == "pass", v
+
+
+def _vernemq_release():
+    from brokerchaos.systems.mqtt import vernemq
+
+    try:
+        return vernemq.release()
+    except Exception:
+        return None
+
+
+@pytest.mark.skipif(_vernemq_release() is None, reason="no VerneMQ release (../shared/vernemq or $BROKERCHAOS_VERNEMQ)")
+def test_vernemq_shared_subscription_acks_as_messages_arrive_skip_a_killed_members_queue(tmp_path, spark):
+    """A shared subscription on a 3-node VerneMQ cluster, spread over both members (policy
+    random, written to every node's configuration): paho's PUBACK as a message is queued for
+    the work skips the killed member's queue, while the plain receiver gets everything."""
+    v, meta, _ = _run(tmp_path, "vernemq-group-auto-ack-kill-consumer", "it-group-vernemq-auto", messages=4000)
+    assert {s["shared_subscription_policy"] for s in meta["server_settings"].values()} == {"random"}, meta
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["group_read_complete"] is True and len(_members(meta)) == 3, (v["consumer_groups"], _members(meta))
+    assert v["group_skips"] > 0 and v["result"] == "fail", v

@@ -135,10 +135,10 @@ class RabbitGroupMember:
                 if not finishing.is_set():
                     continue
                 why = await self._left(ch)
-                now = time.monotonic()
-                quiet_since = quiet_since or now
-                if why is None and now - quiet_since < QUIET_S:
-                    why = f"quiet for {now - quiet_since:.1f}s of {QUIET_S:.0f}s"
+                quiet_since = quiet_since or time.monotonic()
+                if why is None and time.monotonic() - quiet_since < QUIET_S:
+                    end.got()  # nothing ready, but not for long enough: not done, not idle either
+                    continue
                 detail = end.check(why, self.last_error)
                 if detail is not None:
                     return detail
@@ -150,4 +150,3 @@ class RabbitGroupMember:
 
     def close(self) -> None:
         """Nothing left open: run() closed its connection."""
-

@@ -361,3 +361,75 @@ def test_a_member_that_cannot_start_is_said_in_one_line(tmp_path):
     with pytest.raises(MemberError, match=r"g1-m1 \(pid \d+\) did not start: g1-m1: ConnectionError: no broker"):
         asyncio.run(g.start(timeout=20))
     assert not any(inc.proc.is_alive() for s in g.slots.values() for inc in s.runs)
+
+
+class _BusyLoopMember:
+    """A member in an event loop that is almost always inside a plain callback (as it is
+    inside a socket transport's send, whose `except BaseException` once took a Leave)."""
+
+    def run(self, finishing, idle: float) -> str:
+        import asyncio
+        import time
+
+        async def main() -> str:
+            loop = asyncio.get_running_loop()
+
+            def busy() -> None:
+                t = time.monotonic()
+                while time.monotonic() - t < 0.05:
+                    pass
+                loop.call_soon(busy)
+
+            loop.call_soon(busy)
+            while not finishing.is_set():
+                await asyncio.sleep(0.01)
+            return "complete"
+
+        return asyncio.run(main())
+
+    def close(self) -> None:
+        pass
+
+
+class _PlainMember:
+    def run(self, finishing, idle: float) -> str:
+        import time
+
+        while not finishing.is_set():
+            time.sleep(0.01)
+        return "complete"
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_member_asked_to_leave_leaves_in_an_event_loop_or_out_of_one(tmp_path):
+    """LEAVE_SIGNAL ends a member with read_end `left` wherever the signal lands; in an event
+    loop busy in a plain callback, an exception raised by the handler was caught by asyncio
+    and the member stayed (the fix cancels the loop's tasks instead)."""
+    import asyncio
+
+    from brokerchaos.history import Recorder
+    from brokerchaos.scenario import GroupSpec
+    from brokerchaos.workload.group import ConsumerGroup, GroupEvents, Journal
+
+    spec = GroupSpec(consumers=2)
+    kinds = {"g1-m1": _BusyLoopMember, "g1-m2": _PlainMember}
+
+    def make(client):
+        return GroupEvents(Journal(tmp_path / f"{client}.journal", 0), spec), kinds[client]()
+
+    g = ConsumerGroup(spec, 5.0, make, lambda c: Recorder(tmp_path / "history", "r1", c, 0),
+                      lambda c: tmp_path / f"{c}.journal")
+
+    async def body() -> dict:
+        await g.start(timeout=20)
+        try:
+            await asyncio.sleep(0.5)
+            for name in ("g1-m1", "g1-m2"):
+                await g.leave(name, timeout=5)
+            return {n: s.now.ended for n, s in g.slots.items()}
+        finally:
+            await g.close()
+
+    assert asyncio.run(body()) == {"g1-m1": "left", "g1-m2": "left"}

@@ -164,6 +164,7 @@ def test_redis_a_group_scaled_out_and_in_skips_nothing(tmp_path, spark):
     steps = meta["group_scaled"]
     want = [(4, ["g1-m3", "g1-m4"]), (1, ["g1-m4", "g1-m3", "g1-m2"])]
     assert [(s["consumers"], s["changed"]) for s in steps] == want, steps
+    assert all("took_s" in s and "cut_off_s" not in s for s in steps), steps
     assert 3 <= steps[0]["at_s"] < 4 and 8 <= steps[1]["at_s"] < 9, steps
     assert sorted(_members(meta)) == ["g1-m1", "g1-m2", "g1-m3", "g1-m4"], _members(meta)
     # the three that left said so; the one left read on to the end and speaks for the group

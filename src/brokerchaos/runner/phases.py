@@ -206,17 +206,21 @@ async def _scale(c: RunContext, rec: RunRecord, group: ConsumerGroup, t_write: f
     rec.group_scaled = []
     for step in sorted(c.scenario.workload.group.schedule, key=lambda s: s.at_seconds):
         await asyncio.sleep(max(0.0, t_write + step.at_seconds - time.monotonic()))
-        t = time.monotonic()
+        t, changed = time.monotonic(), []
+        entry = {"at_s": round(t - t_write, 3), "consumers": step.consumers, "changed": changed}
+        rec.group_scaled.append(entry)
         try:
-            changed = await group.scale(step.consumers)
+            await group.scale(step.consumers, changed)
+        except asyncio.CancelledError:  # the write ended during the step: what it did is kept
+            entry["cut_off_s"] = round(time.monotonic() - t, 3)
+            raise
         except Exception as e:  # a member that would not start or leave: said, and the steps end
             why = f"{type(e).__name__}: {e}"[:300]
-            rec.group_scaled.append({"at_s": round(t - t_write, 3), "consumers": step.consumers, "error": why})
+            entry["error"] = why
             group.errors.append(f"scaling to {step.consumers}: {why}")
             c.line(f"Group {group.spec.name}: scaling to {step.consumers} failed: {why}")
             return
-        rec.group_scaled.append({"at_s": round(t - t_write, 3), "consumers": step.consumers, "changed": changed,
-                                 "took_s": round(time.monotonic() - t, 3)})
+        entry["took_s"] = round(time.monotonic() - t, 3)
         c.line(f"Group {group.spec.name}: {step.consumers} members ({', '.join(changed) or 'no change'})")
 
 

@@ -116,6 +116,7 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of] + _taken(rows, group_of)
     v = _checked(run, rows, position, [r for r in observed + members if r["type"] == "recv"])
     v.update(_groups(rows, members, group_of, v["_windows"]))
+    v.update(_txns(rows))
     v["result"] = _result(v)
     v["live_consumers"] = len(observers)
     v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
@@ -339,9 +340,45 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     return v
 
 
+def _txns(checked: list[dict]) -> dict:
+    """The transactions' figures (format 1.7): a transaction is committed if one of its
+    outcome rows is an ack, else aborted if one is a nack, else unknown."""
+    out = dict.fromkeys(("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
+                         "offset_conflicts"), 0)
+    kinds: dict[tuple, set] = {}
+    members: dict[tuple, set] = {}
+    for r in checked:
+        if r.get("txn") is not None and r["type"] in ("ack", "nack", "unknown"):
+            t = (r["producer"], r["txn"])
+            kinds.setdefault(t, set()).add(r["type"])
+            members.setdefault(t, set()).add((r["producer"], r["value"]))
+    if not kinds:
+        return out
+    read = {(r["producer"], r["value"]) for r in checked if r["type"] == "recv" and r["value"] is not None}
+    for t, ks in kinds.items():
+        got = len(members[t] & read)
+        out["txns"] += 1
+        if "ack" in ks:
+            out["txns_committed"] += 1
+            out["torn_txns"] += int(0 < got < len(members[t]))
+        elif "nack" in ks:
+            out["txns_aborted"] += 1
+            out["aborted_reads"] += got
+        else:
+            out["txns_unknown"] += 1
+    at: dict[str, set] = {}
+    for r in checked:
+        if r["offset"] is not None and r["type"] in ("ack", "nack", "recv"):
+            at.setdefault(r["offset"], set()).add((r["producer"], r["value"]))
+    out["offset_conflicts"] = sum(len(x) > 1 for x in at.values())
+    return out
+
+
 def _result(v: dict) -> str:
     decides, groups_done = v["_read_decides"], v["group_read_complete"] is True
     if v["received_after_nack"] > 0 or (decides and v["acked_missing"] > 0):
+        return "fail"
+    if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or (decides and v["torn_txns"])):
         return "fail"
     if v["groups"] and decides and groups_done and v["group_skips"] > 0:
         return "fail"  # a stored message a group never processed

@@ -26,6 +26,7 @@ KEYS = [
     "groups", "group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
     "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
     "group_read_complete",
+    "txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -43,6 +44,9 @@ def history(draw, read_after_write: bool = False):
         sent = []
         for p in producers:
             evs = clients.setdefault(p, [])
+            # a transactional producer (format 1.7): its outcome rows name their transaction
+            # (mixed outcomes in one make it committed if any is an ack), nacks keep an offset
+            size = draw(st.sampled_from([None, None, 2, 3]))
             for v in range(1, draw(st.integers(0, 25)) + 1):
                 sent.append((p, v))
                 for _ in range(draw(st.integers(1, 2))):  # a resend is another send row
@@ -52,10 +56,12 @@ def history(draw, read_after_write: bool = False):
                     # the position an ack names: the message's own (where a read finds it),
                     # another value's (the broker gave it away), or none
                     at = rnd.choice([f"o{v}", f"o{v}", f"o{v + 1}", None])
+                    txn = [] if size is None else [{"txn": (v - 1) // size + 1}]
                     if outcome:
-                        evs.append((outcome, p, v, at if outcome == "ack" else None))
+                        evs.append((outcome, p, v, at if outcome == "ack" or (txn and outcome == "nack") else None,
+                                    *txn))
                     if outcome == "unknown" and draw(st.booleans()):
-                        evs.append(("ack", p, v, at))  # late ack
+                        evs.append(("ack", p, v, at, *txn))  # late ack
         for c in [f"c{i}" for i in range(1, draw(st.integers(0, 2)) + 1)]:
             evs = clients.setdefault(c, [])
             if draw(st.integers(0, 3)) == 0:
@@ -111,7 +117,7 @@ def history(draw, read_after_write: bool = False):
             nemesis = ty in ("fault", "heal", "ready")
             rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p,
                              value=None if nemesis else v, window=v if nemesis else None,
-                             offset=x if ty in ("ack", "recv") else None,
+                             offset=x if ty in ("ack", "recv", "nack") else None,
                              node="n1" if ty in ("fault", "heal", "ready") else
                              rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
                              detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe", "commit") else None,

@@ -75,6 +75,20 @@ class GroupSpec(_Strict):
                                                                          "[{at_seconds, consumers}, …]")
 
 
+class TxnSpec(_Strict):
+    """Each producer writes in transactions (history format 1.7): `size` messages each,
+    committed, or aborted on purpose in a seeded share of them; the checking read reads
+    only what was committed (Kafka: isolation.level read_committed)."""
+
+    size: int = Field(5, ge=1, le=10_000, description="messages per transaction (default 5)")
+    abort: float = Field(0.0, ge=0, le=1, description="the share of transactions aborted on purpose, drawn with "
+                                                      "the seed (default 0)")
+    linger_ms: float = Field(100.0, gt=0, le=60_000, description="a transaction not yet full ends this long after "
+                                                                 "its first message (the write's tail; default 100)")
+    commit_timeout: float = Field(30.0, gt=0, le=600, description="seconds a commit or an abort may take before "
+                                                                  "its outcome is unknown (default 30)")
+
+
 class WorkloadSpec(_Strict):
     messages: int = Field(100_000, ge=1, description="messages per producer per run (default 100000)",
                           json_schema_extra=CLI)
@@ -89,6 +103,8 @@ class WorkloadSpec(_Strict):
                                                       "end read (default 0)", json_schema_extra=CLI)
     group: Optional[GroupSpec] = Field(None, description="a consumer group reading during the write phase, judged "
                                                          "by the group verdicts (default: none)")
+    transactions: Optional[TxnSpec] = Field(None, description="write in transactions, committed or aborted "
+                                                                "(Kafka; default: none)")
     rate: Optional[float] = Field(
         None, gt=0, le=10_000_000, description="messages per second per producer, a steady pace (default: as fast "
                                                "as in_flight allows)", json_schema_extra=CLI)

@@ -65,6 +65,7 @@ def check(s: Scenario) -> None:
         raise ScenarioError(first_error(e, "options")) from None
     system.check(s)
     _check_group(s, system)
+    _check_txn(s, system)
     why = system.version_error(s)
     if why:
         raise ScenarioError(f"scenario field 'cluster.version': {why}")
@@ -93,6 +94,23 @@ def _check_group(s: Scenario, system) -> None:
     why = system.Client.group_error(s)
     if why:
         raise ScenarioError(f"scenario field 'workload.group.{why[0]}': {why[1]}")
+
+
+def _check_txn(s: Scenario, system) -> None:
+    """Transactions need a system whose producer has them; a message resent after a failed
+    transaction would belong to two (not built)."""
+    if s.workload.transactions is None:
+        return
+    if not system.Client.transactions:
+        having = ", ".join(n for n in SYSTEMS.names() if SYSTEMS.get(n).Client.transactions)
+        raise ScenarioError(f"scenario field 'workload.transactions': {s.system} has no transactional producer in "
+                            f"this harness yet (systems with one: {having})")
+    if s.workload.retries:
+        raise ScenarioError("scenario field 'workload.retries': a resend would write a message of a failed "
+                            "transaction in another one; give 0 with workload.transactions")
+    why = system.Client.txn_error(s)
+    if why:
+        raise ScenarioError(f"scenario field '{why[0]}': {why[1]}")
 
 
 def _check_external(s: Scenario, system) -> None:
@@ -129,6 +147,7 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
         raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
     _check_consumer_target(s, path, f)
     _check_group_coordinator(s, path, f)
+    _check_txn_coordinator(s, path, f)
     if f.target == "follower" and s.cluster.replicas < 2:
         raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
     if f.repeat is not None and f.duration is None and cls.recoverable:
@@ -161,6 +180,18 @@ def _check_group_coordinator(s: Scenario, path: str, f) -> None:
                             "(workload.group)")
     if SYSTEMS.get(s.system).roles_class(s).group_coordinator is Roles.group_coordinator:
         raise ScenarioError(f"scenario field '{path}.target': {s.system} has no group coordinator to name")
+
+
+def _check_txn_coordinator(s: Scenario, path: str, f) -> None:
+    """`txn-coordinator` needs workload.transactions and a system that can name it."""
+    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
+    if "txn-coordinator" not in named:
+        return
+    if s.workload.transactions is None:
+        raise ScenarioError(f"scenario field '{path}.target': txn-coordinator needs transactions "
+                            "(workload.transactions)")
+    if SYSTEMS.get(s.system).roles_class(s).txn_coordinator is Roles.txn_coordinator:
+        raise ScenarioError(f"scenario field '{path}.target': {s.system} has no transaction coordinator to name")
 
 
 def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:

@@ -12,6 +12,7 @@ from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
 from .latency import pct
 from .policy import result_of
+from .transactions import TXN_KEYS
 from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
 
 
@@ -30,6 +31,7 @@ class Parts:
     facts: dict[str, dict]
     groups: Groups = Groups()
     group_outages: dict = field(default_factory=dict)  # (run, group, window index) -> ns
+    txns: dict = field(default_factory=dict)  # per run with transactions, its TXN_KEYS
 
     @property
     def latency_exact(self) -> bool:
@@ -50,6 +52,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v.update(_live(p, run))
     v.update(_groups(p, run, [i for _, i, *_ in run_windows]))
     v.update(_end_check(p, run))
+    v.update(p.txns.get(run) or dict.fromkeys(TXN_KEYS, 0))
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
     v["result"] = result_of(v)

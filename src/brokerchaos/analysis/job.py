@@ -30,6 +30,7 @@ from .groups import Groups, analyze_groups
 from .groups import outages as group_outage_gaps
 from .latency import ack_latency, latency_table, latency_verdicts, ranked_ack_latency
 from .ordering import first_reads, jump_counts, jumps
+from .transactions import analyze as analyze_txns
 from .tuning import Tuning
 from .verdicts import COUNT_KEYS
 
@@ -332,6 +333,15 @@ def consumer_groups(rows: Rows, counts: Counts, t: Tuning, clock: Clock) -> Grou
         return Groups()
     out = analyze_groups(rows.members, rows.groups, counts.blocks, t, counts.recv_rows <= t.plain_rows)
     clock.lap("consumer groups")
+    return out
+
+
+# -- transactions -------------------------------------------------------------------------------
+
+def transactions(rows: Rows, clock: Clock) -> dict[str, dict]:
+    """Per run with transactions (format 1.7), its figures (transactions.py)."""
+    out = analyze_txns(rows.checked)
+    clock.lap("transactions")
     return out
 
 

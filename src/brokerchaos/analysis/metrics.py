@@ -114,4 +114,5 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
         avail = job.availability(rows, counts, plan, windows, lat, live, clock)
     facts = job.facts(spark, rows, counts, plan, windows, clock)
     gout = job.group_outages(rows, windows, plan, clock)
-    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout)
+    txns = job.transactions(rows, clock)
+    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns)

@@ -17,7 +17,9 @@ healed (a `check` row); a run without that word is undecided by it, whatever the
 The consumer groups' checks (format 1.6) have the same two kinds over the group's own read
 (`group-seen`, `group-missing`: the latter needs the checking read to have finished as
 well, since a skip is a stored message the group never processed). A run without a group
-is outside them (`NA`): neither in their rates nor in its result.
+is outside them (`NA`): neither in their rates nor in its result. The transactions' checks
+(format 1.7) likewise, `txn-seen` and `txn-missing` over the checking read, for the runs
+whose producers wrote in transactions.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Callable, Optional
 
 PASS, FAIL, UNDECIDED, NA = "pass", "fail", "undecided", "n/a"
 # the kinds a run can be outside of: a rate of them only where some run had what they read
-OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing")
+OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing")
 
 
 def read_decides(v: dict) -> bool:
@@ -56,6 +58,12 @@ class Check:
         """pass, fail, undecided or n/a (a group check of a run without a group) for one run's verdict."""
         if self.kind.startswith("group-"):
             return self._judge_group(v)
+        if self.kind.startswith("txn-"):
+            if not v.get("txns"):
+                return NA
+            n = int(v.get(self.key) or 0)
+            return FAIL if n and self.kind == "txn-seen" else UNDECIDED if not read_decides(v) else \
+                FAIL if n else PASS
         n = self.count(v)
         if self.kind == "read":
             return FAIL if n else PASS
@@ -112,6 +120,12 @@ CHECKS: tuple[Check, ...] = (
     Check("commits backwards", "group_commit_backwards", "group-seen", False,
           "commits below an earlier commit of the partition", expect="commits-forward",
           holds="no committed position of a group's partition goes back"),
+    Check("aborted reads", "aborted_reads", "txn-seen", True, "messages of aborted transactions read",
+          expect="no-aborted-reads", holds="no message of an aborted transaction in the (read_committed) read"),
+    Check("torn transactions", "torn_txns", "txn-missing", True, "committed transactions read in part",
+          expect="whole-transactions", holds="every committed transaction read whole or not at all"),
+    Check("offset conflicts", "offset_conflicts", "txn-seen", True, "offsets holding two different messages",
+          expect="consistent-offsets", holds="no offset at which two different messages were reported or read"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 

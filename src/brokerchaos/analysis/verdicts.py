@@ -185,6 +185,14 @@ class Verdict(TypedDict, total=False):
     # the fault on (None: none had one after it; timing off)
     group_outage_ms: list[Optional[float]]
     consumer_groups: dict[str, dict]
+    # transactions (format 1.7; 0 in a run without them): analysis/transactions.py
+    txns: int
+    txns_committed: int
+    txns_aborted: int
+    txns_unknown: int
+    aborted_reads: int
+    torn_txns: int
+    offset_conflicts: int
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]
     end_check: Optional[str]

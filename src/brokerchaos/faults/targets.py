@@ -114,6 +114,13 @@ async def group_coordinator(ctx: FaultContext) -> list[str]:
     return [await ctx.roles.group_coordinator(group.spec.name)]
 
 
+@TARGETS.register("txn-coordinator")
+async def txn_coordinator(ctx: FaultContext) -> list[str]:
+    """the node coordinating the first producer's transactions (workload.transactions; Kafka:
+    the leader of its transactional id's __transaction_state partition)"""
+    return [await ctx.roles.txn_coordinator()]
+
+
 @TARGETS.register("coordinator")
 async def coordinator(ctx: FaultContext) -> list[str]:
     """the cluster's coordinator (NATS: the JetStream meta leader; Kafka: the controller)"""

@@ -19,7 +19,7 @@ from .schema import COLUMNS, EVENT_TYPES, SCHEMA
 
 # the order of a buffered row's fields (run and client are the recorder's own)
 _ROW_COLUMNS = ("seq", "t_ns", "type", "producer", "value", "offset", "node", "detail", "window", "intended_ns",
-                "send_ns", "group", "partition", "position", "epoch")
+                "send_ns", "group", "partition", "position", "epoch", "txn")
 # the rows as one struct array, converted by Arrow from the tuples: 0.3 µs a row, where
 # transposing them into Python lists first cost 1.0-1.6 (two rows per message)
 _ROW = pa.struct([SCHEMA.field(c) for c in _ROW_COLUMNS])
@@ -77,6 +77,7 @@ class Recorder:
         partition: str | None = None,
         position: int | None = None,
         epoch: int | None = None,
+        txn: int | None = None,
     ) -> int:
         """Append one event; returns its t_ns. An unknown type is refused here, not found by
         the analysis later."""
@@ -91,7 +92,7 @@ class Recorder:
             # (the producer records two per message; at 80,000 msg/s that is the budget)
             rows = self._rows
             rows.append((self._seq, t, type_, producer, value, offset, node, detail, window, intended, send_ns,
-                         group, partition, position, epoch))
+                         group, partition, position, epoch, txn))
             if len(rows) >= self.max_rows:
                 self._flush_locked()
         return t

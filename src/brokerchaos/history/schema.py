@@ -1,4 +1,4 @@
-"""History format 1.6: the only contract between the workload/nemesis and the analysis.
+"""History format 1.7: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 6)
+FORMAT_VERSION = (1, 7)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -41,6 +41,11 @@ SCHEMA = pa.schema(
         ("partition", pa.string()),
         ("position", pa.int64()),
         ("epoch", pa.int64()),
+        # 1.7: a transactional producer's message (docs/history-format.md, "Transactions"):
+        # on its outcome row, the number of the transaction it was written in (per producer,
+        # from 1); the row's type is the transaction's outcome (ack: committed, nack:
+        # aborted, unknown: the commit's answer was lost)
+        ("txn", pa.int64()),
     ],
     metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )

@@ -325,6 +325,14 @@ class Client:
         """(field under workload.group, why) when this scenario's group cannot run here."""
         return None
 
+    # its producers can write in transactions (`workload.transactions`, format 1.7)
+    transactions: ClassVar[bool] = False
+
+    @classmethod
+    def txn_error(cls, scenario: Any) -> Optional[tuple[str, str]]:
+        """(field, why) when this scenario's transactions cannot run here."""
+        return None
+
     def group_member(self, name: str, spec: Any, events: Any) -> Any:
         """A member of `workload.group` (workload/group.py), run in a process of its own: its
         `run(finishing, idle)` tells `events` (GroupEvents: process, commit, assign, revoke,
@@ -364,6 +372,11 @@ class Roles:
         """The node coordinating workload.group's group (`group`: its name in the scenario):
         Kafka's group coordinator, NATS's consumer leader. Target `group-coordinator`."""
         raise LookupError("this system has no group coordinator")
+
+    async def txn_coordinator(self) -> str:
+        """The node coordinating the first producer's transactions (Kafka: the leader of its
+        `__transaction_state` partition). Target `txn-coordinator`."""
+        raise LookupError("this system has no transaction coordinator")
 
     async def ensemble(self) -> list[str]:
         """The storage nodes holding the stream's current segment (Pulsar: the bookies of the

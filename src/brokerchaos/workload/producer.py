@@ -86,9 +86,11 @@ class ProducerLoop:
         self.rec.record(kind, self.name, None, None, node, detail, t_ns=None if t is None else t - self.rec.origin)
 
     # -- outcomes (called by the client, on the loop) --------------------------
-    def on_outcome(self, value: int, kind: str, offset, node, detail) -> None:
+    def on_outcome(self, value: int, kind: str, offset, node, detail, txn: Optional[int] = None) -> None:
+        """The client's answer for `value`; a transactional producer's (format 1.7) names the
+        transaction, whose outcome it is."""
         self.rec.record(kind, self.name, value, offset, node, detail,
-                        send_ns=self._start.pop(value, None) if kind == "ack" else None)
+                        send_ns=self._start.pop(value, None) if kind == "ack" else None, txn=txn)
         if kind == "ack":
             if self.acct.on_ack(value):
                 self.on_first_ack()

@@ -14,6 +14,9 @@ from ..registry import SYSTEMS
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient, KafkaRoles, outcome_of
 from .tansu import TansuRoles, TansuServers, tansu_binary
+from .txn import KafkaTxnProducer
+
+KafkaClient.txn_producer = KafkaTxnProducer  # client.py cannot import it: txn.py builds on client.py
 
 __all__ = ["Kafka", "KafkaOptions", "outcome_of", "tansu_binary"]
 
@@ -46,6 +49,9 @@ class KafkaOptions(BaseModel):
     batch_messages: int = Field(10_000, ge=1, le=1_000_000, description="batch.num.messages")
     client_config: dict[str, Any] = Field(default_factory=dict,
                                           description="any other librdkafka producer property")
+    isolation: Literal["read_committed", "read_uncommitted"] = Field(
+        "read_committed", description="the checking read's isolation.level: read_uncommitted hands it aborted "
+                                      "transactions' messages too (a positive control of the aborted reads)")
 
     @field_validator("acks", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ import re
 import sys
 import time
 import traceback
-from typing import Optional
+from typing import ClassVar, Optional
 
 from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, SystemError_
 from ..consumer import LiveConsumer
@@ -38,6 +38,19 @@ def outcome_of(err) -> tuple[str, Optional[str]]:
         return "ack", None
     name = err.name()
     return ("nack" if name in DEFINITE else "unknown"), f"{name}: {err.str()}"[:200]
+
+
+def transactional_id(stream: str, producer: str) -> str:
+    return f"{stream}-{producer}"
+
+
+def java_hash(s: str) -> int:
+    """Java's String.hashCode with its sign bit cleared (Kafka's Utils.abs), as Kafka places a
+    transactional id on a `__transaction_state` partition."""
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h & 0x7FFFFFFF
 
 
 def admin_for(bootstrap: str, timeout_ms: int = 3000):
@@ -141,7 +154,8 @@ class KafkaClient(Client):
         return conf
 
     def producer(self, name: str) -> "KafkaProducer":
-        p = KafkaProducer(self, name)
+        txn = self.ctx.scenario.workload.transactions is not None
+        p = (self.txn_producer if txn else KafkaProducer)(self, name)
         self.clients.append(p)
         return p
 
@@ -159,6 +173,18 @@ class KafkaClient(Client):
         if scenario.workload.group.kind == "consumer" and (o.get("broker", "apache") != "apache"
                                                            or (scenario.cluster.version or "3.9").startswith("3.")):
             return "kind", "the consumer protocol (KIP-848) needs Apache Kafka 4.x (cluster.version: 4.1)"
+        return None
+
+    transactions = True
+    txn_producer: ClassVar[type] = None  # KafkaTxnProducer (txn.py), set by the package
+
+    @classmethod
+    def txn_error(cls, scenario) -> Optional[tuple[str, str]]:
+        o = scenario.options or {}
+        if o.get("broker", "apache") != "apache":
+            return "options.broker", "transactions are tried on Apache Kafka only here (broker: apache)"
+        if str(o.get("acks", "all")) != "all":
+            return "options.acks", "a transactional producer is idempotent: acks must be all"
         return None
 
     def group_member(self, name: str, spec, events):
@@ -212,6 +238,20 @@ class KafkaRoles(Roles):
         if not node:
             raise SystemError_(f"the coordinator of group {gid} ({c}) is not a known node")
         return node
+
+    async def txn_coordinator(self) -> str:
+        """The first producer's transaction coordinator: the broker leading the partition of
+        `__transaction_state` its transactional id hashes to (Kafka's own rule: the id's
+        Java hashCode, its sign bit cleared, modulo the topic's partitions)."""
+        tid = transactional_id(self.ctx.stream_name, "p1")
+        md = await asyncio.to_thread(self.client._admin().list_topics, "__transaction_state", 5)
+        t = md.topics.get("__transaction_state")
+        if t is None or t.error is not None or not t.partitions:
+            raise SystemError_("no metadata for __transaction_state (no transaction begun yet?)")
+        p = t.partitions.get(java_hash(tid) % len(t.partitions))
+        if p is None or p.leader < 0:
+            raise SystemError_(f"the __transaction_state partition of {tid} has no leader")
+        return self.node_of(md, p.leader)
 
     async def describe(self) -> dict:
         """The topic's details as a broker's metadata gives them, as the seed printed them
@@ -297,14 +337,7 @@ class KafkaProducer(ClientEvents):
         from confluent_kafka import Producer
 
         self.on_outcome = on_outcome
-        conf = self.system.producer_config(self.name)
-        conf["stats_cb"] = self._stats
-        if "debug" not in conf:  # the connection's life as the client sees it (history rows)
-            # not logging.getLogger: that one registers it for good, one per run of a soak
-            log = logging.Logger(f"brokerchaos.librdkafka.{self.name}", logging.DEBUG)
-            log.addHandler(_BrokerStates(self))
-            conf.update({"debug": "broker,topic", "log_level": 7, "logger": log})
-        self.p = Producer(conf)
+        self.p = Producer(self._config())
         self.poller = asyncio.create_task(self._poll())
         # where it will write, known before the first statistics arrive (a fast run can
         # reach a fault's trigger sooner)
@@ -316,6 +349,16 @@ class KafkaProducer(ClientEvents):
                 self._node = self.system.cluster.node_at(b.host, b.port)
         except Exception:  # the statistics will tell
             pass
+
+    def _config(self) -> dict:
+        conf = self.system.producer_config(self.name)
+        conf["stats_cb"] = self._stats
+        if "debug" not in conf:  # the connection's life as the client sees it (history rows)
+            # not logging.getLogger: that one registers it for good, one per run of a soak
+            log = logging.Logger(f"brokerchaos.librdkafka.{self.name}", logging.DEBUG)
+            log.addHandler(_BrokerStates(self))
+            conf.update({"debug": "broker,topic", "log_level": 7, "logger": log})
+        return conf
 
     def _stats(self, raw: str) -> None:
         try:
@@ -422,7 +465,8 @@ class KafkaReader:
 
     def _consumer(self, bootstrap: str):
         return new_consumer(self.system, self.name, bootstrap, **{"enable.auto.commit": False,
-                                                                  "fetch.max.bytes": 16 * 1024 * 1024})
+                                                                  "fetch.max.bytes": 16 * 1024 * 1024,
+                                                                  "isolation.level": self.system.options.isolation})
 
     async def _high(self, node: str) -> tuple[Optional[dict], str]:
         """{partition: high watermark} as `node` answers (a consumer bootstrapped on it alone)."""
@@ -483,6 +527,7 @@ class KafkaReader:
                     progress = time.monotonic()
                     continue
                 quiet = time.monotonic() - progress
+                _past_undelivered(c, s.stream_name, pos)
                 if all(pos[p] >= high[p] for p in parts):
                     if quiet > TAIL_QUIET_S:
                         break
@@ -492,6 +537,16 @@ class KafkaReader:
             return "complete"
         finally:
             await asyncio.to_thread(c.close)
+
+
+def _past_undelivered(c, topic: str, pos: dict) -> None:
+    """What is never delivered (a transaction's commit and abort markers, an aborted
+    transaction's messages) the consumer's position is past: `pos` moved there."""
+    from confluent_kafka import TopicPartition
+
+    for tp in c.position([TopicPartition(topic, p) for p in pos]):
+        if tp.offset is not None and tp.offset > pos[tp.partition]:
+            pos[tp.partition] = tp.offset
 
 
 class KafkaConsumer(LiveConsumer):

@@ -1,0 +1,61 @@
+"""Transactions (format 1.7): what a transactional producer's outcomes say, held against
+what the checking read found. A message of a transaction names it (`txn`) on its outcome
+row, whose type is the transaction's outcome. docs/history-format.md ("Transactions")
+defines each figure; tests/oracle.py implements them again.
+
+A transaction (run, producer, txn) is *committed* when one of its outcome rows is an `ack`,
+else *aborted* when one is a `nack`, else *unknown*.
+- aborted reads: messages of aborted transactions the checking read found (a
+  read_committed reader must never be handed them);
+- torn transactions: committed ones the read found in part (some of their messages, not all);
+- offset conflicts: offsets at which two different messages were seen, by the producers'
+  reports (`ack`, `nack`) or the checking read, in a run with transactions.
+Only the rows with a `txn` are grouped message by message: a run without transactions costs
+one filtered pass.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .frames import count_when
+
+TXN_KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
+            "offset_conflicts")
+_MSG = ["run", "producer", "value"]
+
+
+def analyze(checked: DataFrame) -> dict[str, dict]:
+    """Per run with transactions, TXN_KEYS; {} for a history without any."""
+    t = F.col("type")
+    outcomes = checked.where(F.col("txn").isNotNull() & t.isin("ack", "nack", "unknown"))
+    msgs = outcomes.groupBy(*_MSG).agg(F.max("txn").alias("txn"), F.max((t == "ack").cast("int")).alias("a"),
+                                       F.max((t == "nack").cast("int")).alias("n"))
+    read = checked.where((t == "recv") & F.col("value").isNotNull()).select(*_MSG).distinct() \
+        .withColumn("r", F.lit(1))
+    txns = msgs.join(read, _MSG, "left").groupBy("run", "producer", "txn").agg(
+        F.max("a").alias("a"), F.max("n").alias("n"), F.count(F.lit(1)).alias("size"),
+        F.sum(F.coalesce("r", F.lit(0))).alias("read"))
+    committed, aborted = F.col("a") == 1, (F.col("a") == 0) & (F.col("n") == 1)
+    per = {r["run"]: r.asDict() for r in txns.groupBy("run").agg(
+        F.count(F.lit(1)).alias("txns"), count_when(committed).alias("txns_committed"),
+        count_when(aborted).alias("txns_aborted"), count_when(~committed & ~aborted).alias("txns_unknown"),
+        F.sum(F.when(aborted, F.col("read")).otherwise(0)).alias("aborted_reads"),
+        count_when(committed & (F.col("read") > 0) & (F.col("read") < F.col("size"))).alias("torn_txns"),
+    ).collect()}
+    if not per:
+        return {}
+    conflicts = _offset_conflicts(checked.where(F.col("run").isin(sorted(per))))
+    for run, x in per.items():
+        x.pop("run", None)
+        x["offset_conflicts"] = conflicts.get(run, 0)
+    return {run: {k: int(x[k] or 0) for k in TXN_KEYS} for run, x in per.items()}
+
+
+def _offset_conflicts(rows: DataFrame) -> dict[str, int]:
+    """Per run, the offsets holding two different messages."""
+    t = F.col("type")
+    seen = rows.where(F.col("offset").isNotNull() & t.isin("ack", "nack", "recv"))
+    at = seen.groupBy("run", "offset").agg(F.countDistinct(F.struct(*_MSG[1:])).alias("k"))
+    return {r["run"]: int(r["n"]) for r in at.where(F.col("k") > 1).groupBy("run").agg(
+        F.count(F.lit(1)).alias("n")).collect()}

@@ -1,0 +1,85 @@
+"""The transactions' verdicts (format 1.7) on small recorded histories whose answers are
+known: a positive and a negative control for each, Spark and the oracle alike."""
+import oracle
+from histories import H
+
+from brokerchaos.analysis import policy
+
+KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
+        "acked_missing", "received_after_nack", "result")
+
+
+def _both(spark_analyze, h: H, tmp_path) -> dict:
+    (v,) = spark_analyze(h.rows, tmp_path).verdicts
+    (o,) = oracle.analyze(h.rows)
+    for k in KEYS:
+        assert v[k] == o[k], (k, v[k], o[k])
+    return v
+
+
+def _txns(h: H, outcomes: list[str], size: int = 3, producer: str = "p1") -> H:
+    """Transactions of `size` messages (1.., in order), each ended as `outcomes` says: every
+    message sent, then its transaction's outcome on one row each, at its offset."""
+    v = 0
+    for k, kind in enumerate(outcomes, 1):
+        values = range(v + 1, v + size + 1)
+        for x in values:
+            h.ev(producer, "send", producer, x)
+        for x in values:
+            detail = "aborted: on purpose" if kind == "nack" else None
+            h.ev(producer, kind, producer, x, offset=None if kind == "unknown" else f"0:{x - 1}", detail=detail,
+                 txn=k)
+        v += size
+    return h
+
+
+def _read(h: H, values, offsets=None) -> H:
+    for x in values:
+        h.ev("c1", "recv", "p1", x, offset=f"0:{(offsets or {}).get(x, x - 1)}")
+    return h.ev("c1", "read_end", detail="complete")
+
+
+def test_committed_transactions_read_whole_and_aborted_ones_unread_pass(spark_analyze, tmp_path):
+    h = _read(_txns(H(), ["ack", "nack", "ack", "unknown"]), [1, 2, 3, 7, 8, 9])
+    v = _both(spark_analyze, h, tmp_path)
+    assert (v["txns"], v["txns_committed"], v["txns_aborted"], v["txns_unknown"]) == (4, 2, 1, 1), v
+    assert v["aborted_reads"] == v["torn_txns"] == v["offset_conflicts"] == 0 and v["result"] == "pass", v
+    assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("txn-")} == {
+        "aborted reads": "pass", "torn transactions": "pass", "offset conflicts": "pass"}
+
+
+def test_a_message_of_an_aborted_transaction_read_is_an_aborted_read(spark_analyze, tmp_path):
+    h = _read(_txns(H(), ["ack", "nack"]), [1, 2, 3, 5])
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["aborted_reads"] == 1 and v["received_after_nack"] == 1 and v["result"] == "fail", v
+    assert policy.BY_NAME["aborted reads"].judge(v) == "fail"
+
+
+def test_a_committed_transaction_read_in_part_is_torn(spark_analyze, tmp_path):
+    h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3, 4, 6])
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["torn_txns"] == 1 and v["acked_missing"] == 1 and v["result"] == "fail", v
+    assert policy.BY_NAME["torn transactions"].judge(v) == "fail"
+    # a committed transaction not read at all is lost, not torn
+    h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3])
+    v = _both(spark_analyze, h, tmp_path / "2")
+    assert v["torn_txns"] == 0 and v["acked_missing"] == 3, v
+    # in a read that did not finish, a part read is not yet proof of a torn one
+    h = _txns(H(), ["ack"]).ev("c1", "recv", "p1", 1, offset="0:0").ev("c1", "read_end", detail="incomplete: gone")
+    v = _both(spark_analyze, h, tmp_path / "3")
+    assert v["torn_txns"] == 1 and policy.BY_NAME["torn transactions"].judge(v) == "undecided", v
+
+
+def test_two_messages_at_one_offset_are_an_offset_conflict(spark_analyze, tmp_path):
+    # 4 was reported at 0:3 and read there; 5 was read at 0:3 too
+    h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3, 4, 5, 6], offsets={5: 3})
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["offset_conflicts"] == 1 and v["result"] == "fail", v
+    assert policy.BY_NAME["offset conflicts"].judge(v) == "fail"
+
+
+def test_a_run_without_transactions_is_outside_their_checks(spark_analyze, tmp_path):
+    h = _read(H().sent_acked(range(1, 4)), [1, 2, 3], offsets={1: 0, 2: 0})
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["txns"] == 0 and v["offset_conflicts"] == 0, v
+    assert {policy.BY_NAME[n].judge(v) for n in ("aborted reads", "torn transactions", "offset conflicts")} == {"n/a"}

@@ -67,6 +67,7 @@ def _member(directory: Path, client: str, part: int, values: np.ndarray, t0: int
         "window": pa.nulls(m, pa.int64()), "intended_ns": pa.nulls(m, pa.int64()), "send_ns": pa.nulls(m, pa.int64()),
         "group": pa.array(["g1"] * m), "partition": pa.array([str(part)] * m),
         "position": pa.array(pos, mask=~(is_recv | (types == "commit"))), "epoch": pa.nulls(m, pa.int64()),
+        "txn": pa.nulls(m, pa.int64()),
     }, schema=SCHEMA)
     for i, start in enumerate(range(0, m, CHUNK)):
         pq.write_table(table.slice(start, CHUNK), directory / f"{client}-{i:05d}.parquet")

@@ -52,6 +52,16 @@ def _gaps(times: list[int]) -> list[tuple[int, int]]:
     return list(zip(s, s[1:]))
 
 
+def agreed(spark_analyze, rows: list[dict], tmp_path, keys) -> dict:
+    """One run's verdict through the Spark job, after checking it says what the oracle
+    says on each of `keys`."""
+    (v,) = spark_analyze(rows, tmp_path).verdicts
+    (o,) = analyze(rows)
+    for k in keys:
+        assert v[k] == o[k], (k, v[k], o[k])
+    return v
+
+
 def analyze(rows: list[dict]) -> list[dict]:
     by_run: dict[str, list[dict]] = defaultdict(list)
     for r in rows:

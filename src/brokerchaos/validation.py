@@ -146,8 +146,7 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
     except TargetError as e:
         raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
     _check_consumer_target(s, path, f)
-    _check_group_coordinator(s, path, f)
-    _check_txn_coordinator(s, path, f)
+    _check_coordinator_targets(s, path, f)
     if f.target == "follower" and s.cluster.replicas < 2:
         raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
     if f.repeat is not None and f.duration is None and cls.recoverable:
@@ -170,28 +169,25 @@ def _check_consumer_target(s: Scenario, path: str, f) -> None:
                             f"group's members, not {f.action!r}")
 
 
-def _check_group_coordinator(s: Scenario, path: str, f) -> None:
-    """`group-coordinator` needs workload.group and a system that can name it."""
-    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
-    if "group-coordinator" not in named:
-        return
-    if s.workload.group is None:
-        raise ScenarioError(f"scenario field '{path}.target': group-coordinator needs a consumer group "
-                            "(workload.group)")
-    if SYSTEMS.get(s.system).roles_class(s).group_coordinator is Roles.group_coordinator:
-        raise ScenarioError(f"scenario field '{path}.target': {s.system} has no group coordinator to name")
+# a target naming a coordinator of something the scenario must have: (what it needs, the
+# workload field that gives it, the roles' method that names it)
+COORDINATOR_TARGETS = {
+    "group-coordinator": ("a consumer group", "group", "group_coordinator"),
+    "txn-coordinator": ("transactions", "transactions", "txn_coordinator"),
+}
 
 
-def _check_txn_coordinator(s: Scenario, path: str, f) -> None:
-    """`txn-coordinator` needs workload.transactions and a system that can name it."""
+def _check_coordinator_targets(s: Scenario, path: str, f) -> None:
+    """`group-coordinator` needs workload.group, `txn-coordinator` workload.transactions, and
+    each a system whose roles can name it."""
     named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
-    if "txn-coordinator" not in named:
-        return
-    if s.workload.transactions is None:
-        raise ScenarioError(f"scenario field '{path}.target': txn-coordinator needs transactions "
-                            "(workload.transactions)")
-    if SYSTEMS.get(s.system).roles_class(s).txn_coordinator is Roles.txn_coordinator:
-        raise ScenarioError(f"scenario field '{path}.target': {s.system} has no transaction coordinator to name")
+    for target in sorted(named & set(COORDINATOR_TARGETS)):
+        what, field, method = COORDINATOR_TARGETS[target]
+        if getattr(s.workload, field) is None:
+            raise ScenarioError(f"scenario field '{path}.target': {target} needs {what} (workload.{field})")
+        if getattr(SYSTEMS.get(s.system).roles_class(s), method) is getattr(Roles, method):
+            raise ScenarioError(f"scenario field '{path}.target': {s.system} has no "
+                                f"{target.replace('-', ' ').replace('txn', 'transaction')} to name")
 
 
 def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:

@@ -57,9 +57,10 @@ _asked_to_leave = threading.Event()  # in a member's process: LEAVE_SIGNAL came
 def _leave(_sig, _frame) -> None:
     signal.signal(LEAVE_SIGNAL, signal.SIG_IGN)  # once
     _asked_to_leave.set()
-    loop = asyncio._get_running_loop()
-    if loop is None:
-        raise Leave()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # in plain code: raised where it is
+        raise Leave() from None
     # In an event loop, an exception raised here lands in whatever runs at that moment, and
     # asyncio's own callbacks catch BaseException: a Leave raised inside a socket
     # transport's send() was logged as a fatal write error and dropped, and the member

@@ -94,8 +94,6 @@ class KafkaTxnProducer(KafkaProducer):
 
     def _finish(self, abort: bool) -> tuple[str, Optional[str]]:
         """Commit or abort, in a thread (both block); (kind, detail) for its messages."""
-        from confluent_kafka import KafkaException
-
         deadline = time.monotonic() + self.spec.commit_timeout
         if abort:
             # its messages written first, as an application's would be when it gives up on a
@@ -104,33 +102,21 @@ class KafkaTxnProducer(KafkaProducer):
             # INVALID_TXN_STATE, fatal)
             self.p.flush(max(0.1, deadline - time.monotonic()))
             return self._abort(f"{ABORTED}: on purpose (abort share {self.spec.abort:g})", deadline)
-        while True:
-            try:
-                self.p.commit_transaction(max(0.1, deadline - time.monotonic()))
-                return "ack", None
-            except KafkaException as e:
-                err = e.args[0]
-                why = f"{err.name()}: {err.str()}"[:160]
-                if err.txn_requires_abort():
-                    return self._abort(f"{ABORTED}: the commit failed ({why})", deadline)
-                if err.retriable() and time.monotonic() < deadline:
-                    continue
-                self.broken = why
-                return "unknown", f"commit: {why}"
+        err = _retried(self.p.commit_transaction, deadline, stop=lambda e: e.txn_requires_abort())
+        if err is None:
+            return "ack", None
+        why = f"{err.name()}: {err.str()}"[:160]
+        if err.txn_requires_abort():
+            return self._abort(f"{ABORTED}: the commit failed ({why})", deadline)
+        self.broken = why
+        return "unknown", f"commit: {why}"
 
     def _abort(self, detail: str, deadline: float) -> tuple[str, Optional[str]]:
-        from confluent_kafka import KafkaException
-
-        while True:
-            try:
-                self.p.abort_transaction(max(0.1, deadline - time.monotonic()))
-                return "nack", detail
-            except KafkaException as e:
-                err = e.args[0]
-                if err.retriable() and time.monotonic() < deadline:
-                    continue
-                self.broken = f"{err.name()}: {err.str()}"[:160]
-                return "unknown", f"abort: {self.broken}"
+        err = _retried(self.p.abort_transaction, deadline)
+        if err is None:
+            return "nack", detail
+        self.broken = f"{err.name()}: {err.str()}"[:160]
+        return "unknown", f"abort: {self.broken}"
 
     async def _renew(self) -> None:
         """A producer that hit a fatal error replaced by a new one with the same
@@ -147,3 +133,18 @@ class KafkaTxnProducer(KafkaProducer):
             if self.values and self.p is not None and not self.broken:
                 await self._end()
         await super().close()
+
+
+def _retried(call, deadline: float, stop=lambda err: False):
+    """`call(timeout)` again after each retriable error until `deadline`; None once it
+    returned, else the KafkaError it ended with (at once where `stop` says so)."""
+    from confluent_kafka import KafkaException
+
+    while True:
+        try:
+            call(max(0.1, deadline - time.monotonic()))
+            return None
+        except KafkaException as e:
+            err = e.args[0]
+            if stop(err) or not err.retriable() or time.monotonic() >= deadline:
+                return err

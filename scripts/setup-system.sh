@@ -18,6 +18,8 @@ have_cmd tc            || need+=(iproute2)
 have_cmd mosquitto     || need+=(mosquitto)
 have_cmd ps            || need+=(procps)
 [ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ] || need+=(openjdk-17-jre-headless)
+# options.client java: the clients' bridges (systems/java/*.java) are compiled once
+[ -x /usr/lib/jvm/java-17-openjdk-amd64/bin/javac ] || need+=(openjdk-17-jdk-headless)
 have_cmd mvn           || need+=(maven)  # fetches Kafka, ZooKeeper, Pulsar and BookKeeper jars, once
 have_cmd chromium      || need+=(chromium)  # the report's browser test (make test)
 have_cmd fusermount3   || need+=(fuse3)     # power-off: the data directories' lazy layer

@@ -354,7 +354,7 @@ def _txns(checked: list[dict]) -> dict:
     """The transactions' figures (format 1.7): a transaction is committed if one of its
     outcome rows is an ack, else aborted if one is a nack, else unknown."""
     out = dict.fromkeys(("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
-                         "offset_conflicts"), 0)
+                         "offset_conflicts", "nonmonotonic_reads"), 0)
     kinds: dict[tuple, set] = {}
     members: dict[tuple, set] = {}
     for r in checked:
@@ -381,6 +381,13 @@ def _txns(checked: list[dict]) -> dict:
         if r["offset"] is not None and r["type"] in ("ack", "nack", "recv"):
             at.setdefault(r["offset"], set()).add((r["producer"], r["value"]))
     out["offset_conflicts"] = sum(len(x) > 1 for x in at.values())
+    last: dict[tuple, int] = {}
+    for r in sorted((r for r in checked if r["type"] == "recv" and r["offset"] is not None), key=lambda r: r["seq"]):
+        p, _, o = r["offset"].partition(":")
+        if p.isdigit() and o.isdigit():
+            key = (r["client"], int(p))
+            out["nonmonotonic_reads"] += int(key in last and int(o) <= last[key])
+            last[key] = int(o)
     return out
 
 
@@ -388,7 +395,8 @@ def _result(v: dict) -> str:
     decides, groups_done = v["_read_decides"], v["group_read_complete"] is True
     if v["received_after_nack"] > 0 or (decides and v["acked_missing"] > 0):
         return "fail"
-    if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or (decides and v["torn_txns"])):
+    if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or v["nonmonotonic_reads"]
+                      or (decides and v["torn_txns"])):
         return "fail"
     if v["groups"] and decides and groups_done and v["group_skips"] > 0:
         return "fail"  # a stored message a group never processed

@@ -27,6 +27,7 @@ KEYS = [
     "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
     "group_read_complete",
     "txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
+    "nonmonotonic_reads",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -55,7 +56,7 @@ def history(draw, read_after_write: bool = False):
                     outcome = draw(st.sampled_from(["ack", "ack", "ack", "nack", "unknown", None]))
                     # the position an ack names: the message's own (where a read finds it),
                     # another value's (the broker gave it away), or none
-                    at = rnd.choice([f"o{v}", f"o{v}", f"o{v + 1}", None])
+                    at = rnd.choice([f"0:{v}", f"0:{v}", f"0:{v + 1}", None])
                     txn = [] if size is None else [{"txn": (v - 1) // size + 1}]
                     if outcome:
                         evs.append((outcome, p, v, at if outcome == "ack" or (txn and outcome == "nack") else None,
@@ -77,8 +78,9 @@ def history(draw, read_after_write: bool = False):
                     picks.append(rnd.choice(pool) if rnd.random() < 0.3 or not sent
                                  else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))])
             for p, v in picks:
-                # one offset per value (a redelivery), a second one (stored twice), or none
-                off = rnd.choice([f"o{v}", f"o{v}", f"o{v}b", None])
+                # one offset per value (a redelivery), a second one (stored twice), or none; Kafka's
+                # form, so that reads out of order are nonmonotonic ones
+                off = rnd.choice([f"0:{v}", f"0:{v}", f"1:{v}", None])
                 evs.append(("recv", p, v, None if v is None else off))
             end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
             if end:
@@ -159,7 +161,7 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
                              "position": rnd.choice([rnd.randint(0, 30), rnd.randint(0, 30), None])}))
             elif pool:
                 p, v = rnd.choice(pool) if rnd.random() < 0.2 or not sent else sent[int(rnd.random() * len(sent))]
-                off = rnd.choice([f"o{v}", f"o{v}", f"o{v}b", None])
+                off = rnd.choice([f"0:{v}", f"0:{v}", f"1:{v}", None])
                 pos = None if v is None else rnd.choice([v, v, v, v - 1, None])
                 evs.append(("recv", p, v, off if v is not None else None,
                             {"group": g, "partition": rnd.choice([part, part, part, None]), "position": pos,

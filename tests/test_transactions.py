@@ -6,7 +6,7 @@ from histories import H
 from brokerchaos.analysis import policy
 
 KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
-        "acked_missing", "received_after_nack", "result")
+        "nonmonotonic_reads", "acked_missing", "received_after_nack", "result")
 
 
 def _both(spark_analyze, h: H, tmp_path) -> dict:
@@ -41,7 +41,8 @@ def test_committed_transactions_read_whole_and_aborted_ones_unread_pass(spark_an
     assert (v["txns"], v["txns_committed"], v["txns_aborted"], v["txns_unknown"]) == (4, 2, 1, 1), v
     assert v["aborted_reads"] == v["torn_txns"] == v["offset_conflicts"] == 0 and v["result"] == "pass", v
     assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("txn-")} == {
-        "aborted reads": "pass", "torn transactions": "pass", "offset conflicts": "pass"}
+        "aborted reads": "pass", "torn transactions": "pass", "offset conflicts": "pass",
+        "nonmonotonic reads": "pass"}
 
 
 def test_a_message_of_an_aborted_transaction_read_is_an_aborted_read(spark_analyze, tmp_path):
@@ -79,3 +80,25 @@ def test_a_run_without_transactions_is_outside_their_checks(spark_analyze, tmp_p
     v = _both(spark_analyze, h, tmp_path)
     assert v["txns"] == 0 and v["offset_conflicts"] == 0, v
     assert {policy.BY_NAME[n].judge(v) for n in ("aborted reads", "torn transactions", "offset conflicts")} == {"n/a"}
+
+
+def test_a_reader_going_back_in_a_partition_is_a_nonmonotonic_read(spark_analyze, tmp_path):
+    # c1 reads 1, 2, 3 of partition 0 in order, then offset 1 again and 2 of partition 1;
+    # c2 reads partition 0 from its start on its own: only c1's step back counts
+    h = _txns(H(), ["ack", "ack"])
+    for x in (1, 2, 3):
+        h.ev("c1", "recv", "p1", x, offset=f"0:{x - 1}")
+    h.ev("c1", "recv", "p1", 2, offset="0:1")
+    h.ev("c1", "recv", "p1", 4, offset="1:0")
+    for x in (1, 2, 3, 4, 5, 6):
+        h.ev("c2", "recv", "p1", x, offset=f"0:{x - 1}")
+    h.ev("c1", "read_end", detail="complete").ev("c2", "read_end", detail="complete")
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["nonmonotonic_reads"] == 1 and v["result"] == "fail", v
+    assert policy.BY_NAME["nonmonotonic reads"].judge(v) == policy.FAIL
+
+
+def test_reads_moving_forward_in_each_partition_are_monotonic(spark_analyze, tmp_path):
+    h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3, 4, 5, 6])
+    v = _both(spark_analyze, h, tmp_path)
+    assert v["nonmonotonic_reads"] == 0 and v["result"] == "pass", v

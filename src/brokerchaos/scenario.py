@@ -103,8 +103,9 @@ class WorkloadSpec(_Strict):
                                                       "end read (default 0)", json_schema_extra=CLI)
     group: Optional[GroupSpec] = Field(None, description="a consumer group reading during the write phase, judged "
                                                          "by the group verdicts (default: none)")
-    transactions: Optional[TxnSpec] = Field(None, description="write in transactions, committed or aborted "
-                                                                "(Kafka; default: none)")
+    transactions: Optional[TxnSpec] = Field(
+        None, description="write in transactions, committed or aborted (Kafka; Pulsar with options.client java; "
+                          "default: none)")
     rate: Optional[float] = Field(
         None, gt=0, le=10_000_000, description="messages per second per producer, a steady pace (default: as fast "
                                                "as in_flight allows)", json_schema_extra=CLI)

@@ -126,6 +126,9 @@ CHECKS: tuple[Check, ...] = (
           expect="whole-transactions", holds="every committed transaction read whole or not at all"),
     Check("offset conflicts", "offset_conflicts", "txn-seen", True, "offsets holding two different messages",
           expect="consistent-offsets", holds="no offset at which two different messages were reported or read"),
+    Check("nonmonotonic reads", "nonmonotonic_reads", "txn-seen", True,
+          "reads not past the reader's previous offset in the partition", expect="monotonic-reads",
+          holds="each reader's offsets in a partition only move forward"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 

@@ -9,19 +9,21 @@ else *aborted* when one is a `nack`, else *unknown*.
   read_committed reader must never be handed them);
 - torn transactions: committed ones the read found in part (some of their messages, not all);
 - offset conflicts: offsets at which two different messages were seen, by the producers'
-  reports (`ack`, `nack`) or the checking read, in a run with transactions.
+  reports (`ack`, `nack`) or the checking read, in a run with transactions;
+- nonmonotonic reads: reads at a partition's offset (`<partition>:<offset>`, Kafka's) not
+  past the one the same reader read before it in that partition, in a run with transactions.
 Only the rows with a `txn` are grouped message by message: a run without transactions costs
 one filtered pass.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .frames import count_when
 
 TXN_KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
-            "offset_conflicts")
+            "offset_conflicts", "nonmonotonic_reads")
 _MSG = ["run", "producer", "value"]
 
 
@@ -45,10 +47,12 @@ def analyze(checked: DataFrame) -> dict[str, dict]:
     ).collect()}
     if not per:
         return {}
-    conflicts = _offset_conflicts(checked.where(F.col("run").isin(sorted(per))))
+    mine = checked.where(F.col("run").isin(sorted(per)))
+    conflicts, backwards = _offset_conflicts(mine), _nonmonotonic(mine)
     for run, x in per.items():
         x.pop("run", None)
         x["offset_conflicts"] = conflicts.get(run, 0)
+        x["nonmonotonic_reads"] = backwards.get(run, 0)
     return {run: {k: int(x[k] or 0) for k in TXN_KEYS} for run, x in per.items()}
 
 
@@ -59,3 +63,14 @@ def _offset_conflicts(rows: DataFrame) -> dict[str, int]:
     at = seen.groupBy("run", "offset").agg(F.countDistinct(F.struct(*_MSG[1:])).alias("k"))
     return {r["run"]: int(r["n"]) for r in at.where(F.col("k") > 1).groupBy("run").agg(
         F.count(F.lit(1)).alias("n")).collect()}
+
+
+def _nonmonotonic(rows: DataFrame) -> dict[str, int]:
+    """Per run, reads whose partition offset is not past the same reader's read before it
+    in that partition (in the reader's own order, `seq`)."""
+    parts = F.split(F.col("offset"), ":")
+    reads = rows.where((F.col("type") == "recv") & F.col("offset").rlike(r"^[0-9]+:[0-9]+$")).select(
+        "run", "client", "seq", parts[0].cast("int").alias("p"), parts[1].cast("long").alias("o"))
+    before = F.lag("o").over(Window.partitionBy("run", "client", "p").orderBy("seq"))
+    back = reads.withColumn("before", before).where(F.col("o") <= F.col("before"))
+    return {r["run"]: int(r["n"]) for r in back.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}

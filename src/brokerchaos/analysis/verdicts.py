@@ -193,6 +193,7 @@ class Verdict(TypedDict, total=False):
     aborted_reads: int
     torn_txns: int
     offset_conflicts: int
+    nonmonotonic_reads: int
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]
     end_check: Optional[str]

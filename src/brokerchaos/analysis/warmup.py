@@ -10,7 +10,9 @@ so what this compiles is what the runs' analyses use.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -98,9 +100,19 @@ def _source(history: Optional[str]):
     if history is not None:
         yield history
         return
-    with tempfile.TemporaryDirectory(prefix="brokerchaos-warm-up-") as d:
+    global _small
+    if _small is None:
+        d = tempfile.mkdtemp(prefix="brokerchaos-warm-up-")
         _history(Path(d))
-        yield d
+        atexit.register(shutil.rmtree, d, True)
+        _small = d
+    yield _small
+
+
+# the small history, written once per process and kept until it exits: a round cut short
+# returns while its cancelled job's tasks may still be reading the files (deleted at the
+# round's end, they logged FILE_NOT_EXIST errors from Spark's executor)
+_small: Optional[str] = None
 
 
 def first_done() -> bool:

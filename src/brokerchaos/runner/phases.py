@@ -163,6 +163,7 @@ async def bring_up(c: RunContext, rec: RunRecord) -> None:
     rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
     rec.servers = c.dep.cluster.versions()
     rec.server_settings = c.dep.cluster.settings()
+    rec.client = c.dep.client.library()
 
 
 async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[Nemesis], gate: AckGate,

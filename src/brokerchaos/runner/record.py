@@ -30,6 +30,7 @@ class RunRecord:
     cluster_ready_s: Optional[float] = None
     servers: dict = field(default_factory=dict)
     server_settings: dict = field(default_factory=dict)
+    client: dict = field(default_factory=dict)  # the producers' client library and its version
     leader_at_start: Optional[str] = None
     producer_processes: Optional[list[int]] = None
     # the write, with its nemeses

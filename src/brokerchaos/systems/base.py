@@ -303,6 +303,11 @@ class Client:
         """In a producer process forked from the harness (`workload.processes`): let go of
         what belongs to the harness's event loop (tasks, connections), without closing it."""
 
+    def library(self) -> dict:
+        """The producers' client library and its version (`client` in run.json; {} if not
+        said): `options.client` where a system has more than one."""
+        return {}
+
     def producer(self, name: str) -> Producer:
         raise NotImplementedError
 

@@ -49,6 +49,9 @@ class KafkaOptions(BaseModel):
     batch_messages: int = Field(10_000, ge=1, le=1_000_000, description="batch.num.messages")
     client_config: dict[str, Any] = Field(default_factory=dict,
                                           description="any other librdkafka producer property")
+    client: Literal["librdkafka", "java"] = Field(
+        "librdkafka", description="the producers' client library: librdkafka (confluent-kafka), or java: "
+                                  "kafka-clients of the servers' release in a child process (docs/java-clients.md)")
     isolation: Literal["read_committed", "read_uncommitted"] = Field(
         "read_committed", description="the checking read's isolation.level: read_uncommitted hands it aborted "
                                       "transactions' messages too (a positive control of the aborted reads)")

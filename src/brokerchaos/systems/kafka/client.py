@@ -153,6 +153,22 @@ class KafkaClient(Client):
         conf.update(o.client_config)
         return conf
 
+    @property
+    def java_set(self) -> str:
+        """The server set whose kafka-clients jar the Java client runs (the servers' release)."""
+        return f"kafka-{self.ctx.scenario.cluster.version or '3.9'}"
+
+    def library(self) -> dict:
+        if self.options.client == "java":
+            from ..jclient import jar_version
+
+            return {"library": "java", "artifact": "org.apache.kafka:kafka-clients",
+                    "version": jar_version(self.java_set, "kafka-clients")}
+        import confluent_kafka
+
+        return {"library": "librdkafka", "version": confluent_kafka.libversion()[0],
+                "binding": f"confluent-kafka {confluent_kafka.version()[0]}"}
+
     def producer(self, name: str) -> "KafkaProducer":
         txn = self.ctx.scenario.workload.transactions is not None
         p = (self.txn_producer if txn else KafkaProducer)(self, name)
@@ -334,21 +350,34 @@ class KafkaProducer(ClientEvents):
         self.closing = False
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
-        from confluent_kafka import Producer
-
         self.on_outcome = on_outcome
-        self.p = Producer(self._config())
+        self.p = await asyncio.to_thread(self._new_producer)
         self.poller = asyncio.create_task(self._poll())
         # where it will write, known before the first statistics arrive (a fast run can
         # reach a fault's trigger sooner)
         try:
-            md = await asyncio.to_thread(self.p.list_topics, self.topic, 5)
+            md = await asyncio.to_thread(self.system._admin().list_topics, self.topic, 5)
             part = md.topics[self.topic].partitions[0]
             b = md.brokers.get(part.leader)
             if b is not None:
                 self._node = self.system.cluster.node_at(b.host, b.port)
         except Exception:  # the statistics will tell
             pass
+
+    def _new_producer(self):
+        """librdkafka's producer, or the Java client's in its process (java.py), blocking."""
+        if self.system.options.client == "java":
+            from .java import JavaProducer
+
+            log = self.system.ctx.logdir / f"java-{self.name}.log"
+            return JavaProducer(self._config(), self.topic, self.system.java_set, log, self._leader_at)
+        from confluent_kafka import Producer
+
+        return Producer(self._config())
+
+    def _leader_at(self, host: str, port: int) -> None:
+        """The Java client's metadata named a new leader of the first partition."""
+        self._node = self.system.cluster.node_at(host, port)
 
     def _config(self) -> dict:
         conf = self.system.producer_config(self.name)
@@ -437,6 +466,7 @@ class KafkaProducer(ClientEvents):
             self.p.purge()
             self._poll_once()
             await asyncio.to_thread(self.p.flush, 5)
+            await asyncio.to_thread(close_library, self.p)
             self._poll_once()
 
     def _poll_once(self) -> None:
@@ -444,6 +474,13 @@ class KafkaProducer(ClientEvents):
             self.p.poll(0)
         except Exception as e:
             print(f"kafka poll: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def close_library(p) -> None:
+    """The Java client's process ended (a librdkafka producer needs no close)."""
+    close = getattr(p, "close", None)
+    if close is not None:
+        close()
 
 
 def new_consumer(system: KafkaClient, name: str, bootstrap: str, **conf):

@@ -13,7 +13,10 @@ from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, System
 from ..registry import SYSTEMS
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
 from .client import PulsarClient, PulsarRoles, outcome_of
+from .java import PulsarJavaProducer, PulsarJavaTxnProducer
 from .lite import PulsarLite, pulsar_lite_binary
+
+PulsarClient.java_producers = (PulsarJavaProducer, PulsarJavaTxnProducer)  # java.py builds on client.py
 
 __all__ = ["Pulsar", "PulsarOptions", "outcome_of", "pulsar_lite_binary"]
 
@@ -42,6 +45,10 @@ class PulsarOptions(BaseModel):
     recovery_timeout_s: float = Field(
         180.0, ge=0, le=3600, description="with autorecovery: how long a run's end check waits for AutoRecovery to "
                                           "leave no ledger under-replicated (0: one look)")
+    client: Literal["cpp", "java"] = Field(
+        "cpp", description="the producers' client library: cpp (pulsar-client, the C++ core), or java: "
+                           "pulsar-client-original of the servers' release in a child process, with transactions "
+                           "(docs/java-clients.md)")
     batching: bool = Field(True, description="producer batching")
     batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
     batching_max_messages: int = Field(1000, ge=1, le=100_000)

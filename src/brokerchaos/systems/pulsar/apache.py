@@ -124,6 +124,9 @@ class ApachePulsar(LocalCluster):
             "loadBalancerAutoBundleSplitEnabled": "false", "loadBalancerSheddingEnabled": "false",
             "numIOThreads": 2, "numHttpServerThreads": 4, "bookkeeperClientNumWorkerThreads": 2,
             "managedLedgerNumSchedulerThreads": 2,
+            # workload.transactions: the coordinator (its log in pulsar/system, set up by
+            # the metadata setup) and the buffers of pending transactional writes
+            "transactionCoordinatorEnabled": str(self.ctx.scenario.workload.transactions is not None).lower(),
         })
 
     # -- processes -----------------------------------------------------------------------

@@ -15,7 +15,7 @@ import re
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from ..base import Client, ClientEvents, DeliverCallback, NodeExited, OutcomeCallback, Roles, SystemError_
 from ..consumer import LiveConsumer
@@ -162,8 +162,36 @@ class PulsarClient(Client):
             await asyncio.gather(self._watch, return_exceptions=True)
             self._watch = None
 
+    # the Java client's producers (java.py: plain, transactional), set by the package:
+    # java.py builds on this module
+    java_producers: ClassVar[tuple] = ()
+
     def producer(self, name: str) -> "PulsarProducer":
+        if self.options.client == "java":
+            plain, txn = self.java_producers
+            return (txn if self.ctx.scenario.workload.transactions is not None else plain)(self, name)
         return PulsarProducer(self, name)
+
+    def library(self) -> dict:
+        if self.options.client == "java":
+            from ..jclient import jar_version
+
+            return {"library": "java", "artifact": "org.apache.pulsar:pulsar-client-original",
+                    "version": jar_version("pulsar-4.0", "pulsar-client-original")}
+        import pulsar
+
+        return {"library": "cpp", "binding": f"pulsar-client {pulsar.__version__}"}
+
+    transactions = True
+
+    @classmethod
+    def txn_error(cls, scenario) -> Optional[tuple[str, str]]:
+        o = scenario.options or {}
+        if o.get("client", "cpp") != "java":
+            return "options.client", "Pulsar's transactions are in its Java client only (options.client: java)"
+        if o.get("broker", "apache") != "apache":
+            return "options.broker", "pulsar-lite has no transaction coordinator (options.broker: apache)"
+        return None
 
     def reader(self, name: str) -> "PulsarReader":
         return PulsarReader(self, name)

@@ -1,0 +1,139 @@
+// The Java client for Pulsar (org.apache.pulsar:pulsar-client-original), driven by the
+// harness over stdin and stdout as KafkaBridge is (docs/java-clients.md); its transactions
+// are what the Python client lacks. Built by systems/jclient.py against the Pulsar server
+// set's jars.
+package brokerchaos;
+
+import java.io.BufferedReader;
+import java.io.FileInputStream;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Properties;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.pulsar.PulsarVersion;
+import org.apache.pulsar.client.api.MessageId;
+import org.apache.pulsar.client.api.MessageIdAdv;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.PulsarClientException;
+import org.apache.pulsar.client.api.transaction.Transaction;
+
+public final class PulsarBridge {
+    private static PrintStream out;
+    private static volatile Transaction txn;  // the open transaction, if any
+
+    private static synchronized void say(String line) {
+        out.print(line);
+        out.print('\n');
+        out.flush();
+    }
+
+    private static String clean(String s) {
+        return s == null ? "" : s.replace('\t', ' ').replace('\n', ' ');
+    }
+
+    private static Throwable cause(Throwable e) {
+        while ((e instanceof ExecutionException || e instanceof CompletionException) && e.getCause() != null) {
+            e = e.getCause();
+        }
+        return e;
+    }
+
+    /** Name\treason: the exception's class, and what it says. */
+    private static String error(Throwable e) {
+        Throwable c = cause(e);
+        return c.getClass().getSimpleName() + "\t" + clean(c.getMessage());
+    }
+
+    /** A commit or abort that timed out may be asked again; any other failure ends it. */
+    private static String kind(Throwable e) {
+        Throwable c = cause(e);
+        return (c instanceof PulsarClientException.TimeoutException || c instanceof java.util.concurrent.TimeoutException)
+                ? "retriable" : "abortable";
+    }
+
+    private static String id(MessageId m) {
+        MessageIdAdv a = (MessageIdAdv) m;
+        return a.getLedgerId() + "\t" + a.getEntryId() + "\t" + a.getPartitionIndex() + "\t" + a.getBatchIndex();
+    }
+
+    public static void main(String[] args) throws Exception {
+        out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
+        System.setOut(System.err);
+        Properties c = new Properties();
+        try (FileInputStream in = new FileInputStream(args[0])) {
+            c.load(in);
+        }
+        boolean txns = Boolean.parseBoolean(c.getProperty("transactions", "false"));
+        PulsarClient client = PulsarClient.builder().serviceUrl(c.getProperty("serviceUrl"))
+                .operationTimeout(Integer.parseInt(c.getProperty("operationTimeoutMs", "10000")), TimeUnit.MILLISECONDS)
+                .enableTransaction(txns).build();
+        Producer<byte[]> p = client.newProducer().topic(c.getProperty("topic"))
+                .producerName(c.getProperty("producerName"))
+                // a transactional producer must have no send timeout (Pulsar refuses it otherwise)
+                .sendTimeout(txns ? 0 : Integer.parseInt(c.getProperty("sendTimeoutMs")), TimeUnit.MILLISECONDS)
+                .enableBatching(Boolean.parseBoolean(c.getProperty("batching")))
+                .batchingMaxMessages(Integer.parseInt(c.getProperty("batchingMaxMessages")))
+                .batchingMaxPublishDelay(Long.parseLong(c.getProperty("batchingMaxPublishDelayMs")), TimeUnit.MILLISECONDS)
+                .maxPendingMessages(Integer.parseInt(c.getProperty("maxPendingMessages")))
+                .blockIfQueueFull(false).create();
+        long txnTimeoutMs = Long.parseLong(c.getProperty("txnTimeoutMs", "60000"));
+        say("ready\t" + PulsarVersion.getVersion());
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8), 1 << 16);
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] f = line.split("\t", 3);
+            if (f[0].equals("s")) {
+                send(p, f[1], f[2]);
+            } else if (f[0].equals("x")) {
+                break;
+            } else {
+                control(client, p, f[0], f[1], Long.parseLong(f[2]), txnTimeoutMs);
+            }
+        }
+        try {
+            p.closeAsync().get(5, TimeUnit.SECONDS);
+            client.closeAsync().get(5, TimeUnit.SECONDS);
+        } catch (Exception e) {  // every outcome is recorded by now
+        }
+        say("closed");
+        System.exit(0);
+    }
+
+    private static void send(Producer<byte[]> p, String mid, String payload) {
+        try {
+            byte[] v = payload.getBytes(StandardCharsets.UTF_8);
+            Transaction t = txn;
+            CompletableFuture<MessageId> f = t == null ? p.sendAsync(v) : p.newMessage(t).value(v).sendAsync();
+            f.whenComplete((m, e) -> say(e == null ? "d\t" + mid + "\t" + id(m) : "d\t" + mid + "\tE\t" + error(e)));
+        } catch (Exception e) {
+            say("d\t" + mid + "\tE\t" + error(e));
+        }
+    }
+
+    private static void control(PulsarClient client, Producer<byte[]> p, String op, String req, long timeoutMs,
+                                long txnTimeoutMs) {
+        try {
+            if (op.equals("begin")) {
+                txn = null;  // a begin that fails leaves none open: the sends after it fail
+            }
+            switch (op) {
+                case "begin" -> txn = client.newTransaction().withTransactionTimeout(txnTimeoutMs, TimeUnit.MILLISECONDS)
+                        .build().get(timeoutMs, TimeUnit.MILLISECONDS);
+                case "commit" -> txn.commit().get(timeoutMs, TimeUnit.MILLISECONDS);
+                case "abort" -> txn.abort().get(timeoutMs, TimeUnit.MILLISECONDS);
+                case "flush" -> p.flushAsync().get(timeoutMs, TimeUnit.MILLISECONDS);
+                case "init" -> { }
+                default -> throw new IllegalArgumentException("unknown operation " + op);
+            }
+            say("r\t" + req + "\tok" + (op.equals("begin") ? "\t" + txn.getTxnID() : ""));
+        } catch (Exception e) {
+            say("r\t" + req + "\tE\t" + kind(e) + "\t" + error(e));
+        }
+    }
+}

@@ -1,0 +1,329 @@
+"""Clients in the JVM (`options.client: java`), driven as a child process over a small line
+protocol (docs/java-clients.md): the harness writes one tab-separated line per operation
+on its stdin, the client one per outcome on its stdout.
+
+The sources (`java/*.java`) are compiled once against a server set's jars (`jvm.classpath`:
+the client library of the same release as the servers), into the cache beside them, keyed
+by the sources' and the jars' digest. A `Bridge` is one client process: `send` writes a
+line, the lines it answers go to `on_line` from a reader thread, and `call` waits for the
+answer to one request, bounded.
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import itertools
+import os
+import queue
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import jvm
+from .base import SystemError_
+
+SOURCES = Path(__file__).parent / "java"
+COMPILE_TIMEOUT_S = 300
+START_TIMEOUT_S = 60
+# the client's own log, to stderr (its file): stdout is the protocol. Kafka 3.9's jars
+# log through reload4j, Kafka 4.x's and Pulsar's through log4j 2
+LOG4J = ("log4j.rootLogger=INFO, err\nlog4j.appender.err=org.apache.log4j.ConsoleAppender\n"
+         "log4j.appender.err.Target=System.err\nlog4j.appender.err.layout=org.apache.log4j.PatternLayout\n"
+         "log4j.appender.err.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
+LOG4J2 = ("rootLogger.level=INFO\nrootLogger.appenderRef.err.ref=err\nappender.err.type=Console\n"
+          "appender.err.name=err\nappender.err.target=SYSTEM_ERR\nappender.err.layout.type=PatternLayout\n"
+          "appender.err.layout.pattern=[%d] %p %m (%c)%n\n")
+
+
+def javac() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "javac").exists():
+        return str(Path(home) / "bin" / "javac")
+    found = shutil.which("javac")
+    if not found:
+        raise SystemError_("javac not found: run `make setup` (Debian openjdk-17-jdk-headless) or set JAVA_HOME "
+                           "to a JDK; options.client java compiles its bridge once")
+    return found
+
+
+def classpath(server_set: str, main: str) -> str:
+    """The classpath that runs `main` (a class in java/): the set's jars and the bridge's
+    classes, compiled first if the sources or the jars changed."""
+    jars = jvm.classpath(server_set)
+    sources = sorted(SOURCES.glob("*.java"))
+    h = hashlib.sha256()
+    for f in sources + [Path(p) for p in sorted(glob.glob(jars))]:
+        h.update(f.name.encode() + (f.read_bytes() if f.suffix == ".java" else str(f.stat().st_size).encode()))
+    root = jvm.cache_root() / "bridges" / f"{server_set}-{h.hexdigest()[:16]}"
+    if not (root / "done").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.parent / f".{root.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (root / "done").exists():
+                _compile(jars, [s for s in sources if _wanted(s, main)], root)
+    return f"{jars}:{root / 'classes'}"
+
+
+def _wanted(source: Path, main: str) -> bool:
+    return source.stem == main.rsplit(".", 1)[-1]
+
+
+def _compile(jars: str, sources: list[Path], root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "classes").mkdir(parents=True)
+    try:
+        r = subprocess.run([javac(), "-nowarn", "-encoding", "UTF-8", "--release", "17", "-cp", jars,
+                            "-d", str(root / "classes"), *map(str, sources)],
+                           capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SystemError_(f"compiling the Java client ({', '.join(s.name for s in sources)}) took over "
+                           f"{COMPILE_TIMEOUT_S}s") from None
+    if r.returncode != 0:
+        first = next((ln for ln in r.stderr.splitlines() if "error" in ln), r.stderr.strip()[:240])
+        raise SystemError_(f"compiling the Java client failed: {first}")
+    (root / "done").write_text("ok\n")
+
+
+def log_configs(log: Path) -> dict[str, str]:
+    """The JVM properties that send a Java client's log to its file (both logging libraries)."""
+    l1, l2 = log.with_suffix(".log4j.properties"), log.with_suffix(".log4j2.properties")
+    l1.parent.mkdir(parents=True, exist_ok=True)
+    l1.write_text(LOG4J)
+    l2.write_text(LOG4J2)
+    return {"log4j.configuration": f"file:{l1}", "log4j2.configurationFile": str(l2)}
+
+
+def jar_version(server_set: str, artifact: str) -> Optional[str]:
+    """The version of `artifact` in a server set's jars (its file name's), e.g. kafka-clients."""
+    for p in glob.glob(jvm.classpath(server_set)):
+        name = Path(p).name
+        if name.startswith(artifact + "-") and name.endswith(".jar"):
+            rest = name[len(artifact) + 1:-4]
+            if rest[:1].isdigit():
+                return rest
+    return None
+
+
+class Bridge:
+    """One client process: lines in, lines out. `on_line(fields)` runs on the reader
+    thread for every line but the answers to `call`s."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, on_line: Callable[[list[str]], None]) -> None:
+        self.name = name
+        self.on_line = on_line
+        self.replies: dict[str, list] = {}
+        self.cond = threading.Condition()
+        self.ids = itertools.count(1)
+        self.write_lock = threading.Lock()
+        self.ready: Optional[str] = None
+        self.gone: Optional[str] = None
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         start_new_session=True)
+        self.reader = threading.Thread(target=self._read, name=f"bridge-{name}", daemon=True)
+        self.reader.start()
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.ready or self.gone, START_TIMEOUT_S):
+                self.kill()
+                raise SystemError_(f"the Java client {name} did not start within {START_TIMEOUT_S}s; see {log}")
+        if self.gone:
+            raise SystemError_(f"the Java client {name} ended before it was ready ({self.gone}); see {log}")
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            f = raw.decode("utf-8", "replace").rstrip("\n").split("\t")
+            if f[0] == "r":
+                with self.cond:
+                    self.replies[f[1]] = f[2:]
+                    self.cond.notify_all()
+            elif f[0] == "ready":
+                with self.cond:
+                    self.ready = f[1] if len(f) > 1 else "?"
+                    self.cond.notify_all()
+            else:
+                try:
+                    self.on_line(f)
+                except Exception as e:  # a line must never stop the reader
+                    print(f"bridge {self.name}: {type(e).__name__}: {e} on {f!r}", flush=True)
+        with self.cond:
+            self.gone = f"exit {self.proc.wait()}"
+            self.cond.notify_all()
+
+    def send(self, *fields) -> None:
+        line = ("\t".join(map(str, fields)) + "\n").encode()
+        with self.write_lock:
+            if self.gone:
+                raise BrokenPipeError(f"the Java client {self.name} is gone ({self.gone})")
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+
+    def call(self, op: str, timeout: float) -> list[str]:
+        """Ask for `op` and wait for its answer: ["ok"] or ["E", kind, NAME, reason]."""
+        req = str(next(self.ids))
+        self.send(op, req, int(timeout * 1000))
+        with self.cond:
+            if not self.cond.wait_for(lambda: req in self.replies or self.gone, timeout + 5):
+                return ["E", "retriable", "REQUEST_TIMED_OUT", f"no answer to {op} within {timeout + 5:.0f}s"]
+            if req not in self.replies:
+                return ["E", "fatal", "UNKNOWN", f"the Java client is gone ({self.gone}) during {op}"]
+            return self.replies.pop(req)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask it to end (its producer closed), then wait; killed by its pid if it will not."""
+        try:
+            self.send("x")
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.reader.join(5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # our own child, by its pid
+            self.proc.wait(5)
+
+
+class CallError:
+    """A failed call or delivery as the Java client named it, asked as confluent-kafka's
+    KafkaError is (name, str, and how a transactional call's failure is to be taken)."""
+
+    def __init__(self, fields: list[str]) -> None:
+        # [kind,] NAME, reason
+        self.kind = fields[0] if len(fields) > 2 else ""
+        self._name, self._reason = (fields[-2], fields[-1]) if len(fields) >= 2 else ("UNKNOWN", " ".join(fields))
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return f"java {self._reason}"
+
+    def retriable(self) -> bool:
+        return self.kind == "retriable"
+
+    def fatal(self) -> bool:
+        return self.kind == "fatal"
+
+    def txn_requires_abort(self) -> bool:
+        return self.kind == "abortable"
+
+
+class CallFailed(Exception):
+    """Raised by a Handle's blocking call; args[0] is its CallError (as KafkaException's is)."""
+
+
+class Written:
+    """Where a message went, as a delivery callback is handed it: `partition()` and
+    `offset()` (Kafka), `position()` (the whole id, e.g. Pulsar's)."""
+
+    def __init__(self, fields: list[str]) -> None:
+        self.fields = fields
+
+    def partition(self) -> int:
+        return int(self.fields[0]) if self.fields else -1
+
+    def offset(self) -> Optional[int]:
+        return int(self.fields[1]) if len(self.fields) > 1 else None
+
+
+class Handle:
+    """A Java client's producer as the harness's producer classes drive a library's:
+    `produce(topic, value, on_delivery)` never blocks, `poll()` runs the delivery callbacks
+    on the caller's thread (the event loop's), and the blocking calls (flush and the
+    transactional ones) wait for the client's answer and raise `failed(CallError)`."""
+
+    def __init__(self, main: str, server_set: str, argv_tail: list[str], props: dict, log: Path,
+                 on_line: Optional[Callable[[list[str]], None]] = None) -> None:
+        self.callbacks: dict[str, Callable] = {}
+        self.ids = itertools.count(1)
+        self.done: "queue.SimpleQueue[list[str]]" = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.on_other = on_line
+        cp = classpath(server_set, main)
+        argv = jvm.argv(cp, main, 256, *argv_tail, props=props)
+        self.bridge = Bridge(log.stem, argv, log, self._line)
+        self.version = self.bridge.ready
+
+    def failed(self, err: CallError) -> Exception:
+        return CallFailed(err)
+
+    def error(self, fields: list[str]):
+        return CallError(fields)
+
+    def _line(self, f: list[str]) -> None:
+        self.done.put(f)
+
+    def produce(self, topic: str, value: bytes, on_delivery: Callable) -> None:
+        mid = str(next(self.ids))
+        with self.lock:
+            self.callbacks[mid] = on_delivery
+        try:
+            self.bridge.send("s", mid, value.decode())
+        except (OSError, ValueError) as e:
+            self.done.put(["d", mid, "E", "UNKNOWN", f"the Java client is gone: {e}"])
+
+    def poll(self, timeout: float = 0) -> int:
+        n = 0
+        while True:
+            try:
+                f = self.done.get_nowait()
+            except queue.Empty:
+                return n
+            if f[0] != "d":
+                if self.on_other is not None:
+                    self.on_other(f)
+                continue
+            with self.lock:
+                cb = self.callbacks.pop(f[1], None)
+            if cb is not None:
+                n += 1
+                cb(self.error(f[3:]), Written([])) if f[2] == "E" else cb(None, Written(f[2:]))
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self.callbacks)
+
+    def _call(self, op: str, timeout: float) -> list[str]:
+        ans = self.bridge.call(op, timeout)
+        if ans[0] != "ok":
+            raise self.failed(self.error(ans[1:]))
+        return ans[1:]
+
+    def flush(self, timeout: float = 5.0) -> int:
+        """What is still unreported once the client's flush returned or `timeout` passed."""
+        self.bridge.call("flush", timeout)
+        return len(self)
+
+    def purge(self, *args) -> None:
+        """The Java clients have no purge: what is unsent goes out or fails by its timeout,
+        and a close ends the rest (each with its report)."""
+
+    def init_transactions(self, timeout: float) -> None:
+        self._call("init", timeout)
+
+    def begin_transaction(self) -> None:
+        self._call("begin", 10.0)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._call("commit", timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._call("abort", timeout)
+
+    def close(self) -> None:
+        """The client closed (5 s for what is in flight), its process ended; every message
+        without a report then gets one: unknown, it may have been written."""
+        self.bridge.close()
+        with self.lock:
+            left = list(self.callbacks)
+        for mid in left:
+            self.done.put(["d", mid, "E", "UNKNOWN", "no report before the Java client closed"])

@@ -1,0 +1,49 @@
+"""The Java clients for real (options.client java, docs/java-clients.md): Kafka's
+kafka-clients and Pulsar's pulsar-client-original in their own processes, each writing in
+transactions while a broker it needs is killed. The negative controls of the transactions'
+verdicts, through a second library: nothing aborted read, nothing torn, no offset holding
+two messages, nothing acknowledged lost; run.json names the library and its version."""
+import os
+
+import pytest
+
+from brokerchaos import validation as sc
+from brokerchaos.runner import Session
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+]
+
+
+def _run(tmp_path, scenario: str, name: str, **flags):
+    s = sc.load(scenario, {"runs": 1, "name": name, "option": ["client=java"], **flags})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    return v, result.metas["run-001"]
+
+
+def _clean(v: dict) -> None:
+    assert v["txns_committed"] > 0 and v["txns_aborted"] > 0, v
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["aborted_reads"] == 0 and v["torn_txns"] == 0 and v["offset_conflicts"] == 0, v
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+def test_kafkas_java_client_in_transactions_through_a_coordinator_kill(tmp_path, spark):
+    v, meta = _run(tmp_path, "scenarios/kafka-txn-kill-coordinator.yaml", "it-java-kafka-txn", messages=3000,
+                   after_acks=800)
+    assert meta["client"] == {"library": "java", "artifact": "org.apache.kafka:kafka-clients", "version": "3.9.1"}
+    assert meta["fault"]["nodes"] and meta["fault"]["nodes"][0] in ("n1", "n2", "n3"), meta["fault"]
+    assert v["txns"] >= 290, v
+    _clean(v)
+
+
+def test_pulsars_java_client_in_transactions_through_an_owner_kill(tmp_path, spark):
+    v, meta = _run(tmp_path, "scenarios/pulsar-txn-kill-owner.yaml", "it-java-pulsar-txn", messages=2400,
+                   after_acks=600)
+    assert meta["client"]["library"] == "java" and meta["client"]["version"] == "4.0.7", meta["client"]
+    assert meta["fault"]["nodes"] and meta["fault"]["nodes"][0] in ("n1", "n2", "n3"), meta["fault"]
+    assert v["txns"] >= 230, v
+    _clean(v)

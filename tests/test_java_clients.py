@@ -1,0 +1,116 @@
+"""The Java clients' Python side (options.client java, docs/java-clients.md), with no JVM:
+the configuration handed to kafka-clients, how the Java names of errors become ack, nack
+and unknown, and the line protocol's bridge against a small process speaking it."""
+import sys
+import textwrap
+
+import pytest
+
+from brokerchaos.systems import jclient
+from brokerchaos.systems.base import SystemError_
+from brokerchaos.systems.kafka.client import outcome_of as kafka_outcome
+from brokerchaos.systems.kafka.java import JavaProducer, java_config
+from brokerchaos.systems.pulsar.java import outcome_of as pulsar_outcome
+from brokerchaos.systems.pulsar.java import position
+
+
+def test_a_librdkafka_configuration_becomes_the_java_clients():
+    conf = java_config({"bootstrap.servers": "a:1", "message.timeout.ms": 9000, "request.timeout.ms": 20000,
+                        "linger.ms": 5.0, "enable.idempotence": False, "batch.num.messages": 10,
+                        "statistics.interval.ms": 200, "stats_cb": print, "logger": object(), "acks": "all"})
+    assert conf["delivery.timeout.ms"] == "9000" and "message.timeout.ms" not in conf
+    # the Java client refuses a delivery timeout below linger + request timeout
+    assert conf["request.timeout.ms"] == "8995" and conf["linger.ms"] == "5"
+    assert conf["enable.idempotence"] == "false" and conf["max.block.ms"] == "9000"
+    assert not {"batch.num.messages", "statistics.interval.ms", "stats_cb", "logger"} & set(conf)
+
+
+def _kafka_error(fields):
+    return JavaProducer.error(None, fields)
+
+
+def test_kafka_java_errors_are_decided_by_the_same_table_as_librdkafkas():
+    assert kafka_outcome(_kafka_error(["NOT_ENOUGH_REPLICAS", "NotEnoughReplicasException: x"]))[0] == "nack"
+    assert kafka_outcome(_kafka_error(["REQUEST_TIMED_OUT", "TimeoutException: expired"]))[0] == "unknown"
+    assert kafka_outcome(_kafka_error(["NOT_A_NAME_AT_ALL", "SomethingElse: ?"]))[0] == "unknown"
+    e = _kafka_error(["abortable", "UNKNOWN_SERVER_ERROR", "KafkaException: commit failed"])
+    assert e.txn_requires_abort() and not e.retriable() and not e.fatal()
+    assert _kafka_error(["fatal", "PRODUCER_FENCED", "ProducerFencedException: x"]).fatal()
+    assert _kafka_error(["retriable", "REQUEST_TIMED_OUT", "TimeoutException: x"]).retriable()
+
+
+def test_pulsar_java_errors_and_positions():
+    err = jclient.CallError
+    assert pulsar_outcome(None) == ("ack", None)
+    assert pulsar_outcome(err(["ProducerQueueIsFullError", "full"]))[0] == "nack"
+    assert pulsar_outcome(err(["TimeoutException", "no answer"]))[0] == "unknown"
+    assert pulsar_outcome(err(["TransactionConflictException", "?"]))[0] == "unknown"
+    # as the Python client writes a message id: the reader's ids compare with the acks'
+    assert position(jclient.Written(["29", "0", "-1", "3"])) == "(29,0,-1,3)"
+    assert position(jclient.Written([])) is None
+
+
+SPEAKER = textwrap.dedent("""
+    import sys
+    print("ready\\t1.2.3", flush=True)
+    for line in sys.stdin:
+        f = line.rstrip("\\n").split("\\t")
+        if f[0] == "x":
+            break
+        if f[0] == "s":
+            print("d\\t%s\\t0\\t%d" % (f[1], int(f[1]) + 99) if f[2] != "bad" else "d\\t%s\\tE\\tX_NAME\\twhy" % f[1],
+                  flush=True)
+        elif f[0] == "commit":
+            print("r\\t%s\\tE\\tabortable\\tTXN_NAME\\tbecause" % f[1], flush=True)
+        elif f[0] == "hang":
+            pass
+        else:
+            print("r\\t%s\\tok" % f[1], flush=True)
+""")
+
+
+def _speaker(tmp_path, code=SPEAKER):
+    argv = [sys.executable, "-c", code]
+    return jclient.Bridge("t", argv, tmp_path / "t.log", lambda f: None)
+
+
+def test_the_bridge_answers_calls_and_deliveries_in_the_protocol(tmp_path, monkeypatch):
+    monkeypatch.setattr(jclient, "classpath", lambda s, m: "")
+    monkeypatch.setattr(jclient.jvm, "argv", lambda cp, main, heap, *a, props=None: [sys.executable, "-c", SPEAKER])
+    h = jclient.Handle("x.Main", "set", [], {}, tmp_path / "h.log")
+    assert h.version == "1.2.3"
+    got = []
+    h.produce("t", b"p1:1", lambda e, w: got.append((e, w.partition(), w.offset())))
+    h.produce("t", b"bad", lambda e, w: got.append((e.name(), e.str())))
+    h.begin_transaction()
+    with pytest.raises(jclient.CallFailed) as fail:
+        h.commit_transaction(2.0)
+    assert fail.value.args[0].txn_requires_abort() and fail.value.args[0].name() == "TXN_NAME"
+    assert h.poll(0) == 2 and len(h) == 0
+    assert got == [(None, 0, 100), ("X_NAME", "java why")]
+    h.close()
+    assert h.bridge.proc.returncode == 0
+
+
+def test_a_bridge_that_never_answers_is_bounded_and_one_that_dies_is_named(tmp_path):
+    b = _speaker(tmp_path)
+    t0 = __import__("time").monotonic()
+    ans = b.call("hang", 0.2)
+    assert ans[:2] == ["E", "retriable"] and __import__("time").monotonic() - t0 < 8
+    b.close()
+    with pytest.raises(SystemError_, match="ended before it was ready"):
+        _speaker(tmp_path, "import sys; sys.exit(3)")
+
+
+@pytest.mark.parametrize("scenario, option, field", [
+    ("scenarios/pulsar-txn-kill-owner.yaml", ["client=cpp"], "options.client"),
+    ("scenarios/pulsar-txn-kill-owner.yaml", ["broker=lite"], "cluster.nodes"),
+    ("scenarios/kafka-txn-kill-coordinator.yaml", ["client=jvm"], "options.client"),
+])
+def test_a_client_that_cannot_run_the_scenario_is_refused_naming_the_field(scenario, option, field):
+    from brokerchaos import validation as sc
+    from brokerchaos.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=f"scenario field '{field}'"):
+        sc.load(scenario, {"option": option})
+    assert sc.load(scenario, {"option": ["client=java"]}).options["client"] == "java"

@@ -14,7 +14,6 @@ import fcntl
 import glob
 import hashlib
 import itertools
-import os
 import queue
 import shutil
 import subprocess
@@ -38,17 +37,6 @@ LOG4J2 = ("rootLogger.level=INFO\nrootLogger.appenderRef.err.ref=err\nappender.e
           "appender.err.layout.pattern=[%d] %p %m (%c)%n\n")
 
 
-def javac() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "javac").exists():
-        return str(Path(home) / "bin" / "javac")
-    found = shutil.which("javac")
-    if not found:
-        raise SystemError_("javac not found: run `make setup` (Debian openjdk-17-jdk-headless) or set JAVA_HOME "
-                           "to a JDK; options.client java compiles its bridge once")
-    return found
-
-
 def classpath(server_set: str, main: str) -> str:
     """The classpath that runs `main` (a class in java/): the set's jars and the bridge's
     classes, compiled first if the sources or the jars changed."""
@@ -68,14 +56,16 @@ def classpath(server_set: str, main: str) -> str:
 
 
 def _wanted(source: Path, main: str) -> bool:
-    return source.stem == main.rsplit(".", 1)[-1]
+    """`main`'s source and the protocol they all speak (each bridge against its own jars)."""
+    return source.stem in (main.rsplit(".", 1)[-1], "Protocol")
 
 
 def _compile(jars: str, sources: list[Path], root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
     (root / "classes").mkdir(parents=True)
     try:
-        r = subprocess.run([javac(), "-nowarn", "-encoding", "UTF-8", "--release", "17", "-cp", jars,
+        javac = jvm.tool("javac", "openjdk-17-jdk-headless")  # options.client java compiles its bridge once
+        r = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "--release", "17", "-cp", jars,
                             "-d", str(root / "classes"), *map(str, sources)],
                            capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:

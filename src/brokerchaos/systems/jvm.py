@@ -35,12 +35,17 @@ def sets() -> list[str]:
 
 
 def java() -> str:
+    return tool("java", "openjdk-17-jre-headless")
+
+
+def tool(name: str, package: str) -> str:
+    """A JDK program (java, javac) from JAVA_HOME, else on PATH."""
     home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
+    if home and (Path(home) / "bin" / name).exists():
+        return str(Path(home) / "bin" / name)
+    found = shutil.which(name)
     if not found:
-        raise SystemError_("java not found: run `make setup` (Debian openjdk-17-jre-headless) or set JAVA_HOME")
+        raise SystemError_(f"{name} not found: run `make setup` (Debian {package}) or set JAVA_HOME")
     return found
 
 

@@ -3,10 +3,6 @@
 // (docs/java-clients.md). Built by systems/jclient.py against the Kafka server set's jars.
 package brokerchaos;
 
-import java.io.BufferedReader;
-import java.io.FileInputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -28,16 +24,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.utils.AppInfoParser;
 
 public final class KafkaBridge {
-    private static PrintStream out;
-
-    private static synchronized void say(String line) {
-        out.print(line);
-        out.print('\n');
-        out.flush();
+    private static void say(String line) {
+        Protocol.say(line);
     }
 
     private static String clean(String s) {
-        return s == null ? "" : s.replace('\t', ' ').replace('\n', ' ');
+        return Protocol.clean(s);
     }
 
     /** NAME\treason: the error as Kafka's protocol names it, and the exception. */
@@ -60,30 +52,23 @@ public final class KafkaBridge {
     }
 
     public static void main(String[] args) throws Exception {
-        out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
-        System.setOut(System.err);  // whatever logs to stdout goes to the log, not the protocol
-        Properties props = new Properties();
-        try (FileInputStream in = new FileInputStream(args[0])) {
-            props.load(in);
-        }
+        Protocol.open();
+        Properties props = Protocol.load(args[0]);
         String topic = args[1];
         KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer());
         Thread leader = new Thread(() -> followLeader(p, topic), "leader");
         leader.setDaemon(true);
         leader.start();
         say("ready\t" + AppInfoParser.getVersion());
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8), 1 << 16);
-        String line;
-        while ((line = in.readLine()) != null) {
-            String[] f = line.split("\t", 3);
-            if (f[0].equals("s")) {
-                send(p, topic, f[1], f[2]);
-            } else if (f[0].equals("x")) {
-                break;
-            } else {
-                control(p, f[0], f[1], Long.parseLong(f[2]));
+        Protocol.serve(new Protocol.Handler() {
+            public void send(String id, String payload) {
+                KafkaBridge.send(p, topic, id, payload);
             }
-        }
+
+            public void control(String op, String req, long timeoutMs) {
+                KafkaBridge.control(p, op, req, timeoutMs);
+            }
+        });
         p.close(Duration.ofSeconds(5));
         say("closed");
     }

@@ -4,10 +4,6 @@
 // set's jars.
 package brokerchaos;
 
-import java.io.BufferedReader;
-import java.io.FileInputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Properties;
 import java.util.concurrent.CompletableFuture;
@@ -24,17 +20,14 @@ import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.transaction.Transaction;
 
 public final class PulsarBridge {
-    private static PrintStream out;
     private static volatile Transaction txn;  // the open transaction, if any
 
-    private static synchronized void say(String line) {
-        out.print(line);
-        out.print('\n');
-        out.flush();
+    private static void say(String line) {
+        Protocol.say(line);
     }
 
     private static String clean(String s) {
-        return s == null ? "" : s.replace('\t', ' ').replace('\n', ' ');
+        return Protocol.clean(s);
     }
 
     private static Throwable cause(Throwable e) {
@@ -63,12 +56,8 @@ public final class PulsarBridge {
     }
 
     public static void main(String[] args) throws Exception {
-        out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
-        System.setOut(System.err);
-        Properties c = new Properties();
-        try (FileInputStream in = new FileInputStream(args[0])) {
-            c.load(in);
-        }
+        Protocol.open();
+        Properties c = Protocol.load(args[0]);
         boolean txns = Boolean.parseBoolean(c.getProperty("transactions", "false"));
         PulsarClient client = PulsarClient.builder().serviceUrl(c.getProperty("serviceUrl"))
                 .operationTimeout(Integer.parseInt(c.getProperty("operationTimeoutMs", "10000")), TimeUnit.MILLISECONDS)
@@ -84,18 +73,15 @@ public final class PulsarBridge {
                 .blockIfQueueFull(false).create();
         long txnTimeoutMs = Long.parseLong(c.getProperty("txnTimeoutMs", "60000"));
         say("ready\t" + PulsarVersion.getVersion());
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8), 1 << 16);
-        String line;
-        while ((line = in.readLine()) != null) {
-            String[] f = line.split("\t", 3);
-            if (f[0].equals("s")) {
-                send(p, f[1], f[2]);
-            } else if (f[0].equals("x")) {
-                break;
-            } else {
-                control(client, p, f[0], f[1], Long.parseLong(f[2]), txnTimeoutMs);
+        Protocol.serve(new Protocol.Handler() {
+            public void send(String id, String payload) {
+                PulsarBridge.send(p, id, payload);
             }
-        }
+
+            public void control(String op, String req, long timeoutMs) {
+                PulsarBridge.control(client, p, op, req, timeoutMs, txnTimeoutMs);
+            }
+        });
         try {
             p.closeAsync().get(5, TimeUnit.SECONDS);
             client.closeAsync().get(5, TimeUnit.SECONDS);

@@ -111,7 +111,6 @@ class Bridge:
         self.ready: Optional[str] = None
         self.gone: Optional[str] = None
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.log = log
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          start_new_session=True)

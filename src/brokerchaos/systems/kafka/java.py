@@ -37,7 +37,6 @@ def java_config(conf: dict) -> dict[str, str]:
 class JavaProducer(jclient.Handle):
     def __init__(self, conf: dict, topic: str, server_set: str, log: Path,
                  on_leader: Callable[[str, int], None]) -> None:
-        self.topic = topic
         props = jvm.properties(log.with_suffix(".properties"), java_config(conf))
         super().__init__(MAIN, server_set, [str(props), topic], jclient.log_configs(log), log,
                          on_line=lambda f: f[0] == "l" and on_leader(f[1], int(f[2])))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ..transact import ABORTED, TxnProducer
+from ..transact import TxnProducer
 from .client import KafkaProducer, close_library, transactional_id
 
-__all__ = ["ABORTED", "KafkaTxnProducer"]
+__all__ = ["KafkaTxnProducer"]
 
 
 class KafkaTxnProducer(TxnProducer, KafkaProducer):

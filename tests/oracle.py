@@ -118,15 +118,21 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     # observers (a subscribe row "observer") measure the consumer side, consumer groups'
     # members (a subscribe row naming a group) are judged by the group verdicts; the other
     # verdicts are the others'
-    group_of = {r["client"]: r["group"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None}
+    outputs = {r["client"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None
+               and r["detail"] == "output"}
+    group_of = {r["client"]: r["group"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None
+                and r["client"] not in outputs}
     observers = {r["client"] for r in rows if r["type"] == "subscribe" and r["detail"] == "observer"
                  and r.get("group") is None} - set(group_of)
     observed = [r for r in rows if r["client"] in observers]
     members = [r for r in rows if r["client"] in group_of]
-    rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of] + _taken(rows, group_of)
+    output_rows = [r for r in rows if r["client"] in outputs]
+    rows = [r for r in rows if r["client"] not in observers and r["client"] not in group_of
+            and r["client"] not in outputs] + _taken(rows, group_of)
     v = _checked(run, rows, position, [r for r in observed + members if r["type"] == "recv"])
     v.update(_groups(rows, members, group_of, v["_windows"]))
     v.update(_txns(rows))
+    v.update(_eos(rows, output_rows, outputs))
     v["result"] = _result(v)
     v["live_consumers"] = len(observers)
     v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
@@ -391,16 +397,44 @@ def _txns(checked: list[dict]) -> dict:
     return out
 
 
+def _eos(checked: list[dict], output_rows: list[dict], outputs: set) -> dict:
+    """Exactly once: the output of a consume-transform-produce group as its end read found it,
+    against the producers' outcomes (ack > unknown > nack, as the outcome of a message)."""
+    out = {"eos_outputs": len(outputs), "eos_recv_rows": 0, "eos_duplicates": 0, "eos_missing": 0,
+           "eos_nacked": 0, "eos_read_complete": None}
+    if not outputs:
+        return out
+    ends = {r["client"]: r["detail"] for r in output_rows if r["type"] == "read_end"}
+    out["eos_read_complete"] = all(c in ends and (ends[c] == "complete" or ends[c].startswith("complete:"))
+                                   for c in outputs)
+    got: dict[tuple, int] = {}
+    for r in output_rows:
+        if r["type"] == "recv" and r["value"] is not None:
+            got[(r["producer"], r["value"])] = got.get((r["producer"], r["value"]), 0) + 1
+    told: dict[tuple, set] = {}
+    for r in checked:
+        if r["type"] in ("ack", "nack", "unknown"):
+            told.setdefault((r["producer"], r["value"]), set()).add(r["type"])
+    out["eos_recv_rows"] = sum(got.values())
+    out["eos_duplicates"] = sum(k > 1 for k in got.values())
+    out["eos_missing"] = sum(1 for m, ks in told.items() if "ack" in ks and m not in got)
+    out["eos_nacked"] = sum(1 for m in got if told.get(m) == {"nack"})
+    return out
+
+
 def _result(v: dict) -> str:
     decides, groups_done = v["_read_decides"], v["group_read_complete"] is True
     if v["received_after_nack"] > 0 or (decides and v["acked_missing"] > 0):
+        return "fail"
+    if v["eos_outputs"] and (v["eos_duplicates"] or v["eos_nacked"] or (
+            v["eos_read_complete"] and groups_done and decides and v["eos_missing"])):
         return "fail"
     if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or v["nonmonotonic_reads"]
                       or (decides and v["torn_txns"])):
         return "fail"
     if v["groups"] and decides and groups_done and v["group_skips"] > 0:
         return "fail"  # a stored message a group never processed
-    if not decides or (v["groups"] and not groups_done):
+    if not decides or (v["groups"] and not groups_done) or (v["eos_outputs"] and not v["eos_read_complete"]):
         return "unknown"
     return "pass"
 

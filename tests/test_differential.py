@@ -27,7 +27,8 @@ KEYS = [
     "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
     "group_read_complete",
     "txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
-    "nonmonotonic_reads",
+    "nonmonotonic_reads", "eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked",
+    "eos_read_complete",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -169,6 +170,22 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
         end = draw(st.sampled_from(["complete", "complete", "incomplete: no delivery for 10s", "left", None]))
         if end:
             evs.append(("read_end", None, None, end, {"group": g}))
+    if draw(st.booleans()):
+        _output(draw, rnd, clients, g, sent)
+
+
+def _output(draw, rnd, clients: dict, g: str, sent: list) -> None:
+    """The end read of a consume-transform-produce group's output (its subscribe detail
+    `output`): messages once, twice, missing, never sent, undecodable; its read finished or not."""
+    evs = clients.setdefault(f"{g}-out", [])
+    evs.append(("subscribe", None, None, "output", {"group": g}))
+    pool = sent + [("p1", 999), (None, None)]
+    for _ in range(draw(st.integers(0, 30))):
+        p, v = rnd.choice(pool) if rnd.random() < 0.2 or not sent else sent[int(rnd.random() * len(sent))]
+        evs.append(("recv", p, v, None if v is None else rnd.choice([f"0:{v}", f"1:{v}", None])))
+    end = draw(st.sampled_from(["complete", "complete", "incomplete: no progress", None]))
+    if end:
+        evs.append(("read_end", None, None, end))
 
 
 def _same_groups(got: dict, exp: dict) -> None:

@@ -102,3 +102,64 @@ def test_reads_moving_forward_in_each_partition_are_monotonic(spark_analyze, tmp
     h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3, 4, 5, 6])
     v = _both(spark_analyze, h, tmp_path)
     assert v["nonmonotonic_reads"] == 0 and v["result"] == "pass", v
+
+
+EOS = ("eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked", "eos_read_complete",
+       "group_read_complete", "group_skips", "offset_conflicts", "result")
+
+
+def _ctp(h: H, processed, output, end="complete") -> H:
+    """A consume-transform-produce group g1 (commit: transaction): its member processed
+    `processed`; the end read of its output (client g1-out) found `output`, in that order."""
+    h.member("g1-m1").processed("g1-m1", processed).ev("g1-m1", "read_end", detail="complete", group="g1")
+    h.ev("g1-out", "subscribe", detail="output", group="g1")
+    for i, x in enumerate(output):
+        h.ev("g1-out", "recv", "p1", x, offset=f"0:{i}")  # the output's own offsets: no conflict with the input's
+    return h.ev("g1-out", "read_end", detail=end) if end else h
+
+
+def _eos(spark_analyze, output, tmp_path, end="complete") -> dict:
+    read = [1, 2, 3, 7, 8, 9]  # the committed transactions; 4..6 aborted
+    h = _ctp(_read(_txns(H(), ["ack", "nack", "ack"]), read), read, output, end)
+    return oracle.agreed(spark_analyze, h.rows, tmp_path, EOS)
+
+
+def test_an_output_holding_each_committed_message_once_passes_exactly_once(spark_analyze, tmp_path):
+    v = _eos(spark_analyze, [1, 2, 3, 7, 8, 9], tmp_path)
+    assert (v["eos_outputs"], v["eos_recv_rows"], v["eos_duplicates"], v["eos_missing"], v["eos_nacked"]) == \
+        (1, 6, 0, 0, 0), v
+    assert v["eos_read_complete"] is True and v["offset_conflicts"] == 0 and v["result"] == "pass", v
+    assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("eos-")} == {
+        "exactly-once duplicates": "pass", "exactly-once loss": "pass", "exactly-once nacked": "pass"}
+
+
+def test_a_message_twice_in_the_output_is_an_exactly_once_duplicate(spark_analyze, tmp_path):
+    v = _eos(spark_analyze, [1, 2, 3, 3, 7, 8, 9], tmp_path)
+    assert v["eos_duplicates"] == 1 and v["eos_recv_rows"] == 7 and v["result"] == "fail", v
+    assert policy.BY_NAME["exactly-once duplicates"].judge(v) == "fail"
+    # seen: proof even in an output read that did not finish
+    v = _eos(spark_analyze, [1, 1], tmp_path / "2", end="incomplete: no progress")
+    assert v["eos_duplicates"] == 1 and policy.BY_NAME["exactly-once duplicates"].judge(v) == "fail", v
+
+
+def test_an_acked_message_missing_from_the_output_is_exactly_once_loss(spark_analyze, tmp_path):
+    v = _eos(spark_analyze, [1, 2, 3, 7, 8], tmp_path)
+    assert v["eos_missing"] == 1 and v["result"] == "fail", v
+    assert policy.BY_NAME["exactly-once loss"].judge(v) == "fail"
+    # an output read that did not finish proves no loss, and no pass
+    v = _eos(spark_analyze, [1, 2, 3], tmp_path / "2", end="incomplete: no progress")
+    assert v["eos_missing"] == 3 and v["eos_read_complete"] is False and v["result"] == "unknown", v
+    assert policy.BY_NAME["exactly-once loss"].judge(v) == "undecided"
+
+
+def test_an_aborted_message_in_the_output_is_exactly_once_nacked(spark_analyze, tmp_path):
+    v = _eos(spark_analyze, [1, 2, 3, 5, 7, 8, 9], tmp_path)
+    assert v["eos_nacked"] == 1 and v["eos_duplicates"] == v["eos_missing"] == 0 and v["result"] == "fail", v
+    assert policy.BY_NAME["exactly-once nacked"].judge(v) == "fail"
+
+
+def test_a_run_without_an_output_read_is_outside_the_exactly_once_checks(spark_analyze, tmp_path):
+    h = _read(_txns(H(), ["ack"]), [1, 2, 3])
+    v = oracle.agreed(spark_analyze, h.rows, tmp_path, EOS)
+    assert v["eos_outputs"] == 0 and v["eos_read_complete"] is None, v
+    assert {c.judge(v) for c in policy.CHECKS if c.kind.startswith("eos-")} == {"n/a"}

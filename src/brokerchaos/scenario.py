@@ -59,11 +59,16 @@ class GroupSpec(_Strict):
                                                   "durable pull consumer the members share; Redis: stream, a "
                                                   "Streams consumer group; MQTT: shared, a shared subscription; "
                                                   "Pulsar: shared, failover or key-shared)")
-    commit: Literal["auto", "after", "before"] = Field(
+    commit: Literal["auto", "after", "before", "transaction"] = Field(
         "after", description="how a member makes its position durable: auto (Kafka: the library, every "
                              "auto_commit_ms; NATS: no acks; Redis: XREADGROUP NOACK), after processing each batch "
-                             "or message (default), or before processing it (at most once)")
+                             "or message (default), before processing it (at most once), or transaction (Kafka: "
+                             "consume-transform-produce, each batch copied to the output topic <stream>-out and its "
+                             "offsets committed in the same transaction: exactly once, read back at the end)")
     process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
+    abort: float = Field(0.0, ge=0, le=1, description="commit: transaction: the share of a member's transactions "
+                                                      "it aborts on purpose once its copies are written, drawn with "
+                                                      "the seed; their batches are processed again (default 0)")
     auto_commit_ms: int = Field(5000, ge=10, le=600_000, description="commit: auto's interval (default 5000, "
                                                                      "librdkafka's)")
     session_timeout_ms: int = Field(10_000, ge=1000, le=300_000,

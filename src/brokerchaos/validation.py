@@ -91,6 +91,12 @@ def _check_group(s: Scenario, system) -> None:
                             f"(systems with one: {having})")
     if g.kind is not None and g.kind not in kinds:
         raise ScenarioError(f"scenario field 'workload.group.kind': {s.system} has {', '.join(kinds)}, not {g.kind!r}")
+    if g.abort and g.commit != "transaction":
+        raise ScenarioError("scenario field 'workload.group.abort': only a group with commit: transaction aborts")
+    if g.commit == "transaction" and not system.Client.group_transactions:
+        having = ", ".join(n for n in SYSTEMS.names() if SYSTEMS.get(n).Client.group_transactions)
+        raise ScenarioError(f"scenario field 'workload.group.commit': {s.system} has no consume-transform-produce "
+                            f"in this harness yet (transaction: {having})")
     why = system.Client.group_error(s)
     if why:
         raise ScenarioError(f"scenario field 'workload.group.{why[0]}': {why[1]}")

@@ -12,7 +12,7 @@ from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
 from .latency import pct
 from .policy import result_of
-from .transactions import TXN_KEYS
+from .transactions import EOS_NONE, TXN_KEYS
 from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
 
 
@@ -52,7 +52,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v.update(_live(p, run))
     v.update(_groups(p, run, [i for _, i, *_ in run_windows]))
     v.update(_end_check(p, run))
-    v.update(p.txns.get(run) or dict.fromkeys(TXN_KEYS, 0))
+    v.update({**dict.fromkeys(TXN_KEYS, 0), **EOS_NONE, **p.txns.get(run, {})})
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
     v["result"] = result_of(v)

@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, TAKES
+from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, OUTPUT, TAKES
 from .availability import Windows, ack_facts, ack_gap_facts, fault_windows, gap_facts, gaps, outage
 from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses, message_blocks, message_counts,
                      message_table, unplain_filter, unplain_rows, value_ranges)
@@ -31,6 +31,7 @@ from .groups import outages as group_outage_gaps
 from .latency import ack_latency, latency_table, latency_verdicts, ranked_ack_latency
 from .ordering import first_reads, jump_counts, jumps
 from .transactions import analyze as analyze_txns
+from .transactions import exactly_once
 from .tuning import Tuning
 from .verdicts import COUNT_KEYS
 
@@ -87,6 +88,8 @@ class Rows:
     groups: list[tuple[str, str]] = field(default_factory=list)  # (run, group) of every group
     group_ends: dict[tuple[str, str], list] = field(default_factory=dict)  # per group, its members' read_end details
     taken: Optional[DataFrame] = None  # what groups took out of a queue, as one recv row per message and group
+    outputs: Optional[DataFrame] = None  # the recv rows of the reads of consume-transform-produce groups' output
+    output_ends: dict[str, list] = field(default_factory=dict)  # per run, each of those reads' read_end (or None)
 
     @property
     def checked(self) -> DataFrame:
@@ -148,17 +151,26 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
              .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group").collect()]
     observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER
                  and r["group"] is None}
+    outputs = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
+               and r["detail"] == OUTPUT}
     member_of = {(r["run"], r["client"]): r["group"] for r in small if r["type"] == "subscribe"
-                 and r["group"] is not None}
+                 and r["group"] is not None and (r["run"], r["client"]) not in outputs}
     takes = sorted({(r["run"], r["group"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
                     and (r["detail"] or "").endswith(TAKES)})
     observers -= set(member_of)
     read_ends: dict[str, list] = {}
     live_ends: dict[str, list] = {}
     group_ends: dict[tuple[str, str], list] = {}
+    output_end = {(r["run"], r["client"]): r["detail"] for r in small if r["type"] == "read_end"
+                  and (r["run"], r["client"]) in outputs}
+    output_ends: dict[str, list] = {}
+    for key in sorted(outputs):  # each output read's read_end (None: it has none)
+        output_ends.setdefault(key[0], []).append(output_end.get(key))
     for r in small:
         if r["type"] == "read_end":
             key = (r["run"], r["client"])
+            if key in outputs:
+                continue
             if key in member_of:
                 group_ends.setdefault((r["run"], member_of[key]), []).append(r["detail"])
                 continue
@@ -173,8 +185,9 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
         members = members.withColumn("g", _group_of(member_of)) if len(member_of) <= LITERAL_CLIENTS else \
             members.join(F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
                                                             "run string, client string, g string")), ["run", "client"])
-    if observers or member_of:
-        df = _clients(spark, df, observers | set(member_of), keep=False)
+    out_recv = _clients(spark, df, outputs).where(F.col("type") == "recv") if outputs else None
+    if observers or member_of or outputs:
+        df = _clients(spark, df, observers | set(member_of) | outputs, keep=False)
     nemesis = [r for r in small if r["type"] in ("fault", "heal")]
     first_fault: dict[str, int] = {}
     for r in nemesis:
@@ -183,7 +196,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
                 first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends,
-                taken(members, takes) if takes else None)
+                taken(members, takes) if takes else None, out_recv, output_ends)
 
 
 def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:
@@ -341,6 +354,9 @@ def consumer_groups(rows: Rows, counts: Counts, t: Tuning, clock: Clock) -> Grou
 def transactions(rows: Rows, clock: Clock) -> dict[str, dict]:
     """Per run with transactions (format 1.7), its figures (transactions.py)."""
     out = analyze_txns(rows.checked)
+    if rows.outputs is not None:
+        for run, x in exactly_once(rows.checked, rows.outputs, rows.output_ends).items():
+            out.setdefault(run, {}).update(x)
     clock.lap("transactions")
     return out
 

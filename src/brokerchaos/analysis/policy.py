@@ -19,7 +19,9 @@ The consumer groups' checks (format 1.6) have the same two kinds over the group'
 well, since a skip is a stored message the group never processed). A run without a group
 is outside them (`NA`): neither in their rates nor in its result. The transactions' checks
 (format 1.7) likewise, `txn-seen` and `txn-missing` over the checking read, for the runs
-whose producers wrote in transactions.
+whose producers wrote in transactions; and the exactly-once checks, `eos-seen` and
+`eos-missing` over the read of a consume-transform-produce group's output (the missing kind
+needs that read, the group's and the checking read to have finished).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from typing import Callable, Optional
 
 PASS, FAIL, UNDECIDED, NA = "pass", "fail", "undecided", "n/a"
 # the kinds a run can be outside of: a rate of them only where some run had what they read
-OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing")
+OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing", "eos-seen", "eos-missing")
 
 
 def read_decides(v: dict) -> bool:
@@ -58,6 +60,8 @@ class Check:
         """pass, fail, undecided or n/a (a group check of a run without a group) for one run's verdict."""
         if self.kind.startswith("group-"):
             return self._judge_group(v)
+        if self.kind.startswith("eos-"):
+            return self._judge_eos(v)
         if self.kind.startswith("txn-"):
             if not v.get("txns"):
                 return NA
@@ -82,6 +86,17 @@ class Check:
         if self.kind == "group-seen" and n:
             return FAIL
         if v.get("group_read_complete") is not True or (self.kind == "group-missing" and not read_decides(v)):
+            return UNDECIDED
+        return FAIL if n else PASS
+
+    def _judge_eos(self, v: dict) -> str:
+        if not v.get("eos_outputs"):
+            return NA
+        n = int(v.get(self.key) or 0)
+        if self.kind == "eos-seen" and n:
+            return FAIL
+        if v.get("eos_read_complete") is not True or (self.kind == "eos-missing" and (
+                v.get("group_read_complete") is not True or not read_decides(v))):
             return UNDECIDED
         return FAIL if n else PASS
 
@@ -129,6 +144,15 @@ CHECKS: tuple[Check, ...] = (
     Check("nonmonotonic reads", "nonmonotonic_reads", "txn-seen", True,
           "reads not past the reader's previous offset in the partition", expect="monotonic-reads",
           holds="each reader's offsets in a partition only move forward"),
+    Check("exactly-once duplicates", "eos_duplicates", "eos-seen", True,
+          "messages a consume-transform-produce group wrote to its output more than once",
+          expect="exactly-once", holds="no message twice in a consume-transform-produce group's output"),
+    Check("exactly-once loss", "eos_missing", "eos-missing", True,
+          "acked messages missing from a consume-transform-produce group's output", expect="eos-no-loss",
+          holds="every acked message in the output of a consume-transform-produce group that finished"),
+    Check("exactly-once nacked", "eos_nacked", "eos-seen", True,
+          "nacked (aborted) messages in a consume-transform-produce group's output", expect="eos-committed-only",
+          holds="no message of a nacked or aborted write in a consume-transform-produce group's output"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 

@@ -14,12 +14,22 @@ else *aborted* when one is a `nack`, else *unknown*.
   past the one the same reader read before it in that partition, in a run with transactions.
 Only the rows with a `txn` are grouped message by message: a run without transactions costs
 one filtered pass.
+
+Exactly once (`exactly_once`): what a consume-transform-produce group wrote to its output,
+as the end read of that output found it (clients whose subscribe detail is `output`), held
+against the producers' outcomes of the input:
+- eos duplicates: messages the output holds more than once;
+- eos missing: acked messages the output lacks (decided once the output's read, the group's
+  and the checking read finished);
+- eos nacked: messages in the output whose every outcome was a nack (an aborted transaction's
+  message, passed on by a read_committed consumer).
 """
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from ..history.schema import read_finished
 from .frames import count_when
 
 TXN_KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
@@ -74,3 +84,30 @@ def _nonmonotonic(rows: DataFrame) -> dict[str, int]:
     before = F.lag("o").over(Window.partitionBy("run", "client", "p").orderBy("seq"))
     back = reads.withColumn("before", before).where(F.col("o") <= F.col("before"))
     return {r["run"]: int(r["n"]) for r in back.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
+
+
+EOS_KEYS = ("eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked")
+EOS_NONE = {**dict.fromkeys(EOS_KEYS, 0), "eos_read_complete": None}
+
+
+def exactly_once(checked: DataFrame, outputs: DataFrame, ends: dict[str, list]) -> dict[str, dict]:
+    """Per run with an output read (`ends`: each such read's read_end detail or None), the
+    exactly-once figures (module docstring) and whether those reads finished."""
+    t, runs = F.col("type"), sorted(ends)
+    got = outputs.where(F.col("value").isNotNull()).groupBy(*_MSG).agg(F.count(F.lit(1)).alias("k"))
+    told = checked.where(F.col("run").isin(runs) & t.isin("ack", "nack", "unknown")).groupBy(*_MSG).agg(
+        F.max((t == "ack").cast("int")).alias("a"), F.max((t == "nack").cast("int")).alias("n"),
+        F.max((t == "unknown").cast("int")).alias("u"))
+    both = told.join(got, _MSG, "full_outer")
+    k, a = F.coalesce("k", F.lit(0)), F.coalesce("a", F.lit(0))
+    per = {r["run"]: r.asDict() for r in both.groupBy("run").agg(
+        F.sum(k).alias("eos_recv_rows"), count_when(k > 1).alias("eos_duplicates"),
+        count_when((a == 1) & (k == 0)).alias("eos_missing"),
+        count_when((k > 0) & (a == 0) & (F.coalesce("u", F.lit(0)) == 0) & (F.col("n") == 1)).alias("eos_nacked"),
+    ).collect()}
+    out = {}
+    for run in runs:
+        x = per.get(run, {})
+        out[run] = {**{key: int(x.get(key) or 0) for key in EOS_KEYS}, "eos_outputs": len(ends[run]),
+                    "eos_read_complete": all(e is not None and read_finished(e) for e in ends[run])}
+    return out

@@ -194,6 +194,13 @@ class Verdict(TypedDict, total=False):
     torn_txns: int
     offset_conflicts: int
     nonmonotonic_reads: int
+    # exactly once (a consume-transform-produce group's output read back; 0 and None without one)
+    eos_outputs: int
+    eos_recv_rows: int
+    eos_duplicates: int
+    eos_missing: int
+    eos_nacked: int
+    eos_read_complete: Optional[bool]
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]
     end_check: Optional[str]

@@ -86,6 +86,12 @@ ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no pos
 # the store and name them (producer, value on its `acked` commit rows): what the group took
 # counts as read by the checking read
 TAKES = "; takes"
+# a `subscribe` detail: the client reads what a consume-transform-produce group (its `group`)
+# wrote to its output stream, judged by the exactly-once verdicts alone
+OUTPUT = "output"
+# an `assign` row's detail when a member moved itself back to its group's committed position
+# (a consume-transform-produce member after a transaction that did not commit)
+REWOUND = "rewound"
 LEFT = "left"  # a group member's read_end when it left the group on purpose (scale-in, a stop)
 
 NEMESIS_CLIENT = "nemesis"

@@ -129,10 +129,11 @@ def summary_lines(summary: dict) -> str:
     n = summary["results"]
     lines = [f"Session result: {summary['result'].upper()}  ({summary['runs']} runs: "
              f"{n['pass']} pass, {n['fail']} fail, {n['unknown']} unknown)"]
+    width = max([18] + [len(name) for name in summary["verdicts"]])
     for name, s in summary["verdicts"].items():
         lo, hi = s["wilson95"]
         ci = "-" if lo is None else f"{100 * lo:.1f}%..{100 * hi:.1f}%"
-        lines.append(f"  runs with {name:<18} {s['runs']:>5} of {s['of']:<5} (95% CI {ci})")
+        lines.append(f"  runs with {name:<{width}} {s['runs']:>5} of {s['of']:<5} (95% CI {ci})")
     if summary.get("incomplete_runs"):
         lines.append(f"  cut short (harness stopped during the run): {', '.join(summary['incomplete_runs'])}")
     lines += outage_lines(summary.get("outages"))

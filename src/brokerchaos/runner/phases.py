@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from ..faults.nemesis import AckGate, Nemesis
 from ..history import Recorder
-from ..history.schema import OBSERVER, TAKES
+from ..history.schema import OBSERVER, OUTPUT, TAKES
 from ..sandbox import Sandbox
 from ..scenario import Scenario
 from ..systems import Deployment, LiveReader, SystemError_
@@ -285,6 +285,8 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     if readers.group is not None:
         rec.group_read_status = await readers.group.finish(w.read_timeout)
         rec.group_members = readers.group.pids()
+        if w.group.commit == "transaction":
+            rec.output_read_status = await read_output(c, w.group.name)
     if readers.consumers:
         ends = await asyncio.gather(*(finish_live(con, r, prog, w.read_idle, w.read_timeout)
                                       for con, r, prog in readers.consumers))
@@ -297,6 +299,18 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     readers.rec.close()
     rec.t_read_end = time.monotonic()
     rec.read_s = round(rec.t_read_end - t_read, 3)
+
+
+async def read_output(c: RunContext, group: str) -> str:
+    """What a consume-transform-produce group wrote, read back from the beginning by a client
+    of its own (`<group>-out`, its subscribe naming the group: the exactly-once verdicts')."""
+    w = c.scenario.workload
+    out = c.recorder(f"{group}-out")
+    try:
+        out.record("subscribe", detail=OUTPUT, group=group)
+        return await read_all(c.dep.client.output_reader(f"{group}-out"), out, w.read_idle, w.read_timeout)
+    finally:
+        out.close()
 
 
 async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis], nem_rec: Recorder) -> None:

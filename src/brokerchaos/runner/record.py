@@ -43,6 +43,7 @@ class RunRecord:
     live_read_status: Optional[str] = None
     group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid
     group_read_status: Optional[str] = None
+    output_read_status: Optional[str] = None  # the end read of a consume-transform-produce group's output
     group_scaled: Optional[list] = None  # workload.group.schedule: each step, when, and the slots it changed
     read_status: Optional[str] = None
     read_s: Optional[float] = None

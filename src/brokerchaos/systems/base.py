@@ -325,10 +325,18 @@ class Client:
     # message (GroupEvents.commit's `message`), and the end read finds only what is left
     group_takes: ClassVar[bool] = False
 
+    # its group members can consume, transform and produce in transactions
+    # (`workload.group.commit: transaction`): `output_reader` reads what they wrote
+    group_transactions: ClassVar[bool] = False
+
     @classmethod
     def group_error(cls, scenario: Any) -> Optional[tuple[str, str]]:
         """(field under workload.group, why) when this scenario's group cannot run here."""
         return None
+
+    def output_reader(self, name: str) -> Reader:
+        """The end read of what a consume-transform-produce group wrote (its output stream)."""
+        raise NotImplementedError
 
     # its producers can write in transactions (`workload.transactions`, format 1.7)
     transactions: ClassVar[bool] = False

@@ -308,6 +308,8 @@ class Handle:
     def abort_transaction(self, timeout: float) -> None:
         self._call("abort", timeout)
 
+    reports_after_close = True  # close() reports what never got an answer: a poll after it serves them
+
     def close(self) -> None:
         """The client closed (5 s for what is in flight), its process ended; every message
         without a report then gets one: unknown, it may have been written."""

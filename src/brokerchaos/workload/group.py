@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..history import Recorder
-from ..history.schema import ACKED, COMMIT_OK, LEFT
+from ..history.schema import ACKED, COMMIT_OK, LEFT, REWOUND
 from ..scenario import GroupSpec
 from .payload import decode
 from .processes import become_child, exit_child
@@ -141,6 +141,12 @@ class GroupEvents:
 
     def assign(self, partition: str, epoch: Optional[int] = None) -> None:
         self.rec.record("assign", group=self.spec.name, partition=partition, epoch=epoch)
+
+    def rewind(self, partition: str, position: Optional[int]) -> None:
+        """The member moved itself back to `position` (a consume-transform-produce member after
+        a transaction that did not commit): an `assign` row whose detail says so, since its
+        deliveries start again there as after an assignment."""
+        self.rec.record("assign", detail=REWOUND, group=self.spec.name, partition=partition, position=position)
 
     def revoke(self, partition: str, epoch: Optional[int] = None, lost: bool = False) -> None:
         self.rec.record("revoke", detail="lost" if lost else None, group=self.spec.name, partition=partition,

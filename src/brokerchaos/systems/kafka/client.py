@@ -105,24 +105,40 @@ class KafkaClient(Client):
         if o.broker == "apache":
             config["unclean.leader.election.enable"] = str(o.unclean_leader_election).lower()
         rf = min(self.ctx.scenario.cluster.replicas, len(self.cluster.node_names))
-        futs = self._admin().create_topics([NewTopic(self.stream_name, o.partitions, rf, config=config)],
+        topics = self.topics()
+        futs = self._admin().create_topics([NewTopic(t, o.partitions, rf, config=config) for t in topics],
                                            operation_timeout=timeout, request_timeout=timeout)
-        await asyncio.to_thread(futs[self.stream_name].result, timeout)
+        for t in topics:
+            await asyncio.to_thread(futs[t].result, timeout)
 
-        # the controller has the topic; the brokers' metadata follows a moment later
+        # the controller has the topics; the brokers' metadata follows a moment later
         async def led():
-            t = (await self.metadata()).topics.get(self.stream_name)
-            ok = t is not None and t.error is None and len(t.partitions) == o.partitions and all(
-                p.leader >= 0 for p in t.partitions.values())
-            return ok, f"{self.stream_name}: {t.error if t is not None and t.error else 'no leader yet'}"
+            md = await self.metadata()
+            for name in topics:
+                t = md.topics.get(name)
+                if not (t is not None and t.error is None and len(t.partitions) == o.partitions and all(
+                        p.leader >= 0 for p in t.partitions.values())):
+                    return False, f"{name}: {t.error if t is not None and t.error else 'no leader yet'}"
+            return True, "led"
 
         await wait_until(led, timeout, f"topic {self.stream_name}")
         return self.stream_name
 
+    def topics(self) -> list[str]:
+        """The run's topics: the stream, and a consume-transform-produce group's output."""
+        g = self.ctx.scenario.workload.group
+        return [self.stream_name] + ([self.output_name] if g is not None and g.commit == "transaction" else [])
+
+    @property
+    def output_name(self) -> str:
+        return f"{self.stream_name}-out"
+
     async def drop_stream(self) -> None:
         try:
-            futs = self._admin().delete_topics([self.stream_name], operation_timeout=5, request_timeout=5)
-            await asyncio.to_thread(futs[self.stream_name].result, 6)
+            topics = self.topics()
+            futs = self._admin().delete_topics(topics, operation_timeout=5, request_timeout=5)
+            for t in topics:
+                await asyncio.to_thread(futs[t].result, 6)
         except Exception:  # best effort
             pass
 
@@ -178,6 +194,9 @@ class KafkaClient(Client):
     def reader(self, name: str) -> "KafkaReader":
         return KafkaReader(self, name)
 
+    def output_reader(self, name: str) -> "KafkaReader":
+        return KafkaReader(self, name, self.output_name)
+
     def consumer(self, name: str) -> "KafkaConsumer":
         return KafkaConsumer(self, name)
 
@@ -189,7 +208,11 @@ class KafkaClient(Client):
         if scenario.workload.group.kind == "consumer" and (o.get("broker", "apache") != "apache"
                                                            or (scenario.cluster.version or "3.9").startswith("3.")):
             return "kind", "the consumer protocol (KIP-848) needs Apache Kafka 4.x (cluster.version: 4.1)"
+        if scenario.workload.group.commit == "transaction" and o.get("broker", "apache") != "apache":
+            return "commit", "transactions are tried on Apache Kafka only here (broker: apache)"
         return None
+
+    group_transactions = True
 
     transactions = True
     txn_producer: ClassVar[type] = None  # KafkaTxnProducer (txn.py), set by the package
@@ -204,6 +227,10 @@ class KafkaClient(Client):
         return None
 
     def group_member(self, name: str, spec, events):
+        if spec.commit == "transaction":
+            from .ctp import KafkaTransformMember
+
+            return KafkaTransformMember(self, name, spec, events)
         from .group import KafkaGroupMember
 
         return KafkaGroupMember(self, name, spec, events)
@@ -466,8 +493,10 @@ class KafkaProducer(ClientEvents):
             self.p.purge()
             self._poll_once()
             await asyncio.to_thread(self.p.flush, 5)
-            await asyncio.to_thread(close_library, self.p)
             self._poll_once()
+            await asyncio.to_thread(close_library, self.p)
+            if getattr(self.p, "reports_after_close", False):  # the Java client's last reports; a
+                self._poll_once()  # closed librdkafka producer (confluent-kafka 2.16's close()) refuses a poll
 
     def _poll_once(self) -> None:
         try:
@@ -477,7 +506,8 @@ class KafkaProducer(ClientEvents):
 
 
 def close_library(p) -> None:
-    """The Java client's process ended (a librdkafka producer needs no close)."""
+    """The library's producer closed: the Java client's process ended, librdkafka's handle
+    destroyed (confluent-kafka 2.16 has close(); older ones free it when collected)."""
     close = getattr(p, "close", None)
     if close is not None:
         close()
@@ -496,9 +526,10 @@ class KafkaReader:
     """Every partition from the beginning, at least up to the high watermark read when it
     starts (the Kafka seed counts loss against it), then on until nothing more comes."""
 
-    def __init__(self, system: KafkaClient, name: str) -> None:
+    def __init__(self, system: KafkaClient, name: str, topic: Optional[str] = None) -> None:
         self.system = system
         self.name = name
+        self.topic = topic or system.stream_name
 
     def _consumer(self, bootstrap: str):
         return new_consumer(self.system, self.name, bootstrap, **{"enable.auto.commit": False,
@@ -512,13 +543,13 @@ class KafkaReader:
         s = self.system
         c = self._consumer(s.bootstrap([node]))
         try:
-            md = await asyncio.to_thread(c.list_topics, s.stream_name, 3)
-            t = md.topics.get(s.stream_name)
+            md = await asyncio.to_thread(c.list_topics, self.topic, 3)
+            t = md.topics.get(self.topic)
             if t is None or t.error is not None or not t.partitions:
                 return None, str(t.error if t is not None else "no topic")
             out = {}
             for p in sorted(t.partitions):
-                out[p] = (await asyncio.to_thread(c.get_watermark_offsets, TopicPartition(s.stream_name, p), 3,
+                out[p] = (await asyncio.to_thread(c.get_watermark_offsets, TopicPartition(self.topic, p), 3,
                                                   False))[1]
             return out, ""
         except Exception as e:
@@ -543,12 +574,12 @@ class KafkaReader:
                     high, node = got, n
             if high is None:
                 if time.monotonic() > deadline:
-                    return f"incomplete: no high watermark for {s.stream_name} for {idle:.0f}s ({last})"
+                    return f"incomplete: no high watermark for {self.topic} for {idle:.0f}s ({last})"
                 await asyncio.sleep(0.2)
         parts = sorted(high)
         c = self._consumer(s.bootstrap([node]))
         try:
-            c.assign([TopicPartition(s.stream_name, p, OFFSET_BEGINNING) for p in parts])
+            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             pos = {p: 0 for p in parts}
             progress = time.monotonic()
             # the high watermark is a floor, not the end: tansu answers ListOffsets with the
@@ -564,7 +595,7 @@ class KafkaReader:
                     progress = time.monotonic()
                     continue
                 quiet = time.monotonic() - progress
-                _past_undelivered(c, s.stream_name, pos)
+                _past_undelivered(c, self.topic, pos)
                 if all(pos[p] >= high[p] for p in parts):
                     if quiet > TAIL_QUIET_S:
                         break

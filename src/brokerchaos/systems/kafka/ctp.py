@@ -1,0 +1,203 @@
+"""Consume-transform-produce (`workload.group.commit: transaction`): a Kafka consumer group's
+member that copies each batch it is handed to the output topic (`<stream>-out`, the same
+partition) and commits the batch's next offsets inside the same transaction
+(send_offsets_to_transaction with the consumer's group metadata, KIP-447), as an
+exactly-once application does. The end read of the output topic (read_committed) judges it:
+every acked message there once (analysis/transactions.py, "exactly once").
+
+The member reads read_committed and commits nothing itself. Its transactional id is the
+group's and the member slot's (`<stream>-<group>-m1`), so an incarnation started after a
+kill fences the one killed and ends the transaction it left open. On a failed transaction
+(aborted, or fatal: the producer replaced; or aborted on purpose, `abort`'s seeded
+share, once its copies are written) its partitions are rewound to the offsets the
+group has committed (asked with require_stable, so a commit still being decided is waited
+for): what was processed again shows in the group's rows as processed twice, never in the
+output. A message's `recv` row is written when it is processed, before its transaction ends.
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+from typing import Optional
+
+from ..runtime import quiet_logger
+from .group import KafkaGroupMember
+
+COMMIT_S = 30.0  # one transaction's bound: its commit, its abort, the rewind's look at the committed offsets
+TXN_TIMEOUT_MS = 10_000  # a killed member's open transaction is aborted by the broker after this
+
+
+def slot_of(member: str) -> str:
+    """The member slot of an incarnation's client name (`g1-m1-r2` -> `g1-m1`)."""
+    return re.sub(r"-r[0-9]+$", "", member)
+
+
+ON_PURPOSE = "aborted: on purpose (group abort share)"  # a commit row's failure when the member gave up itself
+
+
+class TxnFailed(Exception):
+    """A transaction that did not commit; `error` is the library's KafkaError."""
+
+    def __init__(self, error) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class KafkaTransformMember(KafkaGroupMember):
+    def __init__(self, client, name: str, spec, events) -> None:
+        super().__init__(client, name, spec, events)
+        self.out = client.output_name
+        self.txn_id = f"{self.group_id}-{slot_of(name)[len(spec.name) + 1:]}"
+        self.p = None
+        self.done: dict[int, int] = {}  # partition -> the position this member last committed
+        self.rnd = random.Random(f"{client.ctx.scenario.seed}-{client.ctx.run_id}-{name}")  # spec.abort's draws
+
+    def _conf(self) -> dict:
+        conf = super()._conf()
+        conf.update({"enable.auto.commit": False, "isolation.level": "read_committed"})
+        return conf
+
+    def _producer(self):
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.client.bootstrap(), "client.id": f"{self.name}-out",
+                      "transactional.id": self.txn_id, "enable.idempotence": True, "acks": "all",
+                      "transaction.timeout.ms": TXN_TIMEOUT_MS, "message.timeout.ms": TXN_TIMEOUT_MS,
+                      "socket.timeout.ms": 3000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
+                      "log_level": 0, "logger": quiet_logger("librdkafka")})
+        p.init_transactions(COMMIT_S)  # fences an earlier incarnation, ends what it left open
+        return p
+
+    def run(self, finishing, idle: float) -> str:
+        self.p = self._producer()
+        return super().run(finishing, idle)
+
+    def _handle(self, msgs: list) -> None:
+        good = [m for m in msgs if m.error() is None]
+        for m in msgs:
+            if m.error() is not None:
+                self._error(m.error())
+        if good:
+            self._transact(good, self._positions(sorted({m.partition() for m in good})))
+
+    def _positions(self, parts: list[int]) -> dict[int, int]:
+        """The consumer's next offset in these partitions (past any transaction marker)."""
+        from confluent_kafka import TopicPartition
+
+        got = self.c.position([TopicPartition(self.topic, p) for p in parts])
+        return {tp.partition: tp.offset for tp in got if tp.offset is not None and tp.offset >= 0}
+
+    def _transact(self, msgs: list, upto: dict[int, int]) -> None:
+        """The messages processed and written to the output one by one, and `upto`
+        committed, in one transaction; on failure the partitions rewound to what the group
+        has committed."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not upto:
+            return
+        deadline = time.monotonic() + COMMIT_S
+        try:
+            try:
+                self.p.begin_transaction()
+                for m in msgs:
+                    self.events.process(m.value(), str(m.partition()), m.offset(), f"{m.partition()}:{m.offset()}")
+                    self._produce(m)
+                if msgs and self.rnd.random() < self.spec.abort:
+                    self.p.flush(max(0.1, deadline - time.monotonic()))  # the copies written, then aborted
+                    raise TxnFailed(ON_PURPOSE)
+                tps = [TopicPartition(self.topic, p, o) for p, o in sorted(upto.items())]
+                self._retried(lambda t: self.p.send_offsets_to_transaction(tps, self.c.consumer_group_metadata(), t),
+                              deadline)
+                self._retried(self.p.commit_transaction, deadline)
+            except KafkaException as e:
+                raise TxnFailed(e.args[0]) from None
+        except TxnFailed as f:
+            self._failed(f.error, sorted(upto), deadline)
+            return
+        for p, o in sorted(upto.items()):
+            self.events.commit(str(p), o)
+            self.done[p] = o
+
+    def _produce(self, m) -> None:
+        while True:
+            try:
+                self.p.produce(self.out, m.value(), key=m.key(), partition=m.partition())
+                return
+            except BufferError:
+                self.p.poll(0.05)
+
+    @staticmethod
+    def _retried(call, deadline: float) -> None:
+        """`call(timeout)` again after each retriable error until `deadline`."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                call(max(0.1, deadline - time.monotonic()))
+                return
+            except KafkaException as e:
+                err = e.args[0]
+                if not err.retriable() or err.txn_requires_abort() or time.monotonic() >= deadline:
+                    raise
+
+    def _failed(self, err, parts: list[int], deadline: float) -> None:
+        """The transaction aborted (or, where it cannot be, the producer replaced: its
+        successor's init_transactions ends it), its commits recorded as failed, and the
+        partitions rewound to the group's committed offsets."""
+        from confluent_kafka import KafkaException
+
+        why = err if err is ON_PURPOSE else f"{err.name()}: {err.str()}"[:160]
+        for p in parts:
+            self.events.commit(str(p), None, why)
+        try:
+            if err is not ON_PURPOSE and not err.txn_requires_abort():
+                raise TxnFailed(err)
+            self._retried(self.p.abort_transaction, deadline)
+        except (KafkaException, TxnFailed):
+            old, self.p = self.p, None
+            old.purge()
+            self.p = self._producer()
+        self._rewind(parts, deadline)
+
+    def _rewind(self, parts: list[int], deadline: float) -> None:
+        """Each partition still assigned back to the offset the group has committed (none:
+        the beginning)."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        mine = {tp.partition for tp in self.c.assignment() if tp.topic == self.topic}
+        tps = [TopicPartition(self.topic, p) for p in parts if p in mine]
+        while tps:
+            try:
+                got = self.c.committed(tps, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+                break
+            except KafkaException:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+        else:
+            return
+        for tp in got:
+            try:
+                self.c.seek(TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+                self.events.rewind(str(tp.partition), tp.offset if tp.offset >= 0 else None)
+            except KafkaException as e:  # no longer assigned: its new owner starts from the commit
+                self._error(e.args[0])
+
+    def caught_up(self) -> Optional[str]:
+        """The markers ending the input's last transactions moved the position past the last
+        commit without a message: an offsets-only transaction commits them, then as a group."""
+        from confluent_kafka import KafkaException
+
+        try:
+            mine = sorted(tp.partition for tp in self.c.assignment() if tp.topic == self.topic)
+            ahead = {p: o for p, o in self._positions(mine).items() if o > self.done.get(p, -1)}
+        except KafkaException as e:
+            return f"{e.args[0]}"[:200]
+        self._transact([], ahead)
+        return super().caught_up()
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.purge()
+        super().close()

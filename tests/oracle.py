@@ -360,7 +360,7 @@ def _txns(checked: list[dict]) -> dict:
     """The transactions' figures (format 1.7): a transaction is committed if one of its
     outcome rows is an ack, else aborted if one is a nack, else unknown."""
     out = dict.fromkeys(("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
-                         "offset_conflicts", "nonmonotonic_reads"), 0)
+                         "offset_conflicts", "nonmonotonic_reads", "interleaved_txns"), 0)
     kinds: dict[tuple, set] = {}
     members: dict[tuple, set] = {}
     for r in checked:
@@ -394,6 +394,19 @@ def _txns(checked: list[dict]) -> dict:
             key = (r["client"], int(p))
             out["nonmonotonic_reads"] += int(key in last and int(o) <= last[key])
             last[key] = int(o)
+    txn_of: dict[tuple, int] = {}
+    for (_, t), ms in members.items():
+        for m in ms:
+            txn_of[m] = max(t, txn_of.get(m, t))
+    latest: dict[tuple, int] = {}
+    for r in sorted((r for r in checked if r["type"] == "recv" and (r["producer"], r["value"]) in txn_of),
+                    key=lambda r: r["seq"]):
+        off = r["offset"] or ""
+        p, _, o = off.partition(":")
+        key = (r["client"], r["producer"], p if p.isdigit() and o.isdigit() else "")
+        t = txn_of[(r["producer"], r["value"])]
+        out["interleaved_txns"] += int(key in latest and t < latest[key])
+        latest[key] = max(t, latest.get(key, t))
     return out
 
 
@@ -416,7 +429,11 @@ def _eos(checked: list[dict], output_rows: list[dict], outputs: set) -> dict:
         if r["type"] in ("ack", "nack", "unknown"):
             told.setdefault((r["producer"], r["value"]), set()).add(r["type"])
     out["eos_recv_rows"] = sum(got.values())
-    out["eos_duplicates"] = sum(k > 1 for k in got.values())
+    stored: dict[tuple, set] = {}
+    for r in checked:
+        if r["type"] == "recv" and r["value"] is not None and r["offset"] is not None:
+            stored.setdefault((r["producer"], r["value"]), set()).add(r["offset"])
+    out["eos_duplicates"] = sum(k > max(1, len(stored.get(m, ()))) for m, k in got.items())
     out["eos_missing"] = sum(1 for m, ks in told.items() if "ack" in ks and m not in got)
     out["eos_nacked"] = sum(1 for m in got if told.get(m) == {"nack"})
     return out
@@ -429,7 +446,7 @@ def _result(v: dict) -> str:
     if v["eos_outputs"] and (v["eos_duplicates"] or v["eos_nacked"] or (
             v["eos_read_complete"] and groups_done and decides and v["eos_missing"])):
         return "fail"
-    if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or v["nonmonotonic_reads"]
+    if v["txns"] and (v["aborted_reads"] or v["offset_conflicts"] or v["nonmonotonic_reads"] or v["interleaved_txns"]
                       or (decides and v["torn_txns"])):
         return "fail"
     if v["groups"] and decides and groups_done and v["group_skips"] > 0:

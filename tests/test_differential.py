@@ -27,8 +27,8 @@ KEYS = [
     "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
     "group_read_complete",
     "txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
-    "nonmonotonic_reads", "eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked",
-    "eos_read_complete",
+    "nonmonotonic_reads", "interleaved_txns", "eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing",
+    "eos_nacked", "eos_read_complete",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]

@@ -28,6 +28,7 @@ def _clean(v: dict) -> None:
     assert v["txns_committed"] > 0 and v["txns_aborted"] > 0, v
     assert v["read_complete"] is True, v["read_status"]
     assert v["aborted_reads"] == 0 and v["torn_txns"] == 0 and v["offset_conflicts"] == 0, v
+    assert v["nonmonotonic_reads"] == v["interleaved_txns"] == 0, v
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
 
 

@@ -44,6 +44,7 @@ def test_a_killed_transaction_coordinator_aborts_reads_nothing_and_tears_nothing
     assert all(r["txn"] is not None for r in rows if r["detail"] != "no answer within ack_timeout"), rows[:3]
     assert v["read_complete"] is True, v["read_status"]
     assert v["aborted_reads"] == 0 and v["torn_txns"] == 0 and v["offset_conflicts"] == 0, v
+    assert v["nonmonotonic_reads"] == v["interleaved_txns"] == 0, v
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
 
 
@@ -73,6 +74,7 @@ def test_consume_transform_produce_through_a_coordinator_kill_is_exactly_once(tm
     assert v["eos_recv_rows"] == v["pos_ack_count"] > 0, v
     assert v["eos_duplicates"] == v["eos_missing"] == v["eos_nacked"] == 0, v
     assert v["aborted_reads"] == v["torn_txns"] == v["offset_conflicts"] == v["nonmonotonic_reads"] == 0, v
+    assert v["interleaved_txns"] == 0, v
     assert v["result"] == "pass", v
 
 

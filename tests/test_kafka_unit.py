@@ -2,6 +2,8 @@
 callback for each acks mode."""
 from types import SimpleNamespace
 
+import pytest
+
 from brokerchaos.systems.kafka.client import KafkaProducer
 
 
@@ -146,3 +148,32 @@ def test_the_partitions_delegation_moves_the_client_node_at_once():
     log("BRKDELGT [p1#producer-6] [thrd:main]: bc-run-001 [0]: delegate to broker 10.0.0.1:9092/1 "
         "(rktp 0x7f35b06fe630, term 0, ref 4)")
     assert p.node() == "n1"
+
+
+def test_a_library_call_past_its_timeout_is_taken_for_hung_and_left_behind():
+    import threading
+    import time
+
+    from brokerchaos.systems.kafka import ctp
+
+    assert ctp.bounded(lambda: 7, 1.0, "fast") == 7
+    with pytest.raises(ValueError):
+        ctp.bounded(lambda: (_ for _ in ()).throw(ValueError("no")), 1.0, "raises")
+    release = threading.Event()
+    old, ctp.HANG_GRACE_S = ctp.HANG_GRACE_S, 0.2
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ctp.TxnFailed) as e:
+            ctp.bounded(lambda: release.wait(30), 0.3, "send_offsets_to_transaction")
+        assert time.monotonic() - t0 < 2 and e.value.why.startswith("hung: send_offsets_to_transaction") and \
+            not e.value.abortable, e.value.why
+    finally:
+        ctp.HANG_GRACE_S = old
+        release.set()
+
+
+def test_a_member_slot_keeps_its_transactional_id_across_incarnations():
+    from brokerchaos.systems.kafka.ctp import slot_of
+
+    assert slot_of("g1-m1") == slot_of("g1-m1-r2") == slot_of("g1-m1-r13") == "g1-m1"
+    assert slot_of("g1-m12") == "g1-m12"

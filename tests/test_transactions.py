@@ -42,7 +42,7 @@ def test_committed_transactions_read_whole_and_aborted_ones_unread_pass(spark_an
     assert v["aborted_reads"] == v["torn_txns"] == v["offset_conflicts"] == 0 and v["result"] == "pass", v
     assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("txn-")} == {
         "aborted reads": "pass", "torn transactions": "pass", "offset conflicts": "pass",
-        "nonmonotonic reads": "pass"}
+        "nonmonotonic reads": "pass", "interleaved transactions": "pass"}
 
 
 def test_a_message_of_an_aborted_transaction_read_is_an_aborted_read(spark_analyze, tmp_path):
@@ -142,6 +142,22 @@ def test_a_message_twice_in_the_output_is_an_exactly_once_duplicate(spark_analyz
     assert v["eos_duplicates"] == 1 and policy.BY_NAME["exactly-once duplicates"].judge(v) == "fail", v
 
 
+def _stored_twice() -> H:
+    h = H().sent_acked([1, 2, 3])
+    for i, x in enumerate([1, 2, 2, 3]):
+        h.ev("c1", "recv", "p1", x, offset=f"0:{i}")
+    return h.ev("c1", "read_end", detail="complete")
+
+
+def test_a_message_stored_twice_in_the_input_may_be_copied_twice(spark_analyze, tmp_path):
+    # a plain producer's resend stored 2 at two offsets: its two copies are two records
+    v = oracle.agreed(spark_analyze, _ctp(_stored_twice(), [1, 2, 2, 3], [1, 2, 2, 3]).rows, tmp_path, EOS)
+    assert v["eos_duplicates"] == 0 and v["eos_recv_rows"] == 4 and v["result"] == "pass", v
+    # a third copy is one too many
+    v = oracle.agreed(spark_analyze, _ctp(_stored_twice(), [1, 2, 2, 3], [1, 2, 2, 2, 3]).rows, tmp_path / "2", EOS)
+    assert v["eos_duplicates"] == 1 and v["result"] == "fail", v
+
+
 def test_an_acked_message_missing_from_the_output_is_exactly_once_loss(spark_analyze, tmp_path):
     v = _eos(spark_analyze, [1, 2, 3, 7, 8], tmp_path)
     assert v["eos_missing"] == 1 and v["result"] == "fail", v
@@ -163,3 +179,25 @@ def test_a_run_without_an_output_read_is_outside_the_exactly_once_checks(spark_a
     v = oracle.agreed(spark_analyze, h.rows, tmp_path, EOS)
     assert v["eos_outputs"] == 0 and v["eos_read_complete"] is None, v
     assert {c.judge(v) for c in policy.CHECKS if c.kind.startswith("eos-")} == {"n/a"}
+
+
+def test_a_transaction_read_after_a_later_one_of_its_producer_in_the_partition_is_interleaved(spark_analyze,
+                                                                                           tmp_path):
+    # transactions 1 (1..3) and 2 (4..6): 3 read after 4 in partition 0
+    h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 4, 3, 5, 6], offsets={4: 2, 3: 3})
+    v = oracle.agreed(spark_analyze, h.rows, tmp_path, KEYS + ("interleaved_txns",))
+    assert v["interleaved_txns"] == 1 and v["nonmonotonic_reads"] == 0 and v["result"] == "fail", v
+    assert policy.BY_NAME["interleaved transactions"].judge(v) == "fail"
+
+
+def test_transactions_read_in_order_per_partition_are_not_interleaved(spark_analyze, tmp_path):
+    # transaction 2 in partition 1 read before transaction 1 in partition 0: partitions are
+    # read in any order; and another producer's transactions mix with p1's freely
+    h = _txns(_txns(H(), ["ack", "ack"]), ["ack"], producer="p2")
+    for p, x, off in [("p1", 4, "1:0"), ("p1", 5, "1:1"), ("p1", 6, "1:2"), ("p2", 1, "0:9"), ("p1", 1, "0:0"),
+                      ("p2", 2, "0:10"), ("p1", 2, "0:1"), ("p1", 3, "0:2"), ("p2", 3, "0:11")]:
+        h.ev("c1", "recv", p, x, offset=off)
+    h.ev("c1", "read_end", detail="complete")
+    v = oracle.agreed(spark_analyze, h.rows, tmp_path, KEYS + ("interleaved_txns",))
+    assert v["interleaved_txns"] == 0 and v["txns"] == 3, v
+    assert policy.BY_NAME["interleaved transactions"].judge(v) == "pass", v

@@ -11,14 +11,20 @@ else *aborted* when one is a `nack`, else *unknown*.
 - offset conflicts: offsets at which two different messages were seen, by the producers'
   reports (`ack`, `nack`) or the checking read, in a run with transactions;
 - nonmonotonic reads: reads at a partition's offset (`<partition>:<offset>`, Kafka's) not
-  past the one the same reader read before it in that partition, in a run with transactions.
+  past the one the same reader read before it in that partition, in a run with transactions;
+- interleaved transactions: reads of a message of a producer's transaction after the same
+  reader read, in the same partition, a message of a later transaction of that producer
+  (its transactions end one before the next begins: the log may not mix them, KAFKA-17754's
+  shape).
 Only the rows with a `txn` are grouped message by message: a run without transactions costs
 one filtered pass.
 
 Exactly once (`exactly_once`): what a consume-transform-produce group wrote to its output,
 as the end read of that output found it (clients whose subscribe detail is `output`), held
 against the producers' outcomes of the input:
-- eos duplicates: messages the output holds more than once;
+- eos duplicates: messages the output holds more often than the input does (as the checking
+  read found it: its distinct offsets, at least one): a message stored twice in the input
+  (a plain producer's resend) is rightly copied twice;
 - eos missing: acked messages the output lacks (decided once the output's read, the group's
   and the checking read finished);
 - eos nacked: messages in the output whose every outcome was a nack (an aborted transaction's
@@ -33,7 +39,7 @@ from ..history.schema import read_finished
 from .frames import count_when
 
 TXN_KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns",
-            "offset_conflicts", "nonmonotonic_reads")
+            "offset_conflicts", "nonmonotonic_reads", "interleaved_txns")
 _MSG = ["run", "producer", "value"]
 
 
@@ -58,11 +64,12 @@ def analyze(checked: DataFrame) -> dict[str, dict]:
     if not per:
         return {}
     mine = checked.where(F.col("run").isin(sorted(per)))
-    conflicts, backwards = _offset_conflicts(mine), _nonmonotonic(mine)
+    conflicts, backwards, mixed = _offset_conflicts(mine), _nonmonotonic(mine), _interleaved(mine, msgs)
     for run, x in per.items():
         x.pop("run", None)
         x["offset_conflicts"] = conflicts.get(run, 0)
         x["nonmonotonic_reads"] = backwards.get(run, 0)
+        x["interleaved_txns"] = mixed.get(run, 0)
     return {run: {k: int(x[k] or 0) for k in TXN_KEYS} for run, x in per.items()}
 
 
@@ -86,6 +93,21 @@ def _nonmonotonic(rows: DataFrame) -> dict[str, int]:
     return {r["run"]: int(r["n"]) for r in back.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
 
 
+
+def _interleaved(rows: DataFrame, msgs: DataFrame) -> dict[str, int]:
+    """Per run, reads of a message whose transaction is earlier than one the same reader read
+    before it in the same partition (`<partition>:<offset>`; one partition where the offset
+    has another form) from the same producer."""
+    off = F.col("offset")
+    part = F.when(off.rlike(r"^[0-9]+:[0-9]+$"), F.split(off, ":")[0]).otherwise(F.lit(""))
+    reads = rows.where((F.col("type") == "recv") & F.col("value").isNotNull()).select(
+        "run", "client", "seq", "producer", "value", part.alias("p")).join(msgs.select(*_MSG, "txn"), _MSG)
+    before = Window.partitionBy("run", "client", "producer", "p").orderBy("seq").rowsBetween(
+        Window.unboundedPreceding, -1)
+    late = reads.withColumn("m", F.max("txn").over(before)).where(F.col("txn") < F.col("m"))
+    return {r["run"]: int(r["n"]) for r in late.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
+
+
 EOS_KEYS = ("eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked")
 EOS_NONE = {**dict.fromkeys(EOS_KEYS, 0), "eos_read_complete": None}
 
@@ -98,10 +120,13 @@ def exactly_once(checked: DataFrame, outputs: DataFrame, ends: dict[str, list]) 
     told = checked.where(F.col("run").isin(runs) & t.isin("ack", "nack", "unknown")).groupBy(*_MSG).agg(
         F.max((t == "ack").cast("int")).alias("a"), F.max((t == "nack").cast("int")).alias("n"),
         F.max((t == "unknown").cast("int")).alias("u"))
-    both = told.join(got, _MSG, "full_outer")
+    stored = checked.where(F.col("run").isin(runs) & (t == "recv") & F.col("value").isNotNull()).groupBy(*_MSG) \
+        .agg(F.countDistinct("offset").alias("s"))
+    both = told.join(got, _MSG, "full_outer").join(stored, _MSG, "left")
     k, a = F.coalesce("k", F.lit(0)), F.coalesce("a", F.lit(0))
     per = {r["run"]: r.asDict() for r in both.groupBy("run").agg(
-        F.sum(k).alias("eos_recv_rows"), count_when(k > 1).alias("eos_duplicates"),
+        F.sum(k).alias("eos_recv_rows"), count_when(k > F.greatest(F.lit(1), F.coalesce("s", F.lit(0)))).alias(
+            "eos_duplicates"),
         count_when((a == 1) & (k == 0)).alias("eos_missing"),
         count_when((k > 0) & (a == 0) & (F.coalesce("u", F.lit(0)) == 0) & (F.col("n") == 1)).alias("eos_nacked"),
     ).collect()}

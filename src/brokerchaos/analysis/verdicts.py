@@ -194,6 +194,7 @@ class Verdict(TypedDict, total=False):
     torn_txns: int
     offset_conflicts: int
     nonmonotonic_reads: int
+    interleaved_txns: int
     # exactly once (a consume-transform-produce group's output read back; 0 and None without one)
     eos_outputs: int
     eos_recv_rows: int

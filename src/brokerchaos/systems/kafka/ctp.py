@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 import time
 from typing import Optional
 
@@ -36,12 +37,44 @@ def slot_of(member: str) -> str:
 ON_PURPOSE = "aborted: on purpose (group abort share)"  # a commit row's failure when the member gave up itself
 
 
-class TxnFailed(Exception):
-    """A transaction that did not commit; `error` is the library's KafkaError."""
+HANG_GRACE_S = 5.0  # past its own timeout, a library call is taken for hung
 
-    def __init__(self, error) -> None:
-        super().__init__(error)
-        self.error = error
+
+class TxnFailed(Exception):
+    """A transaction that did not commit: why (a commit row's failure), and whether it can
+    be aborted (else the producer is replaced)."""
+
+    def __init__(self, why: str, abortable: bool) -> None:
+        super().__init__(why)
+        self.why, self.abortable = why, abortable
+
+    @classmethod
+    def of(cls, err) -> "TxnFailed":
+        return cls(f"{err.name()}: {err.str()}"[:160], err.txn_requires_abort())
+
+
+def bounded(call, timeout: float, name: str):
+    """`call()` in a thread of its own, given `timeout` + HANG_GRACE_S to return: librdkafka's
+    send_offsets_to_transaction was seen to block for minutes past its timeout once a killed
+    broker had been its group coordinator (librdkafka issues 5456 and 5511). A call that does
+    not return is left where it is, and TxnFailed says so (its producer is then replaced)."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["ok"] = call()
+        except BaseException as e:  # handed to the caller's thread
+            box["err"] = e
+
+    th = threading.Thread(target=run, daemon=True, name=name)
+    th.start()
+    th.join(timeout + HANG_GRACE_S)
+    if th.is_alive():
+        raise TxnFailed(f"hung: {name} did not return within {timeout + HANG_GRACE_S:.0f} s (its timeout "
+                        f"{timeout:.0f} s)", False)
+    if "err" in box:
+        raise box["err"]
+    return box.get("ok")
 
 
 class KafkaTransformMember(KafkaGroupMember):
@@ -66,8 +99,8 @@ class KafkaTransformMember(KafkaGroupMember):
                       "transaction.timeout.ms": TXN_TIMEOUT_MS, "message.timeout.ms": TXN_TIMEOUT_MS,
                       "socket.timeout.ms": 3000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
                       "log_level": 0, "logger": quiet_logger("librdkafka")})
-        p.init_transactions(COMMIT_S)  # fences an earlier incarnation, ends what it left open
-        return p
+        bounded(lambda: p.init_transactions(COMMIT_S), COMMIT_S, "init_transactions")  # fences an earlier
+        return p  # incarnation, ends what it left open
 
     def run(self, finishing, idle: float) -> str:
         self.p = self._producer()
@@ -105,15 +138,16 @@ class KafkaTransformMember(KafkaGroupMember):
                     self._produce(m)
                 if msgs and self.rnd.random() < self.spec.abort:
                     self.p.flush(max(0.1, deadline - time.monotonic()))  # the copies written, then aborted
-                    raise TxnFailed(ON_PURPOSE)
+                    raise TxnFailed(ON_PURPOSE, True)
                 tps = [TopicPartition(self.topic, p, o) for p, o in sorted(upto.items())]
-                self._retried(lambda t: self.p.send_offsets_to_transaction(tps, self.c.consumer_group_metadata(), t),
-                              deadline)
-                self._retried(self.p.commit_transaction, deadline)
+                meta = self.c.consumer_group_metadata()
+                self._retried(lambda t: self.p.send_offsets_to_transaction(tps, meta, t), deadline,
+                              "send_offsets_to_transaction")
+                self._retried(self.p.commit_transaction, deadline, "commit_transaction")
             except KafkaException as e:
-                raise TxnFailed(e.args[0]) from None
+                raise TxnFailed.of(e.args[0]) from None
         except TxnFailed as f:
-            self._failed(f.error, sorted(upto), deadline)
+            self._failed(f, sorted(upto), deadline)
             return
         for p, o in sorted(upto.items()):
             self.events.commit(str(p), o)
@@ -128,35 +162,36 @@ class KafkaTransformMember(KafkaGroupMember):
                 self.p.poll(0.05)
 
     @staticmethod
-    def _retried(call, deadline: float) -> None:
-        """`call(timeout)` again after each retriable error until `deadline`."""
+    def _retried(call, deadline: float, name: str) -> None:
+        """`call(timeout)` again after each retriable error until `deadline`, each bounded."""
         from confluent_kafka import KafkaException
 
         while True:
             try:
-                call(max(0.1, deadline - time.monotonic()))
+                left = max(0.1, deadline - time.monotonic())
+                bounded(lambda left=left: call(left), left, name)
                 return
             except KafkaException as e:
                 err = e.args[0]
                 if not err.retriable() or err.txn_requires_abort() or time.monotonic() >= deadline:
                     raise
 
-    def _failed(self, err, parts: list[int], deadline: float) -> None:
+    def _failed(self, f: TxnFailed, parts: list[int], deadline: float) -> None:
         """The transaction aborted (or, where it cannot be, the producer replaced: its
         successor's init_transactions ends it), its commits recorded as failed, and the
         partitions rewound to the group's committed offsets."""
         from confluent_kafka import KafkaException
 
-        why = err if err is ON_PURPOSE else f"{err.name()}: {err.str()}"[:160]
         for p in parts:
-            self.events.commit(str(p), None, why)
+            self.events.commit(str(p), None, f.why)
         try:
-            if err is not ON_PURPOSE and not err.txn_requires_abort():
-                raise TxnFailed(err)
-            self._retried(self.p.abort_transaction, deadline)
-        except (KafkaException, TxnFailed):
+            if not f.abortable:
+                raise f
+            self._retried(self.p.abort_transaction, deadline, "abort_transaction")
+        except (KafkaException, TxnFailed) as e:
             old, self.p = self.p, None
-            old.purge()
+            if not (isinstance(e, TxnFailed) and e.why.startswith("hung")):
+                old.purge()  # a hung one is left alone: its call still holds it
             self.p = self._producer()
         self._rewind(parts, deadline)
 

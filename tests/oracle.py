@@ -398,15 +398,16 @@ def _txns(checked: list[dict]) -> dict:
     for (_, t), ms in members.items():
         for m in ms:
             txn_of[m] = max(t, txn_of.get(m, t))
-    latest: dict[tuple, int] = {}
-    for r in sorted((r for r in checked if r["type"] == "recv" and (r["producer"], r["value"]) in txn_of),
-                    key=lambda r: r["seq"]):
+    highest: dict[tuple, int] = {}  # the highest value read so far, its transaction the latest
+    for r in sorted((r for r in checked if r["type"] == "recv" and r["value"] is not None), key=lambda r: r["seq"]):
         off = r["offset"] or ""
         p, _, o = off.partition(":")
         key = (r["client"], r["producer"], p if p.isdigit() and o.isdigit() else "")
-        t = txn_of[(r["producer"], r["value"])]
-        out["interleaved_txns"] += int(key in latest and t < latest[key])
-        latest[key] = max(t, latest.get(key, t))
+        hi = highest.get(key)
+        if hi is not None and r["value"] < hi and (r["producer"], r["value"]) in txn_of \
+                and (r["producer"], hi) in txn_of:
+            out["interleaved_txns"] += int(txn_of[(r["producer"], r["value"])] < txn_of[(r["producer"], hi)])
+        highest[key] = max(r["value"], hi if hi is not None else r["value"])
     return out
 
 

@@ -64,7 +64,8 @@ def analyze(checked: DataFrame) -> dict[str, dict]:
     if not per:
         return {}
     mine = checked.where(F.col("run").isin(sorted(per)))
-    conflicts, backwards, mixed = _offset_conflicts(mine), _nonmonotonic(mine), _interleaved(mine, msgs)
+    conflicts = _offset_conflicts(mine)
+    backwards, mixed = _out_of_order(mine, msgs)
     for run, x in per.items():
         x.pop("run", None)
         x["offset_conflicts"] = conflicts.get(run, 0)
@@ -82,30 +83,41 @@ def _offset_conflicts(rows: DataFrame) -> dict[str, int]:
         F.count(F.lit(1)).alias("n")).collect()}
 
 
-def _nonmonotonic(rows: DataFrame) -> dict[str, int]:
-    """Per run, reads whose partition offset is not past the same reader's read before it
-    in that partition (in the reader's own order, `seq`)."""
-    parts = F.split(F.col("offset"), ":")
-    reads = rows.where((F.col("type") == "recv") & F.col("offset").rlike(r"^[0-9]+:[0-9]+$")).select(
-        "run", "client", "seq", parts[0].cast("int").alias("p"), parts[1].cast("long").alias("o"))
-    before = F.lag("o").over(Window.partitionBy("run", "client", "p").orderBy("seq"))
-    back = reads.withColumn("before", before).where(F.col("o") <= F.col("before"))
-    return {r["run"]: int(r["n"]) for r in back.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
-
-
-
-def _interleaved(rows: DataFrame, msgs: DataFrame) -> dict[str, int]:
-    """Per run, reads of a message whose transaction is earlier than one the same reader read
-    before it in the same partition (`<partition>:<offset>`; one partition where the offset
-    has another form) from the same producer."""
+def _out_of_order(rows: DataFrame, msgs: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+    """Per run, the nonmonotonic reads and the interleaved transactions, from one shuffle of
+    the reads (by run, reader and partition: `<partition>:<offset>`, one partition where the
+    offset has another form).
+    - nonmonotonic: a read whose offset is not past the same reader's read before it in that
+      partition (in the reader's own order, `seq`);
+    - interleaved: a read of a message whose transaction is earlier than one the same reader
+      read before it in the partition from the same producer. A producer's transactions hold
+      its values in send order, so the latest transaction read so far is the one of the
+      highest value read so far: the window finds the few reads below it, and only those are
+      looked up."""
     off = F.col("offset")
-    part = F.when(off.rlike(r"^[0-9]+:[0-9]+$"), F.split(off, ":")[0]).otherwise(F.lit(""))
-    reads = rows.where((F.col("type") == "recv") & F.col("value").isNotNull()).select(
-        "run", "client", "seq", "producer", "value", part.alias("p")).join(msgs.select(*_MSG, "txn"), _MSG)
-    before = Window.partitionBy("run", "client", "producer", "p").orderBy("seq").rowsBetween(
+    kafka = off.rlike(r"^[0-9]+:[0-9]+$")
+    reads = rows.where(F.col("type") == "recv").select(
+        "run", "client", "seq", "producer", "value",
+        F.when(kafka, F.split(off, ":")[0]).otherwise(F.lit("")).alias("p"),
+        F.when(kafka, F.split(off, ":")[1].cast("long")).alias("o"))
+    # the second window's keys hold the first's: one exchange serves both
+    at = Window.partitionBy("run", "client", "p")
+    mine = Window.partitionBy("run", "client", "p", "producer").orderBy("seq").rowsBetween(
         Window.unboundedPreceding, -1)
-    late = reads.withColumn("m", F.max("txn").over(before)).where(F.col("txn") < F.col("m"))
-    return {r["run"]: int(r["n"]) for r in late.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
+    marked = reads.withColumn("before", F.lag("o").over(at.orderBy("seq"))) \
+        .withColumn("hi", F.max("value").over(mine)).where((F.col("o") <= F.col("before"))
+                                                           | (F.col("value") < F.col("hi"))).cache()
+    try:
+        backwards = {r["run"]: int(r["n"]) for r in marked.where(F.col("o") <= F.col("before")).groupBy("run").agg(
+            F.count(F.lit(1)).alias("n")).collect()}
+        txn = msgs.select(*_MSG, "txn")
+        late = marked.where(F.col("value") < F.col("hi")).join(txn, _MSG).join(
+            txn.select("run", "producer", F.col("value").alias("hi"), F.col("txn").alias("hi_txn")),
+            ["run", "producer", "hi"]).where(F.col("txn") < F.col("hi_txn"))
+        mixed = {r["run"]: int(r["n"]) for r in late.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
+    finally:
+        marked.unpersist()
+    return backwards, mixed
 
 
 EOS_KEYS = ("eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked")

@@ -59,15 +59,12 @@ class Check:
     def judge(self, v: dict) -> str:
         """pass, fail, undecided or n/a (a group check of a run without a group) for one run's verdict."""
         if self.kind.startswith("group-"):
-            return self._judge_group(v)
+            return self._judge_scoped(v, "groups", v.get("group_read_complete") is True, read_decides(v))
         if self.kind.startswith("eos-"):
-            return self._judge_eos(v)
+            return self._judge_scoped(v, "eos_outputs", v.get("eos_read_complete") is True,
+                                      v.get("group_read_complete") is True and read_decides(v))
         if self.kind.startswith("txn-"):
-            if not v.get("txns"):
-                return NA
-            n = int(v.get(self.key) or 0)
-            return FAIL if n and self.kind == "txn-seen" else UNDECIDED if not read_decides(v) else \
-                FAIL if n else PASS
+            return self._judge_scoped(v, "txns", read_decides(v), True)
         n = self.count(v)
         if self.kind == "read":
             return FAIL if n else PASS
@@ -79,24 +76,16 @@ class Check:
             return UNDECIDED
         return FAIL if n else PASS
 
-    def _judge_group(self, v: dict) -> str:
-        if not v.get("groups"):
+    def _judge_scoped(self, v: dict, has: str, read: bool, also_for_missing: bool) -> str:
+        """A check of what only some runs have (`has`: their figure of it): n/a without it; a
+        seen violation fails at once; otherwise `read` (the reads it needs finished), and for
+        a missing kind `also_for_missing` too, must hold for a pass or a fail."""
+        if not v.get(has):
             return NA
         n = int(v.get(self.key) or 0)
-        if self.kind == "group-seen" and n:
+        if self.kind.endswith("-seen") and n:
             return FAIL
-        if v.get("group_read_complete") is not True or (self.kind == "group-missing" and not read_decides(v)):
-            return UNDECIDED
-        return FAIL if n else PASS
-
-    def _judge_eos(self, v: dict) -> str:
-        if not v.get("eos_outputs"):
-            return NA
-        n = int(v.get(self.key) or 0)
-        if self.kind == "eos-seen" and n:
-            return FAIL
-        if v.get("eos_read_complete") is not True or (self.kind == "eos-missing" and (
-                v.get("group_read_complete") is not True or not read_decides(v))):
+        if not read or (self.kind.endswith("-missing") and not also_for_missing):
             return UNDECIDED
         return FAIL if n else PASS
 

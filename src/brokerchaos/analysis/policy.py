@@ -137,8 +137,9 @@ CHECKS: tuple[Check, ...] = (
           "reads of a transaction's message after a later transaction's of the same producer in the partition",
           expect="txns-in-order", holds="no producer's transactions mixed in a partition: each read before the next"),
     Check("exactly-once duplicates", "eos_duplicates", "eos-seen", True,
-          "messages a consume-transform-produce group wrote to its output more than once",
-          expect="exactly-once", holds="no message twice in a consume-transform-produce group's output"),
+          "messages a consume-transform-produce group wrote to its output more often than the input holds them",
+          expect="exactly-once", holds="no message in a consume-transform-produce group's output more often than "
+                                       "in its input"),
     Check("exactly-once loss", "eos_missing", "eos-missing", True,
           "acked messages missing from a consume-transform-produce group's output", expect="eos-no-loss",
           holds="every acked message in the output of a consume-transform-produce group that finished"),

@@ -2,6 +2,7 @@
 recorded through each library, on the same cluster settings.
 
     sudo .venv/bin/python benchmarks/java_clients.py [--messages 50000] [--rate 0] [--out /tmp/bc-bench-java]
+        [--case kafka ...]
 
 For each case (Kafka 3.9: librdkafka, java; Pulsar 4.0: cpp, java; Kafka and Pulsar in
 transactions of 10 through the Java client) one run of `brokerchaos run` as a user runs it:
@@ -52,8 +53,11 @@ def main() -> None:
     ap.add_argument("--txn-messages", type=int, default=10_000)
     ap.add_argument("--rate", type=float, default=0)
     ap.add_argument("--out", default="/tmp/bc-bench-java")
+    ap.add_argument("--case", action="append", help="only these cases (kafka, pulsar, kafka-txn, pulsar-txn)")
     a = ap.parse_args()
     for name, scenario, option, _ in CASES:
+        if a.case and name not in a.case:
+            continue
         txn = name.endswith("-txn")
         flags = {"runs": 1, "name": f"bench-{name}-{option[0].split('=')[1]}", "fault": "none", "option": option,
                  "messages": a.txn_messages if txn else a.messages, "in_flight": 10_000, "after_acks": 1}

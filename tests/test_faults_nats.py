@@ -221,6 +221,24 @@ def test_delay_adds_the_configured_round_trip(cluster):
     c.no_rules_left()
 
 
+def test_delay_in_holds_what_arrives_at_the_target_from_the_set_named(cluster):
+    # the client's packets on their way to n3 wait (its SYN: the connect takes the delay);
+    # the same link out of n3 and every other node's links do not
+    c = cluster
+    f = c.fault("delay", {"delay_ms": 40, "direction": "in", "from": "clients"})
+    c.inject(f, "n3")
+    try:
+        during = c.from_client(connect_ms, c.ip("n3"), CLIENT_PORT)
+        other = c.from_client(connect_ms, c.ip("n1"), CLIENT_PORT)
+        peer = c.from_node("n1", connect_ms, c.ip("n3"), CLIENT_PORT)
+    finally:
+        c.heal(f)
+    assert 40 - 5 <= during <= 40 + 20, during
+    assert other < 5 and peer < 5, (other, peer)
+    assert f.effect == {**f.effect, "method": "nfqueue", "direction": "in"}
+    c.no_rules_left()
+
+
 def test_loss_drops_about_the_configured_share(cluster):
     c = cluster
     port, n = 9999, 3000

@@ -42,6 +42,8 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"fault": "loss-leader"}, "fault.params.probability"),
     ({"fault": "loss-leader", "fault_param": ["probability=1.5"]}, "fault.params.probability"),
     ({"fault": "delay-leader", "fault_param": ["delay_ms=10", "jitter_ms=20"]}, "fault.params"),
+    ({"fault": "delay-leader", "fault_param": ["delay_ms=10", "direction=up"]}, "fault.params.direction"),
+    ({"fault": "delay-leader", "fault_param": ["delay_ms=10", "direction=in", "method=netem"]}, "fault.params"),
     ({"fault": "kill-leader", "fault_param": ["speed=3"]}, "fault.params.speed"),
     ({"fault": "isolate-from-leader", "fault_param": ["from=nowhere"]}, "fault.params.from"),
     ({"fault": "kill", "target": "n1|n2"}, "fault.target"),

@@ -1,6 +1,7 @@
 """The Java clients' Python side (options.client java, docs/java-clients.md), with no JVM:
 the configuration handed to kafka-clients, how the Java names of errors become ack, nack
 and unknown, and the line protocol's bridge against a small process speaking it."""
+import asyncio
 import sys
 import textwrap
 
@@ -90,6 +91,46 @@ def test_the_bridge_answers_calls_and_deliveries_in_the_protocol(tmp_path, monke
     assert got == [(None, 0, 100), ("X_NAME", "java why")]
     h.close()
     assert h.bridge.proc.returncode == 0
+
+
+def test_sends_go_out_in_batches_and_every_outcome_comes_back_once(tmp_path, monkeypatch):
+    # more sends than one batch holds, the rest written by a poll; the answers read in
+    # chunks that split lines: each delivery once, to its own callback
+    monkeypatch.setattr(jclient, "classpath", lambda s, m: "")
+    monkeypatch.setattr(jclient.jvm, "argv", lambda cp, main, heap, *a, props=None: [sys.executable, "-c", SPEAKER])
+    h = jclient.Handle("x.Main", "set", [], {}, tmp_path / "h.log")
+    n = 3 * jclient.PUSH_BATCH + 7
+    got: dict[int, int] = {}
+    for i in range(n):
+        h.produce("t", f"p1:{i}".encode(), lambda e, w, i=i: got.__setitem__(i, got.get(i, -1) + w.offset()))
+    deadline = __import__("time").monotonic() + 20
+    while len(h) and __import__("time").monotonic() < deadline:
+        h.poll(0)
+        __import__("time").sleep(0.01)
+    assert len(h) == 0, f"{len(h)} of {n} sends without an outcome"
+    assert got == {i: i + 99 for i in range(n)}  # id i+1 answered at offset i+100, once
+    h.close()
+
+
+def test_on_an_event_loop_the_sends_go_out_when_the_step_ends_not_at_the_next_poll(tmp_path, monkeypatch):
+    monkeypatch.setattr(jclient, "classpath", lambda s, m: "")
+    monkeypatch.setattr(jclient.jvm, "argv", lambda cp, main, heap, *a, props=None: [sys.executable, "-c", SPEAKER])
+    h = jclient.Handle("x.Main", "set", [], {}, tmp_path / "h.log")
+
+    async def step() -> int:
+        for i in range(10):
+            h.produce("t", f"p1:{i}".encode(), lambda e, w: None)
+        got: list = []
+        for _ in range(300):  # no poll: only the write scheduled on the loop sends them
+            await asyncio.sleep(0.01)
+            while not h.done.empty():
+                got.extend(h.done.get_nowait())
+            if len(got) >= 10:
+                break
+        return sum(f[0] == "d" for f in got)
+
+    assert asyncio.run(step()) == 10
+    h.close()
 
 
 def test_a_bridge_that_never_answers_is_bounded_and_one_that_dies_is_named(tmp_path):

@@ -46,14 +46,16 @@ _MSG = ["run", "producer", "value"]
 def analyze(checked: DataFrame) -> dict[str, dict]:
     """Per run with transactions, TXN_KEYS; {} for a history without any."""
     t = F.col("type")
-    outcomes = checked.where(F.col("txn").isNotNull() & t.isin("ack", "nack", "unknown"))
-    msgs = outcomes.groupBy(*_MSG).agg(F.max("txn").alias("txn"), F.max((t == "ack").cast("int")).alias("a"),
-                                       F.max((t == "nack").cast("int")).alias("n"))
-    read = checked.where((t == "recv") & F.col("value").isNotNull()).select(*_MSG).distinct() \
-        .withColumn("r", F.lit(1))
-    txns = msgs.join(read, _MSG, "left").groupBy("run", "producer", "txn").agg(
-        F.max("a").alias("a"), F.max("n").alias("n"), F.count(F.lit(1)).alias("size"),
-        F.sum(F.coalesce("r", F.lit(0))).alias("read"))
+    outcome = F.col("txn").isNotNull() & t.isin("ack", "nack", "unknown")
+    recv = (t == "recv") & F.col("value").isNotNull()
+    if not checked.where(outcome).take(1):  # no transactions: one filtered pass, nothing grouped
+        return {}
+    # a message's outcomes and whether the read found it, from one grouping of both kinds of row
+    msgs = checked.where(outcome | recv).groupBy(*_MSG).agg(
+        F.max(F.when(outcome, F.col("txn"))).alias("txn"), F.max((t == "ack").cast("int")).alias("a"),
+        F.max((t == "nack").cast("int")).alias("n"), F.max(recv.cast("int")).alias("r")).where(F.col("txn").isNotNull())
+    txns = msgs.groupBy("run", "producer", "txn").agg(
+        F.max("a").alias("a"), F.max("n").alias("n"), F.count(F.lit(1)).alias("size"), F.sum("r").alias("read"))
     committed, aborted = F.col("a") == 1, (F.col("a") == 0) & (F.col("n") == 1)
     per = {r["run"]: r.asDict() for r in txns.groupBy("run").agg(
         F.count(F.lit(1)).alias("txns"), count_when(committed).alias("txns_committed"),
@@ -93,7 +95,7 @@ def _out_of_order(rows: DataFrame, msgs: DataFrame) -> tuple[dict[str, int], dic
       read before it in the partition from the same producer. A producer's transactions hold
       its values in send order, so the latest transaction read so far is the one of the
       highest value read so far: the window finds the few reads below it, and only those are
-      looked up."""
+      looked up (none: the messages are not grouped again)."""
     off = F.col("offset")
     kafka = off.rlike(r"^[0-9]+:[0-9]+$")
     reads = rows.where(F.col("type") == "recv").select(
@@ -110,14 +112,20 @@ def _out_of_order(rows: DataFrame, msgs: DataFrame) -> tuple[dict[str, int], dic
     try:
         backwards = {r["run"]: int(r["n"]) for r in marked.where(F.col("o") <= F.col("before")).groupBy("run").agg(
             F.count(F.lit(1)).alias("n")).collect()}
-        txn = msgs.select(*_MSG, "txn")
-        late = marked.where(F.col("value") < F.col("hi")).join(txn, _MSG).join(
-            txn.select("run", "producer", F.col("value").alias("hi"), F.col("txn").alias("hi_txn")),
-            ["run", "producer", "hi"]).where(F.col("txn") < F.col("hi_txn"))
-        mixed = {r["run"]: int(r["n"]) for r in late.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
+        below = marked.where(F.col("value") < F.col("hi"))
+        mixed = _interleaved(below, msgs) if below.take(1) else {}
     finally:
         marked.unpersist()
     return backwards, mixed
+
+
+def _interleaved(below: DataFrame, msgs: DataFrame) -> dict[str, int]:
+    """Per run, the reads below the highest value read whose transaction is the earlier."""
+    txn = msgs.select(*_MSG, "txn")
+    late = below.join(txn, _MSG).join(
+        txn.select("run", "producer", F.col("value").alias("hi"), F.col("txn").alias("hi_txn")),
+        ["run", "producer", "hi"]).where(F.col("txn") < F.col("hi_txn"))
+    return {r["run"]: int(r["n"]) for r in late.groupBy("run").agg(F.count(F.lit(1)).alias("n")).collect()}
 
 
 EOS_KEYS = ("eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing", "eos_nacked")

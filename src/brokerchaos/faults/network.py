@@ -230,6 +230,15 @@ class DelayParams(BaseModel):
     jitter_ms: float = Field(0.0, ge=0, description="uniform ± jitter (reorders packets, as netem does)")
     from_: Optional[str] = Field(None, alias="from", description="only the links to this set (default: all)")
     method: str = Field("auto", description="auto (netem where the kernel has it, else nfqueue), netem, nfqueue")
+    direction: str = Field("out", description="out: packets leaving the target; in: packets arriving at it "
+                                              "(from `from`: e.g. a client's requests on their way to a leader)")
+
+    @field_validator("direction")
+    @classmethod
+    def _direction(cls, v: str) -> str:
+        if v not in ("out", "in"):
+            raise ValueError("expected out or in")
+        return v
 
     @field_validator("method")
     @classmethod
@@ -242,8 +251,8 @@ class DelayParams(BaseModel):
     def _jitter(self) -> "DelayParams":
         if self.jitter_ms > self.delay_ms:
             raise ValueError("jitter_ms cannot exceed delay_ms")
-        if self.method == "netem" and self.from_ is not None:
-            raise ValueError("method netem delays all traffic; `from` needs nfqueue")
+        if self.method == "netem" and (self.from_ is not None or self.direction == "in"):
+            raise ValueError("method netem delays all traffic leaving the target; `from` and direction in need nfqueue")
         return self
 
 
@@ -252,7 +261,8 @@ NFQDELAY = Path(__file__).with_name("nfqdelay.py")
 
 @FAULTS.register("delay")
 class Delay(NetFault):
-    description = "add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer)"
+    description = ("add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer), "
+                   "or arriving at it (direction: in)")
     Params = DelayParams
 
     def __init__(self, ctx) -> None:
@@ -262,7 +272,7 @@ class Delay(NetFault):
 
     def _use_netem(self) -> bool:
         p = self.p
-        if p.method == "nfqueue" or p.from_ is not None:
+        if p.method == "nfqueue" or p.from_ is not None or p.direction == "in":
             return False
         ok = netfilter.has_netem(self.sb.ns_name("hub"))
         if not ok and p.method == "netem":
@@ -282,11 +292,13 @@ class Delay(NetFault):
             argv = [os.path.realpath(sys.executable), "-I", "-S", str(NFQDELAY), "--queue", str(queue),
                     "--delay-ms", str(self.p.delay_ms), "--jitter-ms", str(self.p.jitter_ms),
                     "--seed", str(self.ctx.rng.randrange(1 << 30))]
+            # the log is appended to: a delayer of an earlier injection said its line there too
+            start = log.stat().st_size if log.exists() else 0
             proc = self.sb.spawn(self.sb.hosts[node], f"nfqdelay-{node}", argv, log)
             self.delayers[node] = proc
-            todo.append((proc, log))
-        for proc, log in todo:
-            await _wait_for_line(proc, log, "nfqdelay: queue", 10.0)
+            todo.append((proc, log, start))
+        for proc, log, start in todo:
+            await _wait_for_line(proc, log, "nfqdelay: queue", 10.0, start)
 
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)
@@ -303,10 +315,11 @@ class Delay(NetFault):
         if not self.delayers:
             await self.prepare()
         ips = await self.endpoints(p.from_, target.nodes)
-        match = [f"-d {ip} " for ip in ips] if p.from_ is not None else [""]
-        rules = [f"-o {DEV} {m}-j NFQUEUE --queue-num {self.ctx.uid} --queue-bypass" for m in match]
-        self.load({n: ([], rules) for n in target.nodes})
-        self.effect["method"] = "nfqueue"
+        way, peer = ("-i", "-s") if p.direction == "in" else ("-o", "-d")
+        match = [f"{peer} {ip} " for ip in ips] if p.from_ is not None else [""]
+        rules = [f"{way} {DEV} {m}-j NFQUEUE --queue-num {self.ctx.uid} --queue-bypass" for m in match]
+        self.load({n: (rules, []) if p.direction == "in" else ([], rules) for n in target.nodes})
+        self.effect.update(method="nfqueue", direction=p.direction)
 
     async def heal(self) -> None:
         errors = []
@@ -328,12 +341,15 @@ class Delay(NetFault):
             raise RuntimeError("; ".join(errors))
 
 
-async def _wait_for_line(proc, log: Path, text: str, timeout: float) -> None:
+async def _wait_for_line(proc, log: Path, text: str, timeout: float, start: int = 0) -> None:
+    """Until `text` is in what the process wrote to `log` past byte `start`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if text in log.read_text(errors="replace"):
-                return
+            with open(log, "rb") as fh:
+                fh.seek(start)
+                if text.encode() in fh.read():
+                    return
         except OSError:
             pass
         if not proc.alive():

@@ -5,15 +5,18 @@ on its stdin, the client one per outcome on its stdout.
 The sources (`java/*.java`) are compiled once against a server set's jars (`jvm.classpath`:
 the client library of the same release as the servers), into the cache beside them, keyed
 by the sources' and the jars' digest. A `Bridge` is one client process: `send` writes a
-line, the lines it answers go to `on_line` from a reader thread, and `call` waits for the
+line (sends gathered and written in batches), the lines it answers go to `on_lines` from a
+reader thread a chunk at a time, and `call` waits for the
 answer to one request, bounded.
 """
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import glob
 import hashlib
 import itertools
+import os
 import queue
 import shutil
 import subprocess
@@ -27,6 +30,7 @@ from .base import SystemError_
 SOURCES = Path(__file__).parent / "java"
 COMPILE_TIMEOUT_S = 300
 START_TIMEOUT_S = 60
+PUSH_BATCH = 256  # sends gathered before a write, at most (a poll writes what there is)
 # the client's own log, to stderr (its file): stdout is the protocol. Kafka 3.9's jars
 # log through reload4j, Kafka 4.x's and Pulsar's through log4j 2
 LOG4J = ("log4j.rootLogger=INFO, err\nlog4j.appender.err=org.apache.log4j.ConsoleAppender\n"
@@ -98,12 +102,13 @@ def jar_version(server_set: str, artifact: str) -> Optional[str]:
 
 
 class Bridge:
-    """One client process: lines in, lines out. `on_line(fields)` runs on the reader
-    thread for every line but the answers to `call`s."""
+    """One client process: lines in, lines out. `on_lines(batch)` runs on the reader
+    thread with the lines read together, but the answers to `call`s."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, on_line: Callable[[list[str]], None]) -> None:
+    def __init__(self, name: str, argv: list[str], log: Path, on_lines: Callable[[list[list[str]]], None]) -> None:
         self.name = name
-        self.on_line = on_line
+        self.on_lines = on_lines
+        self.pending: list[str] = []
         self.replies: dict[str, list] = {}
         self.cond = threading.Condition()
         self.ids = itertools.count(1)
@@ -124,32 +129,67 @@ class Bridge:
             raise SystemError_(f"the Java client {name} ended before it was ready ({self.gone}); see {log}")
 
     def _read(self) -> None:
-        for raw in self.proc.stdout:
-            f = raw.decode("utf-8", "replace").rstrip("\n").split("\t")
-            if f[0] == "r":
-                with self.cond:
-                    self.replies[f[1]] = f[2:]
-                    self.cond.notify_all()
-            elif f[0] == "ready":
-                with self.cond:
-                    self.ready = f[1] if len(f) > 1 else "?"
-                    self.cond.notify_all()
-            else:
+        """Reads what the client wrote in chunks; its outcome lines go to `on_lines` a chunk's
+        worth at a time (one hand-over per chunk, not per line)."""
+        fd, rest = self.proc.stdout.fileno(), b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            *lines, rest = (rest + chunk).split(b"\n")
+            batch = [f for f in (ln.decode("utf-8", "replace").split("\t") for ln in lines) if self._answer(f)]
+            if batch:
                 try:
-                    self.on_line(f)
+                    self.on_lines(batch)
                 except Exception as e:  # a line must never stop the reader
-                    print(f"bridge {self.name}: {type(e).__name__}: {e} on {f!r}", flush=True)
+                    print(f"bridge {self.name}: {type(e).__name__}: {e} on {batch[:3]!r}", flush=True)
         with self.cond:
             self.gone = f"exit {self.proc.wait()}"
             self.cond.notify_all()
 
-    def send(self, *fields) -> None:
-        line = ("\t".join(map(str, fields)) + "\n").encode()
+    def _answer(self, f: list[str]) -> bool:
+        """Takes a call's answer or the ready line; False for them, True for the rest."""
+        if f[0] not in ("r", "ready"):
+            return True
+        with self.cond:
+            if f[0] == "r":
+                self.replies[f[1]] = f[2:]
+            else:
+                self.ready = f[1] if len(f) > 1 else "?"
+            self.cond.notify_all()
+        return False
+
+    def push(self, *fields) -> bool:
+        """A line kept until `flush_lines` (or until enough gather): sends go out in batches.
+        True when it is the first one kept."""
         with self.write_lock:
-            if self.gone:
-                raise BrokenPipeError(f"the Java client {self.name} is gone ({self.gone})")
-            self.proc.stdin.write(line)
-            self.proc.stdin.flush()
+            self.pending.append("\t".join(fields))
+            if len(self.pending) >= PUSH_BATCH:
+                self._write_pending()
+            return len(self.pending) == 1
+
+    def flush_lines(self) -> None:
+        with self.write_lock:
+            self._write_pending()
+
+    def _write_pending(self, last: str = "") -> None:
+        lines, self.pending = self.pending, []
+        if last:
+            lines.append(last)
+        if not lines:
+            return
+        if self.gone:
+            raise BrokenPipeError(f"the Java client {self.name} is gone ({self.gone})")
+        self.proc.stdin.write(("\n".join(lines) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def send(self, *fields) -> None:
+        """One line now, after whatever was pushed before it."""
+        with self.write_lock:
+            self._write_pending("\t".join(map(str, fields)))
 
     def call(self, op: str, timeout: float) -> list[str]:
         """Ask for `op` and wait for its answer: ["ok"] or ["E", kind, NAME, reason]."""
@@ -234,12 +274,12 @@ class Handle:
                  on_line: Optional[Callable[[list[str]], None]] = None) -> None:
         self.callbacks: dict[str, Callable] = {}
         self.ids = itertools.count(1)
-        self.done: "queue.SimpleQueue[list[str]]" = queue.SimpleQueue()
+        self.done: "queue.SimpleQueue[list[list[str]]]" = queue.SimpleQueue()  # batches of lines
         self.lock = threading.Lock()
         self.on_other = on_line
         cp = classpath(server_set, main)
         argv = jvm.argv(cp, main, 256, *argv_tail, props=props)
-        self.bridge = Bridge(log.stem, argv, log, self._line)
+        self.bridge = Bridge(log.stem, argv, log, self.done.put)
         self.version = self.bridge.ready
 
     def failed(self, err: CallError) -> Exception:
@@ -248,34 +288,53 @@ class Handle:
     def error(self, fields: list[str]):
         return CallError(fields)
 
-    def _line(self, f: list[str]) -> None:
-        self.done.put(f)
-
     def produce(self, topic: str, value: bytes, on_delivery: Callable) -> None:
         mid = str(next(self.ids))
         with self.lock:
             self.callbacks[mid] = on_delivery
         try:
-            self.bridge.send("s", mid, value.decode())
+            if self.bridge.push("s", mid, value.decode()):
+                self._write_soon()
         except (OSError, ValueError) as e:
-            self.done.put(["d", mid, "E", "UNKNOWN", f"the Java client is gone: {e}"])
+            self.done.put([["d", mid, "E", "UNKNOWN", f"the Java client is gone: {e}"]])
+
+    def _write_soon(self) -> None:
+        """The sends gathered written once the event loop's current step is over (the sends
+        of one step in one write), or by the next poll when not called on a loop."""
+        try:
+            asyncio.get_running_loop().call_soon(self._write)
+        except RuntimeError:
+            pass
+
+    def _write(self) -> None:
+        try:
+            self.bridge.flush_lines()
+        except (OSError, ValueError):
+            pass  # gone: close() reports what never got an answer
 
     def poll(self, timeout: float = 0) -> int:
+        """Writes the sends gathered, then runs the callbacks of the outcomes read."""
+        self._write()
         n = 0
         while True:
             try:
-                f = self.done.get_nowait()
+                batch = self.done.get_nowait()
             except queue.Empty:
                 return n
-            if f[0] != "d":
-                if self.on_other is not None:
-                    self.on_other(f)
-                continue
-            with self.lock:
-                cb = self.callbacks.pop(f[1], None)
-            if cb is not None:
-                n += 1
-                cb(self.error(f[3:]), Written([])) if f[2] == "E" else cb(None, Written(f[2:]))
+            for f in batch:
+                n += self._deliver(f)
+
+    def _deliver(self, f: list[str]) -> int:
+        if f[0] != "d":
+            if self.on_other is not None:
+                self.on_other(f)
+            return 0
+        with self.lock:
+            cb = self.callbacks.pop(f[1], None)
+        if cb is None:
+            return 0
+        cb(self.error(f[3:]), Written([])) if f[2] == "E" else cb(None, Written(f[2:]))
+        return 1
 
     def __len__(self) -> int:
         with self.lock:
@@ -316,5 +375,4 @@ class Handle:
         self.bridge.close()
         with self.lock:
             left = list(self.callbacks)
-        for mid in left:
-            self.done.put(["d", mid, "E", "UNKNOWN", "no report before the Java client closed"])
+        self.done.put([["d", mid, "E", "UNKNOWN", "no report before the Java client closed"] for mid in left])

@@ -70,7 +70,7 @@ public final class KafkaBridge {
             }
         });
         p.close(Duration.ofSeconds(5));
-        say("closed");
+        Protocol.end("closed");
     }
 
     private static void send(KafkaProducer<byte[], byte[]> p, String topic, String id, String payload) {

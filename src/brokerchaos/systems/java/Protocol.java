@@ -20,6 +20,10 @@ final class Protocol {
     }
 
     private static PrintStream out;
+    // lines wait here for the writer thread, which writes what has gathered at once: one
+    // write and flush per batch, not per line (the producer's I/O thread never blocks on it)
+    private static final StringBuilder pending = new StringBuilder();
+    private static final Object writing = new Object();
 
     private Protocol() {
     }
@@ -28,12 +32,52 @@ final class Protocol {
     static void open() {
         out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
         System.setOut(System.err);
+        Thread w = new Thread(Protocol::writeLoop, "protocol-writer");
+        w.setDaemon(true);
+        w.start();
     }
 
-    static synchronized void say(String line) {
-        out.print(line);
-        out.print('\n');
-        out.flush();
+    static void say(String line) {
+        synchronized (pending) {
+            pending.append(line).append('\n');
+            pending.notify();
+        }
+    }
+
+    private static void writeLoop() {
+        try {
+            while (true) {
+                synchronized (pending) {
+                    while (pending.length() == 0) {
+                        pending.wait();
+                    }
+                }
+                writeOut();
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** What has gathered, written in the order said (taken and written under one lock). */
+    private static void writeOut() {
+        synchronized (writing) {
+            String chunk;
+            synchronized (pending) {
+                chunk = pending.toString();
+                pending.setLength(0);
+            }
+            if (!chunk.isEmpty()) {
+                out.print(chunk);
+                out.flush();
+            }
+        }
+    }
+
+    /** The last line said, and everything before it written, before the process ends. */
+    static void end(String line) {
+        say(line);
+        writeOut();
     }
 
     static String clean(String s) {

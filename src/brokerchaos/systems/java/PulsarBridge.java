@@ -87,7 +87,7 @@ public final class PulsarBridge {
             client.closeAsync().get(5, TimeUnit.SECONDS);
         } catch (Exception e) {  // every outcome is recorded by now
         }
-        say("closed");
+        Protocol.end("closed");
         System.exit(0);
     }
 

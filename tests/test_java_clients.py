@@ -155,3 +155,20 @@ def test_a_client_that_cannot_run_the_scenario_is_refused_naming_the_field(scena
     with pytest.raises(ScenarioError, match=f"scenario field '{field}'"):
         sc.load(scenario, {"option": option})
     assert sc.load(scenario, {"option": ["client=java"]}).options["client"] == "java"
+
+
+def test_pulsars_transaction_coordinator_is_read_from_the_txn_id():
+    # TxnID.toString(): (most significant bits, least): the first names the coordinator
+    from brokerchaos.systems.pulsar.java import coordinator_of
+
+    assert coordinator_of("(3,17)") == 3 and coordinator_of("(15, 4096)") == 15
+    assert coordinator_of(None) is None and coordinator_of("") is None and coordinator_of("3:17") is None
+
+
+def test_a_pulsar_txn_coordinator_target_needs_transactions():
+    from brokerchaos import validation as sc
+    from brokerchaos.errors import ScenarioError
+
+    assert sc.load("scenarios/pulsar-txn-kill-coordinator.yaml", {}).fault.target == "txn-coordinator"
+    with pytest.raises(ScenarioError, match="scenario field 'fault.target': txn-coordinator needs transactions"):
+        sc.load("scenarios/pulsar-kill-broker.yaml", {"target": "txn-coordinator"})

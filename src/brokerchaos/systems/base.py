@@ -388,7 +388,8 @@ class Roles:
 
     async def txn_coordinator(self) -> str:
         """The node coordinating the first producer's transactions (Kafka: the leader of its
-        `__transaction_state` partition). Target `txn-coordinator`."""
+        `__transaction_state` partition; Pulsar: the owner of its open transaction's
+        coordinator partition). Target `txn-coordinator`."""
         raise LookupError("this system has no transaction coordinator")
 
     async def ensemble(self) -> list[str]:

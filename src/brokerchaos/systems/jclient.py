@@ -358,8 +358,11 @@ class Handle:
     def init_transactions(self, timeout: float) -> None:
         self._call("init", timeout)
 
+    txn_id: Optional[str] = None  # the open transaction's id, where the client names it (Pulsar's TxnID)
+
     def begin_transaction(self) -> None:
-        self._call("begin", 10.0)
+        ans = self._call("begin", 10.0)
+        self.txn_id = ans[0] if ans else None
 
     def commit_transaction(self, timeout: float) -> None:
         self._call("commit", timeout)

@@ -246,6 +246,17 @@ class ApachePulsarRoles(PulsarRoles):
     async def leader(self) -> str:
         return await self.client.owner()
 
+    async def txn_coordinator(self) -> str:
+        """The broker coordinating the first producer's open (or last) transaction: the owner
+        of the transaction_coordinator_assign partition its TxnID names. The Java client
+        spreads its transactions over the coordinators, so this is the one of the
+        transaction open when the fault lands."""
+        n = self.client.txn_coordinators.get("p1")
+        if n is None:
+            raise SystemError_("p1 has begun no transaction whose id this harness read (the Java client "
+                               "in the harness's process names it)")
+        return await self.client.owner_of(f"pulsar/system/transaction_coordinator_assign-partition-{n}")
+
     async def coordinator(self) -> str:
         """ZooKeeper: what brokers and bookies must reach to keep their sessions."""
         if ZK not in self.cluster.service_hosts:

@@ -70,6 +70,9 @@ class PulsarClient(Client):
         super().__init__(ctx, cluster)
         self.owner_now: Optional[str] = None
         self._watch: Optional[asyncio.Future] = None
+        # per producer, the coordinator number of its last transaction begun (Java client)
+        self.txn_coordinators: dict[str, Optional[int]] = {}
+
     @property
     def topic(self) -> str:
         return f"persistent://{self.options.namespace}/{self.stream_name}"
@@ -127,16 +130,19 @@ class PulsarClient(Client):
 
     async def owner(self) -> str:
         """The broker owning the topic, by the REST lookup; a single broker owns everything."""
+        return await self.owner_of(f"{self.options.namespace}/{self.stream_name}")
+
+    async def owner_of(self, topic: str) -> str:
+        """The broker owning a persistent topic (`<tenant>/<namespace>/<topic>`), by lookup."""
         if len(self.cluster.node_names) == 1 or not self.admins():
             return self.cluster.node_names[0]
         from urllib.parse import urlsplit
 
-        ns = self.options.namespace
-        body = json.loads(await self.admin_get(f"/lookup/v2/topic/persistent/{ns}/{self.stream_name}"))
+        body = json.loads(await self.admin_get(f"/lookup/v2/topic/persistent/{topic}"))
         b = urlsplit(body.get("brokerUrl", ""))
         node = self.cluster.node_at(b.hostname or "", b.port or 6650)
         if node is None:
-            raise SystemError_(f"topic owner {body.get('brokerUrl')!r} is not a node of the cluster")
+            raise SystemError_(f"the owner of {topic} ({body.get('brokerUrl')!r}) is not a node of the cluster")
         return node
 
     def forked(self) -> None:

@@ -12,6 +12,7 @@ roles name it.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from typing import Optional
 
@@ -119,3 +120,16 @@ class PulsarJavaTxnProducer(TxnProducer, PulsarJavaProducer):
 
     def _record(self, value: int, err, written: jclient.Written) -> None:
         self.reports[value] = (err, position(written) if err is None else None)
+
+    async def _begin(self) -> None:
+        await super()._begin()
+        # the coordinator of this transaction (target txn-coordinator): its TxnID's first half
+        self.system.txn_coordinators[self.name] = coordinator_of(self.p.txn_id)
+
+
+def coordinator_of(txn_id: Optional[str]) -> Optional[int]:
+    """The transaction coordinator's number in a Pulsar TxnID as its toString() gives it,
+    `(<most significant bits>,<least significant bits>)`: the partition of
+    transaction_coordinator_assign whose owner coordinates the transaction."""
+    m = re.fullmatch(r"\(\s*(\d+)\s*,\s*\d+\s*\)", txn_id or "")
+    return int(m.group(1)) if m else None

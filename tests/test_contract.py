@@ -19,13 +19,14 @@ from brokerchaos.faults import FAULTS
 from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
-from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ENSEMBLE, HOOKS, LOCAL_VERBS, NETNS, POWER, STEPDOWN, WIPE,
-                                      Client, Roles, System)
+from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ELECT, ENSEMBLE, HOOKS, LOCAL_VERBS, NETNS, POWER,
+                                      STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
 from brokerchaos.systems.cluster import LocalCluster
 
-CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN}
+CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT}
 # a role the roles can name -> the method of Roles that names it
-ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown"}
+ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
+                ELECT: "elect_leaders"}
 
 
 def _scenarios(name: str) -> list:

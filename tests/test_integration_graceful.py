@@ -50,8 +50,12 @@ def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
         assert w["effect"]["moved_to"] not in (None, *w["nodes"]), w
         assert w["effect"]["verbs"] == [f"$JS.API.STREAM.LEADER.STEPDOWN.bc-{v['run']}"]
         rows = _rows(result.dir / v["run"])
-        kinds = [r["type"] for r in rows if r["window"] == w["id"]]
+        kinds = [r["type"] for r in rows if r["window"] == w["id"] and r["type"] != "owner"]
         assert sorted(kinds) == ["fault", "heal", "ready"]
+        # the roles' watch saw the leader change and the new one serve (faults/owners.py)
+        owner = sorted((r["t_ns"], r["detail"], r["node"]) for r in rows if r["type"] == "owner")
+        assert [d.split(":")[0].split(";")[0] for _, d, _ in owner] == ["changed", "serving"], owner
+        assert owner[1][2] == w["effect"]["moved_to"], owner
         assert v["read_complete"] is True and v["acked_missing"] == 0 and v["result"] == "pass", v
         _steady(rows, 2000)
         assert isinstance(v["late_sends"], int) and v["max_send_lag_ms"] is not None

@@ -94,6 +94,12 @@ class TxnSpec(_Strict):
                                                                   "its outcome is unknown (default 30)")
 
 
+def topic_names(n: int) -> list[str]:
+    """`workload.topics`' names, `t1`…`tn`, for a run of several topics; none for a run of one
+    (its rows carry no topic, its names are as before topics existed)."""
+    return [f"t{k}" for k in range(1, n + 1)] if n > 1 else []
+
+
 class WorkloadSpec(_Strict):
     messages: int = Field(100_000, ge=1, description="messages per producer per run (default 100000)",
                           json_schema_extra=CLI)
@@ -104,6 +110,10 @@ class WorkloadSpec(_Strict):
         1, ge=1, le=64, description="operating-system processes the producers are spread over (default 1: all in "
                                     "the harness's own); more where one Python process cannot keep up with the broker",
         json_schema_extra=CLI)
+    topics: int = Field(
+        1, ge=1, le=10_000, description="topics (streams, queues) the producers write to, each producer to every "
+                                        "one: `messages` and `rate` are then per producer per topic, and every "
+                                        "verdict is also given per topic (default 1)", json_schema_extra=CLI)
     consumers: int = Field(0, ge=0, le=16, description="live consumers reading during the write phase, besides the "
                                                       "end read (default 0)", json_schema_extra=CLI)
     group: Optional[GroupSpec] = Field(None, description="a consumer group reading during the write phase, judged "
@@ -132,6 +142,16 @@ class WorkloadSpec(_Strict):
                                 json_schema_extra=CLI)
     read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up "
                                                      "(default 10)", json_schema_extra=CLI)
+
+    @model_validator(mode="after")
+    def _topics(self) -> "WorkloadSpec":
+        if self.topics > 1:
+            what = [k for k, on in (("consumers", self.consumers), ("group", self.group is not None),
+                                    ("transactions", self.transactions is not None),
+                                    ("processes", self.processes > 1)) if on]
+            if what:
+                raise ValueError(f"topics > 1 is not yet combined with {', '.join(what)} (one topic there)")
+        return self
 
 
 class TriggerSpec(_Strict):

@@ -66,6 +66,9 @@ def check(s: Scenario) -> None:
     system.check(s)
     _check_group(s, system)
     _check_txn(s, system)
+    if s.workload.topics > 1 and not system.Client.many_topics:
+        raise ScenarioError(f"scenario field 'workload.topics': {s.system}'s end reader reads during the write, "
+                            "one topic at a time in this harness; give 1")
     why = system.version_error(s)
     if why:
         raise ScenarioError(f"scenario field 'cluster.version': {why}")

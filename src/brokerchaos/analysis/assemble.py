@@ -11,6 +11,7 @@ from .frames import MS
 from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
 from .latency import pct
+from .parts import marks_of, split
 from .policy import result_of
 from .transactions import EOS_NONE, TXN_KEYS
 from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
@@ -55,6 +56,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v.update({**dict.fromkeys(TXN_KEYS, 0), **EOS_NONE, **p.txns.get(run, {})})
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
+    v["topics"] = {}  # a run of several topics: each one's verdicts (topics.py attaches them)
     v["result"] = result_of(v)
     v["facts"] = _facts(p, run, position, run_windows)
     return v
@@ -94,6 +96,11 @@ def _timing(p: Parts, run: str, run_windows: list) -> dict[str, Any]:
         "faults": [{"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail, "window": wid}
                    for _, _, tf, te, node, detail, wid in run_windows],
         "fault_outages_ms": [_ms(a.outages.get((run, i))) for i in idx],
+        # each outage in its parts (parts.py), which add up to it; a run of several topics
+        # has them per topic (its own outage is over every topic's acks)
+        "outage_parts": [None if run in p.rows.topics else
+                         split(tf, a.outages.get((run, i)), marks_of(p.rows.marks, run, wid, tf))
+                         for _, i, tf, _, _, _, wid in run_windows],
         "fault_ack_gaps_ms": [_ms(a.ack_gaps.get((run, i))) for i in idx],
         "fault_recv_gaps_ms": [_ms(a.recv_gaps.get((run, i))) for i in idx],
         "ack_latency_ms": pct(lat.get("_ack_p"), lat.get("_ack_max")),

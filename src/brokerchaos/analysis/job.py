@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, OUTPUT, TAKES
+from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
 from .availability import Windows, ack_facts, ack_gap_facts, fault_windows, gap_facts, gaps, outage
 from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses, message_blocks, message_counts,
                      message_table, unplain_filter, unplain_rows, value_ranges)
@@ -90,6 +90,8 @@ class Rows:
     taken: Optional[DataFrame] = None  # what groups took out of a queue, as one recv row per message and group
     outputs: Optional[DataFrame] = None  # the recv rows of the reads of consume-transform-produce groups' output
     output_ends: dict[str, list] = field(default_factory=dict)  # per run, each of those reads' read_end (or None)
+    marks: list[dict] = field(default_factory=list)  # the owner and reconnect rows: the outages' parts (parts.py)
+    topics: dict[str, list] = field(default_factory=dict)  # per run of several topics, the topics its reads name
 
     @property
     def checked(self) -> DataFrame:
@@ -145,10 +147,23 @@ def _group_of(member_of: dict) -> Column:
     return out
 
 
+def topics_read(small: list[dict]) -> dict[str, list]:
+    """Per run of several topics (workload.topics), the topics its read_end rows name: each
+    topic's reader ends with one (format 1.8)."""
+    seen: dict[str, set] = {}
+    for r in small:
+        if r["type"] == "read_end" and r["topic"] is not None:
+            seen.setdefault(r["run"], set()).add(r["topic"])
+    return {run: sorted(ts, key=lambda t: (len(t), t)) for run, ts in seen.items() if len(ts) > 1}
+
+
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     """Faults, heals, read ends, observers' and members' subscribes: a handful of rows, collected."""
-    small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check"))
-             .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group").collect()]
+    small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check",
+                                                             OWNER, "reconnect"))
+             .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group", "topic").collect()]
+    marks = [r for r in small if r["type"] in (OWNER, "reconnect")]
+    small = [r for r in small if r["type"] not in (OWNER, "reconnect")]
     observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER
                  and r["group"] is None}
     outputs = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
@@ -196,7 +211,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
                 first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends,
-                taken(members, takes) if takes else None, out_recv, output_ends)
+                taken(members, takes) if takes else None, out_recv, output_ends, marks, topics_read(small))
 
 
 def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:

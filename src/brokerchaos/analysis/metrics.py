@@ -22,6 +22,7 @@ from .frames import DEFAULT, MS, in_memory, read_history, with_previous
 from .groups import skipped
 from .latency import ranked_ack_latency
 from .ordering import duplicate_returns
+from .topics import attach, topic_view
 from .tuning import Tuning
 
 # what other parts and the tests take from here
@@ -84,6 +85,11 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
             d.unpersist()
     frames = parts.counts.frames
     verdicts = [verdict(parts, run, i) for i, run in enumerate(sorted(frames), 1)]
+    if parts.rows.topics:  # runs of several topics: the same verdicts per topic (topics.py)
+        sub = analyze(spark, topic_view(spark, df, parts.rows.topics), timing, tuning)
+        attach(verdicts, sub.verdicts)
+        sub.release()
+        clock.lap("per topic")
     # the runs whose acks carry their send time (format 1.4): the report's latency plot needs
     # no pairing for them either
     send_ns_runs = sorted(run for run, f in frames.items() if f["send_ns_acks"])

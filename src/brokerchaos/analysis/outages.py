@@ -14,6 +14,8 @@ from typing import Iterable, Optional
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from .parts import PARTS
+
 BUCKET_MS = 100  # histogram buckets: fine enough to show the back-off's steps
 STEP_TOLERANCE_MS = 50.0
 QUANTILES = (0.5, 0.9, 0.99)
@@ -66,8 +68,25 @@ def summary(spark: SparkSession, verdicts: list[dict], schedules: dict[str, list
     prod = [g for v in verdicts for g in (v.get("fault_ack_gaps_ms") or [])]
     # a window no consumer read through has no consumer outage: left out, not counted as 0
     cons = [g for v in verdicts for g in (v.get("fault_recv_gaps_ms") or []) if g is not None]
-    return {
+    out = {
         "producer": distribution(spark, prod),
         "consumer": distribution(spark, cons),
         "schedules": {name: near_steps(steps, prod) for name, steps in schedules.items()},
     }
+    per_topic = [x for v in verdicts for x in (v.get("topics") or {}).values()]
+    if per_topic:  # workload.topics: one outage per window and topic
+        tprod = [g for x in per_topic for g in (x.get("fault_ack_gaps_ms") or [])]
+        out["topics"] = {"producer": distribution(spark, tprod),
+                         "schedules": {name: near_steps(steps, tprod) for name, steps in schedules.items()}}
+    out["parts"] = parts_summary(spark, [p for x in (per_topic or verdicts) for p in (x.get("outage_parts") or [])
+                                         if p is not None])
+    return out
+
+
+def parts_summary(spark: SparkSession, parts: list[dict]) -> dict:
+    """The outages' parts (parts.py) across windows (and topics): each part's distribution,
+    how often each dominated, and how often each mark was seen."""
+    return {"outages": len(parts),
+            "dominant": {p: sum(1 for x in parts if x["dominant"] == p) for p in PARTS},
+            "seen": {p: sum(1 for x in parts if p in x["order"]) for p in PARTS[:-1]},
+            **{p: distribution(spark, [x[f"{p}_ms"] for x in parts]) for p in PARTS}}

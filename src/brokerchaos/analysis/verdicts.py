@@ -214,6 +214,11 @@ class Verdict(TypedDict, total=False):
     max_recv_gap_ms: Optional[float]
     faults: list[Fault]
     fault_outages_ms: list[Optional[float]]
+    # each outage in its parts, detect, serve, reconnect and resume (ms, adding up to it;
+    # analysis/parts.py), the marks not seen and the largest part; None where it never ended
+    outage_parts: list[Optional[dict]]
+    # workload.topics > 1: the same verdicts per topic (analysis/topics.py, TOPIC_KEYS)
+    topics: dict[str, dict]
     # each window's longest ack-free interval from the fault on, and the consumers' longest
     # delivery gap in it (None: none ended it / no consumer read across it)
     fault_ack_gaps_ms: list[Optional[float]]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..systems.base import COORDINATOR, STEPDOWN
+from ..systems.base import COORDINATOR, ELECT, STEPDOWN, UNLOAD
 from .base import Fault, Target
 from .process import _Restarting
 from .registry import FAULTS
@@ -73,6 +73,75 @@ class Stepdown(Fault):
         while self.nodes:
             await self.ctx.roles.step_back(self.nodes[0])
             self.nodes.pop(0)
+
+
+class UnloadParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scope: Literal["bundle", "namespace"] = Field(
+        "bundle", description="what is closed: the bundle holding the run's first topic (with every topic of "
+                              "it), or the whole namespace")
+    split: bool = Field(False, description="split the bundle in two first (scope bundle); both halves unloaded")
+    wait: float = Field(30.0, gt=0, le=300, description="seconds to wait for the first topic to be served again")
+
+
+@FAULTS.register("unload")
+class Unload(Fault):
+    description = ("close every topic of a group at once, to be served again where the cluster puts them: "
+                   "Pulsar's namespace-bundle unload, split or namespace unload (load balancing, a broker's "
+                   "graceful shutdown); asked of the target's admin API. Nothing to heal")
+    Params = UnloadParams
+    needs = frozenset({UNLOAD})
+    opens_window_first = True  # the outage starts with the request, which returns once all is closed
+
+    async def inject(self, target: Target) -> None:
+        roles = self.ctx.roles
+        self.effect["owner_before"] = await _serving(roles)
+        self.effect["verb"] = await roles.unload(target.nodes[0], self.p.scope, self.p.split)
+        self.nodes.append(target.nodes[0])
+        # when the first topic is served again, asked without loading it (Roles.serving): the
+        # clients' own reconnects bring their topics back, not the harness's looks
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.p.wait:
+            after = await _serving(roles)
+            if not after.startswith("none"):
+                self.effect.update(owner_after=after, served_s=round(time.monotonic() - t0, 3))
+                self.ctx.record("ready", target.nodes[0], f"unload {self.p.scope}: first topic served by {after}",
+                                self.ctx.uid)
+                self.ready_recorded = True
+                return
+            await asyncio.sleep(0.1)
+        self.effect["not_served_within_s"] = self.p.wait
+
+    async def heal(self) -> None:
+        self.nodes.clear()
+
+
+async def _serving(roles) -> str:
+    try:
+        return await asyncio.wait_for(roles.serving(), 5.0)
+    except Exception as e:
+        return f"none ({type(e).__name__}: {e})"[:200]
+
+
+class ElectParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@FAULTS.register("elect-leaders")
+class ElectLeaders(Fault):
+    description = ("a preferred-leader election over every topic of the run (Kafka: each partition led again by "
+                   "its first replica, what an operator runs after a rolling restart); the target is where the "
+                   "window is recorded. Nothing to heal")
+    Params = ElectParams
+    needs = frozenset({ELECT})
+    opens_window_first = True
+
+    async def inject(self, target: Target) -> None:
+        self.effect.update(await self.ctx.roles.elect_leaders())
+        self.nodes.append(target.nodes[0])
+
+    async def heal(self) -> None:
+        self.nodes.clear()
 
 
 class RollingParams(BaseModel):

@@ -14,8 +14,9 @@ import time
 from typing import Awaitable, Callable, Optional
 
 from ..history import Recorder
-from ..scenario import FaultSpec
+from ..scenario import FaultSpec, topic_names
 from .base import Fault, FaultContext
+from .owners import OWNER_TOPICS, OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
 from .targets import parse, resolve
@@ -61,8 +62,9 @@ class Nemesis:
                  recorder: Recorder, gate: AckGate, client_nodes: Callable[[], list[str]],
                  line: Callable[[str], None],
                  before_fault: Callable[[object, list[str]], Awaitable[None]],
-                 group: Callable[[], object] = lambda: None) -> None:
+                 group: Callable[[], object] = lambda: None, topics: int = 1) -> None:
         self.index = index
+        self.topics = topics  # workload.topics: whose owners are watched (owners.py)
         self.spec = spec
         self.deployment = deployment
         self.sandbox = sandbox
@@ -91,6 +93,8 @@ class Nemesis:
         self._uid = 0
         self.task: Optional[asyncio.Task] = None  # start()
         self._watchers: list[asyncio.Task] = []
+        self._owners: list[asyncio.Task] = []  # the roles watched through the write (owners.py)
+        self._owner_watch: Optional[OwnerWatch] = None
         self._healing: Optional[asyncio.Future] = None
         # (target, when asked, the cluster's description then): kept current while the
         # nemesis waits for its trigger, so that a lookup slowed by the load (a stream-info
@@ -192,6 +196,10 @@ class Nemesis:
         if self.spec.action == "none":
             return
         self._viewer = asyncio.ensure_future(self._keep_view())
+        if not self.cls.own_windows:  # a rolling restart's windows are its own, within one inject
+            self._owner_watch = self._watch_owners()
+            self.state["owner_looks"] = self._owner_watch.stats
+            self._owners.append(asyncio.ensure_future(self._owner_watch.run()))
         try:
             await self._run()
         finally:
@@ -247,6 +255,8 @@ class Nemesis:
             w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
+        if self._owner_watch is not None:
+            self._owner_watch.arm(w)
         first = self.cls.opens_window_first or self.cls.own_windows
         described = asyncio.ensure_future(self._roles())  # asked at the trigger, with the target
         try:
@@ -351,6 +361,20 @@ class Nemesis:
         self.line(f"Fault: {self.label} -> {target.label()} at ack {self.gate.acks} "
                   f"({w['delay_ms']:.0f} ms after the trigger)")
 
+    def _watch_owners(self) -> OwnerWatch:
+        """Each topic's owner watched through the write (owners.py): the first OWNER_TOPICS."""
+        dep = self.deployment
+        topics = topic_names(self.topics)[:OWNER_TOPICS] or [None]
+
+        def record(type_: str, node, detail: str, window: int, topic: Optional[str], at_ns: int) -> int:
+            t = self.rec.record(type_, node=node, detail=detail, window=window, topic=topic,
+                                t_ns=at_ns - self.rec.origin)
+            self.rec.flush()
+            return t
+
+        return OwnerWatch({t: dep.roles if t is None else dep.roles.for_topic(t, dep.client.for_topic(t))
+                           for t in topics}, record)
+
     def _record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
         t = self.rec.record(type_, node=node, detail=detail, window=window)
         self.rec.flush()
@@ -420,7 +444,12 @@ class Nemesis:
             return {"error": f"{type(e).__name__}: {e}"[:200]}
 
     async def settle(self, timeout: float) -> None:
-        """Let the ready watchers finish (bounded), then stop what is left."""
+        """Let the ready watchers finish (bounded), then stop what is left; the owners'
+        watch ends at once (what it saw is recorded)."""
+        for t in self._owners:
+            t.cancel()
+        await asyncio.gather(*self._owners, return_exceptions=True)
+        self._owners.clear()
         if self._watchers:
             await asyncio.wait(self._watchers, timeout=timeout)
         for t in self._watchers:

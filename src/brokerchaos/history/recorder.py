@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ from .schema import COLUMNS, EVENT_TYPES, SCHEMA
 
 # the order of a buffered row's fields (run and client are the recorder's own)
 _ROW_COLUMNS = ("seq", "t_ns", "type", "producer", "value", "offset", "node", "detail", "window", "intended_ns",
-                "send_ns", "group", "partition", "position", "epoch", "txn")
+                "send_ns", "group", "partition", "position", "epoch", "txn", "topic")
 # the rows as one struct array, converted by Arrow from the tuples: 0.3 µs a row, where
 # transposing them into Python lists first cost 1.0-1.6 (two rows per message)
 _ROW = pa.struct([SCHEMA.field(c) for c in _ROW_COLUMNS])
@@ -78,6 +79,7 @@ class Recorder:
         position: int | None = None,
         epoch: int | None = None,
         txn: int | None = None,
+        topic: str | None = None,
     ) -> int:
         """Append one event; returns its t_ns. An unknown type is refused here, not found by
         the analysis later."""
@@ -92,7 +94,7 @@ class Recorder:
             # (the producer records two per message; at 80,000 msg/s that is the budget)
             rows = self._rows
             rows.append((self._seq, t, type_, producer, value, offset, node, detail, window, intended, send_ns,
-                         group, partition, position, epoch, txn))
+                         group, partition, position, epoch, txn, topic))
             if len(rows) >= self.max_rows:
                 self._flush_locked()
         return t
@@ -130,8 +132,37 @@ class Recorder:
                 self._flush_locked()
                 self.closed = True
 
+    def for_topic(self, topic: Optional[str]) -> "Recorder":
+        """This recorder seen from one topic of `workload.topics`: its rows carry the topic,
+        and their offsets are prefixed by it (`t3/17`: two topics' offsets never meet in a
+        check of one run); the same client, files and sequence. None: this recorder."""
+        return self if topic is None else TopicRecorder(self, topic)
+
     def __enter__(self) -> "Recorder":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class TopicRecorder:
+    """Recorder.for_topic's view: records into its recorder with the topic set. Closing the
+    view flushes; the recorder itself is closed by whoever made it."""
+
+    def __init__(self, parent: Recorder, topic: str) -> None:
+        self.parent, self.topic = parent, topic
+
+    def record(self, type_: str, producer: str | None = None, value: int | None = None,
+               offset: str | None = None, *args, **kw) -> int:
+        if offset is not None:
+            offset = f"{self.topic}/{offset}"
+        return self.parent.record(type_, producer, value, offset, *args, topic=self.topic, **kw)
+
+    def for_topic(self, topic: Optional[str]) -> "TopicRecorder":
+        return self if topic is None else TopicRecorder(self.parent, topic)
+
+    def close(self) -> None:
+        self.parent.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.parent, name)

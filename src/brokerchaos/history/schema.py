@@ -1,4 +1,4 @@
-"""History format 1.7: the only contract between the workload/nemesis and the analysis.
+"""History format 1.8: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 7)
+FORMAT_VERSION = (1, 8)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -46,6 +46,10 @@ SCHEMA = pa.schema(
         # from 1); the row's type is the transaction's outcome (ack: committed, nack:
         # aborted, unknown: the commit's answer was lost)
         ("txn", pa.int64()),
+        # 1.8: the topic (stream, queue) of `workload.topics` a row is about: on a producer's
+        # and a reader's rows, `t1`, `t2`…; on the nemesis's `owner` rows, the topic watched.
+        # Null in a run of one topic and in older histories (one topic)
+        ("topic", pa.string()),
     ],
     metadata={VERSION_KEY: ".".join(map(str, FORMAT_VERSION)).encode()},
 )
@@ -77,8 +81,13 @@ MESSAGE_TYPES = ("send", "ack", "nack", "unknown", "recv")
 NEMESIS_TYPES = ("fault", "heal")
 CLIENT_EVENT_TYPES = ("disconnect", "reconnect")
 GROUP_TYPES = ("commit", "assign", "revoke")
+# owner (1.8, optional, nemesis): during a fault window, a topic's owner as the roles see it:
+# detail `changed: <what>` at the first answer that differs from the one before the fault
+# (another owner, or none), `serving` at the first answer after it where the topic is served
+# again; `node` the owner then. The outage's parts (analysis/parts.py) start from these
+OWNER = "owner"
 EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
-               + GROUP_TYPES)
+               + GROUP_TYPES + (OWNER,))
 OBSERVER = "observer"
 COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
 ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no position order)

@@ -84,6 +84,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         if any(g is not None for g in v.get("fault_recv_gaps_ms") or []):
             rows.append(("Consumer gap per fault",
                          ", ".join("-" if g is None else _ms(g) for g in v["fault_recv_gaps_ms"])))
+        rows += _parts_rows(v)
     else:
         rows.append(("Gaps, outages, latency", "not computed (--no-timing)"))
     if v.get("live_consumers"):
@@ -173,3 +174,30 @@ def outage_lines(o: dict | None) -> list[str]:
         if near:
             out.append(f"  producer outages within ±50 ms of the {name} back-off steps (ms:windows): {' '.join(near)}")
     return out
+
+
+CONSOLE_TOPICS = 8  # topics given a line each
+
+
+def _parts_rows(v: dict) -> list[tuple[str, str]]:
+    """Each outage's parts (analysis/parts.py), and per topic its verdict and outages."""
+    rows = []
+    for i, p in enumerate(v.get("outage_parts") or [], 1):
+        if p is not None:
+            rows.append((f"Outage {i} in parts", _parts(p)))
+    topics = list((v.get("topics") or {}).items())
+    for t, x in topics[:CONSOLE_TOPICS]:
+        outs = ", ".join("no ack after fault" if o is None else _ms(o) for o in x.get("fault_outages_ms") or [])
+        parts = "; ".join(_parts(p) for p in x.get("outage_parts") or [] if p is not None)
+        rows.append((f"Topic {t}", f"{x['result'].upper()}, acked missing {x['acked_missing']:,}, duplicated "
+                     f"{x['msgs_with_dups']:,}, outage {outs or '-'}" + (f" ({parts})" if parts else "")))
+    if len(topics) > CONSOLE_TOPICS:
+        bad = [t for t, x in topics if x["result"] != "pass"]
+        rows.append((f"{len(topics) - CONSOLE_TOPICS} more topics",
+                     "see verdicts.json" + (f"; not passing: {', '.join(bad)}" if bad else "")))
+    return rows
+
+
+def _parts(p: dict) -> str:
+    return ", ".join(f"{k} {_ms(p[k + '_ms'])}" for k in ("detect", "serve", "reconnect", "resume")
+                     if p[k + "_ms"] or k == "resume")

@@ -22,6 +22,7 @@ from ..analysis import policy
 from ..analysis.timeline import BUCKET_NS, RunTimeline
 from . import session_table
 from .files import JUMP_NAMES, SEED_COLUMNS, _csv_row
+from .parts_html import parts_figure, topics_table
 
 COLORS = {"send": "#8c8c8c", "ack": "#2ca02c", "nack": "#d62728", "unknown": "#ff7f0e", "recv": "#1f77b4"}
 JUMP_COLORS = {"JF": "#9467bd", "JB": "#e377c2", "DJF": "#17becf", "DJB": "#bcbd22", "JF0": "#8c564b"}
@@ -357,6 +358,9 @@ def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
     p = positions_figure(v, tl)
     if p is not None:
         figs.append(_fig(p, f"positions-{v['run']}"))
+    parts = parts_figure(v)
+    if parts is not None:
+        figs.append(_fig(parts, f"parts-{v['run']}"))
     outs = ", ".join(_ms(o) for o in v.get("fault_outages_ms") or []) or "no fault window"
     facts = (f"sent {v['send_count']:,}, acked {v['pos_ack_count']:,}, nacked {v['neg_ack_count']:,}, "
              f"unknown {v.get('unknown_count', 0):,}, read {v['received']:,}; acked missing "
@@ -364,7 +368,7 @@ def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
              f"outage per fault: {outs}; read {v.get('read_status') or 'not recorded'}")
     return (f"<section id='{_e(v['run'])}'><h2>{_e(v['run'])} <span class='badge {v['result']}'>"
             f"{_e(v['result'].upper())}</span></h2><p>{_e(facts)}</p>{''.join(figs)}"
-            f"{_lost_table(v, tl)}{_jump_table(v, tl)}{_groups_html(v, tl)}</section>")
+            f"{topics_table(v)}{_lost_table(v, tl)}{_jump_table(v, tl)}{_groups_html(v, tl)}</section>")
 
 
 # -- the session summary ----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from ..workload.producer import quick_switches
 from .endcheck import end_check
 from .observe import Observer, progress_line
 from .record import RunRecord
+from .topics import bounded_gather, topic_names
 
 
 @dataclass
@@ -151,7 +152,7 @@ def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: lis
         return [n for n in (p.client.node() for p in producers) if n]
 
     return [Nemesis(i, spec, c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
-                    c.observer.before_fault, lambda: group[0] if group else None)
+                    c.observer.before_fault, lambda: group[0] if group else None, c.scenario.workload.topics)
             for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
 
 
@@ -160,6 +161,10 @@ async def bring_up(c: RunContext, rec: RunRecord) -> None:
     stream created; the servers' versions and durability settings as they report them."""
     await c.dep.up(timeout=90)
     await c.dep.client.create_stream(timeout=30)
+    extra = topic_names(c.scenario.workload.topics)[1:]
+    if extra:  # the first is the run's stream, created above; the others alike, a few at a time
+        await bounded_gather([c.dep.client.for_topic(t).create_stream(timeout=30) for t in extra])
+        rec.topics = [c.dep.client.for_topic(t).stream_name for t in topic_names(c.scenario.workload.topics)]
     rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
     rec.servers = c.dep.cluster.versions()
     rec.server_settings = c.dep.cluster.settings()
@@ -232,10 +237,21 @@ async def start_producers(c: RunContext, rec: RunRecord, gate: AckGate, producer
     dep, w = c.dep, c.scenario.workload
     # where one run can receive another's messages, names carry the run id (the seed's
     # sequence id), so those are stowaways and not this run's messages
-    names = [f"p{i}" + (f"-{c.run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
+    bases = [f"p{i}" + (f"-{c.run_id}" if dep.system.tags_runs else "") for i in range(1, w.producers + 1)]
+    # with workload.topics, each producer writes every topic: one stream of 1, 2, 3… per
+    # (producer, topic), named `p1.t3`, recorded in the producer's own files with the topic
+    streams = {f"{b}.{t}" if t else b: (b, t) for b in bases for t in topic_names(w.topics) or [None]}
+    names = list(streams)
+    recs: dict[str, Recorder] = {}
 
     def producer(name: str) -> ProducerLoop:
-        return ProducerLoop(name, dep.client.producer(name), c.recorder(name), w, gate.on_first_ack)
+        base, topic = streams[name]
+        if topic is None:
+            return ProducerLoop(name, dep.client.producer(name), c.recorder(name), w, gate.on_first_ack)
+        if base not in recs:
+            recs[base] = c.recorder(base)
+        return ProducerLoop(name, dep.client.for_topic(topic).producer(name), recs[base].for_topic(topic), w,
+                            gate.on_first_ack)
 
     group = None
     if w.processes > 1:
@@ -294,11 +310,26 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     if readers.live:
         rec.read_status = await finish_live(readers.client, readers.rec, readers.arrived, w.read_idle,
                                             w.read_timeout)
+    elif w.topics > 1:
+        rec.read_status = await read_topics(c, readers.rec)
     else:
         rec.read_status = await read_all(readers.client, readers.rec, w.read_idle, w.read_timeout, c.line)
     readers.rec.close()
     rec.t_read_end = time.monotonic()
     rec.read_s = round(rec.t_read_end - t_read, 3)
+
+
+async def read_topics(c: RunContext, rec: Recorder) -> str:
+    """workload.topics' end read: each topic read by a reader of its own (client c1, the
+    topic on its rows), a few at a time; "complete" when every one was, else each topic's
+    own status."""
+    w = c.scenario.workload
+    names = topic_names(w.topics)
+    ends = await bounded_gather([read_all(c.dep.client.for_topic(t).reader("c1"), rec.for_topic(t), w.read_idle,
+                                          w.read_timeout) for t in names])
+    bad = [f"{t}: {e}" for t, e in zip(names, ends) if e != "complete"]
+    c.line(f"Read {len(names)} topics: {len(names) - len(bad)} complete")
+    return "complete" if not bad else "; ".join(bad)[:2000]
 
 
 async def read_output(c: RunContext, group: str) -> str:
@@ -339,6 +370,9 @@ async def check_health(c: RunContext, rec: RunRecord) -> None:
         rec.healthy_after, rec.health_after = ok, why
     if ok or s.external:
         await _bounded(dep.client.drop_stream(), 30)
+        extra = topic_names(s.workload.topics)[1:]
+        if extra:
+            await _bounded(bounded_gather([dep.client.for_topic(t).drop_stream() for t in extra]), 60)
 
 
 async def _bounded(coro, timeout: float) -> None:

@@ -23,6 +23,7 @@ class RunRecord:
     status: str = "running"  # running, finished; incomplete (a resumed soak: the harness stopped in it)
     cluster: str = ""  # started, reused (started in run-NNN), external (file), started (rebuilt: why)
     stream: str = ""  # the run's stream, topic, queue or key on the cluster
+    topics: Optional[list] = None  # workload.topics > 1: every topic's stream, the first `stream`
     # each fault's nemesis state (windows, nodes, precision); `fault` is the first one
     faults: list = field(default_factory=list)
     fault: Optional[dict] = None

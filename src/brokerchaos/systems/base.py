@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import copy
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +58,8 @@ WIPE = "wipe"  # the cluster can delete a stopped node's data (its disk lost)
 POWER = "power"  # the nodes' data directories can sit on a layer that drops unsynced writes
 CORRUPT = "corrupt"  # the cluster names a stopped node's data files (bits flipped, tails cut)
 STEPDOWN = "stepdown"  # the roles can move leadership off a node gracefully (an operator's verb)
+UNLOAD = "unload"  # the roles can close every topic of a group at once, to be served again (Pulsar's bundles)
+ELECT = "elect"  # the roles can move every partition's leadership back to its preferred replica (Kafka)
 
 
 class SystemError_(RuntimeError):
@@ -90,6 +94,9 @@ class Context:
     # what the scenario's faults need of the deployment (faults.needs_of): a cluster sets
     # up only what is asked (the power layer costs write throughput)
     needs: frozenset = frozenset()
+    # the topic a topic's own view serves (Client.for_topic): "" or "t1" is the run's first
+    # stream, whose name has no suffix (the roles' `leader` and the faults' targets are its)
+    topic: str = ""
 
     @property
     def prefix(self) -> str:
@@ -99,12 +106,20 @@ class Context:
     @property
     def stream_name(self) -> str:
         """The run's stream/topic/queue/key: fresh per run, also on a reused cluster, and
-        per session on an external one."""
-        return f"{self.prefix}-{self.run_id}"
+        per session on an external one; `-t<k>` after it for the k-th topic of
+        `workload.topics` (k > 1)."""
+        base = f"{self.prefix}-{self.run_id}"
+        return base if self.topic in ("", "t1") else f"{base}-{self.topic}"
 
     @property
     def node_names(self) -> list[str]:
         return node_names(self.scenario.cluster.nodes)
+
+
+def _topic_copy(obj, topic: str):
+    out = copy.copy(obj)
+    out.ctx = dataclasses.replace(obj.ctx, topic=topic)
+    return out
 
 
 def node_names(n: int) -> list[str]:
@@ -311,12 +326,22 @@ class Client:
     def producer(self, name: str) -> Producer:
         raise NotImplementedError
 
+    def for_topic(self, topic: str) -> "Client":
+        """This client seen from one topic of `workload.topics` (`t1`, `t2`…): a shallow copy
+        whose context names that topic's stream, sharing the connections made so far. A
+        system whose clients keep per-stream state in `__init__` overrides it."""
+        return _topic_copy(self, topic)
+
     def reader(self, name: str) -> Reader | LiveReader:
         raise NotImplementedError
 
     def consumer(self, name: str) -> LiveReader:
         """A live consumer (`workload.consumers`): a LiveConsumer, or the system's LiveReader."""
         raise NotImplementedError
+
+    # it can serve `workload.topics` > 1: a reader after the write (for_topic's copies read
+    # one topic each); a system whose end reader reads live (MQTT) cannot yet
+    many_topics: ClassVar[bool] = True
 
     # the kinds of consumer group `workload.group.kind` may name, the first the default; none:
     # the system has no group member here yet
@@ -366,6 +391,12 @@ class Roles:
         self.ctx = ctx
         self.cluster = cluster
         self.client = client
+
+    def for_topic(self, topic: str, client: Client) -> "Roles":
+        """These roles asked about one topic of `workload.topics` (its client: Client.for_topic)."""
+        r = _topic_copy(self, topic)
+        r.client = client
+        return r
 
     async def leader(self) -> str:
         """The node currently leading the run's stream/topic/queue."""
@@ -438,6 +469,26 @@ class Roles:
     async def stream_ready(self) -> bool:
         """One look: does the stream have a leader with every replica current?"""
         return True
+
+    async def unload(self, node: str, scope: str, split: bool) -> str:
+        """Close every topic of the stream's bundle (`scope` bundle) or namespace, asked of
+        `node`, to be served again wherever the cluster puts them (Pulsar's load balancing,
+        a broker's graceful shutdown); `split`: split the bundle in two first. Returns the
+        request made. Needs `unload`."""
+        raise LookupError("this system has no bundles to unload")
+
+    async def elect_leaders(self) -> dict:
+        """A preferred-leader election over every topic of the run: each partition led again
+        by its preferred replica (what an operator runs after a rolling restart). Returns
+        what it asked and what each partition answered. Needs `elect`."""
+        raise LookupError("this system has no preferred-leader election")
+
+    async def serving(self) -> str:
+        """One look: the node serving the stream now (it has an owner that takes writes);
+        raises when none does. By default its leader (a Kafka partition's, a NATS stream's:
+        elected is serving); a system whose owner loads the stream after it is named says
+        more (Pulsar: the topic's ledger open). The outage's `serve` mark (faults/owners.py)."""
+        return await self.leader()
 
     async def wait_stream_ready(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, System
+from ..base import COORDINATOR, ELECT, System
 from ..registry import SYSTEMS
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient, KafkaRoles, outcome_of
@@ -70,7 +70,7 @@ class Kafka(System):
     LocalCluster = ZooKeeperKafka
     Client = KafkaClient
     Roles = ApacheKafkaRoles
-    offers = frozenset({COORDINATOR})
+    offers = frozenset({COORDINATOR, ELECT})
 
     @classmethod
     def versions(cls, scenario) -> tuple[str, ...]:
@@ -81,6 +81,11 @@ class Kafka(System):
         if KafkaOptions.model_validate(scenario.options).broker == "tansu":
             return TansuServers
         return VERSIONS[scenario.cluster.version or next(iter(VERSIONS))]
+
+    @classmethod
+    def roles_offers(cls, scenario) -> frozenset[str]:
+        tansu = KafkaOptions.model_validate(scenario.options).broker == "tansu"
+        return cls.offers - {ELECT} if tansu else cls.offers  # tansu: one store, no replicas to lead
 
     @classmethod
     def roles_class(cls, scenario) -> type[KafkaRoles]:

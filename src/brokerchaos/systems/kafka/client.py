@@ -296,6 +296,12 @@ class KafkaRoles(Roles):
             raise SystemError_(f"the __transaction_state partition of {tid} has no leader")
         return self.node_of(md, p.leader)
 
+    async def elect_leaders(self) -> dict:
+        """A preferred-leader election over every partition of the run's topics (election.py)."""
+        from .election import elect_preferred
+
+        return await elect_preferred(self)
+
     async def describe(self) -> dict:
         """The topic's details as a broker's metadata gives them, as the seed printed them
         around each fault."""

@@ -27,6 +27,8 @@ SHARED = ("mosquitto", "vernemq")
 class MqttClient(Client):
     """Producers publish at QoS 1; the reader is the live receiver (one per run)."""
 
+    many_topics = False
+
     def __init__(self, ctx, cluster) -> None:
         super().__init__(ctx, cluster)
         self.receiver: Optional[MqttReceiver] = None

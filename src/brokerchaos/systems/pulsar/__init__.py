@@ -9,7 +9,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, System
+from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD, System
 from ..registry import SYSTEMS
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
 from .client import PulsarClient, PulsarRoles, outcome_of
@@ -66,7 +66,7 @@ class Pulsar(System):
     LocalCluster = ApachePulsar
     Client = PulsarClient
     Roles = ApachePulsarRoles
-    offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN})  # STEPDOWN: a topic unload
+    offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN, UNLOAD})  # STEPDOWN: a topic unload
     external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
     @classmethod

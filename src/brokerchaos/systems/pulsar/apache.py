@@ -346,6 +346,24 @@ class ApachePulsarRoles(PulsarRoles):
         await http_get(*self.cluster.address(node, "admin"), path, 30.0, method="PUT")
         return f"PUT {path} on {node}"
 
+    async def unload(self, node: str, scope: str, split: bool) -> str:
+        """The namespace, or the bundle holding the run's first topic (split in two first
+        with `split`: the halves unloaded), unloaded by the admin API of `node`."""
+        ns, admin = self.client.options.namespace, self.cluster.address(node, "admin")
+        if scope == "namespace":
+            path = f"/admin/v2/namespaces/{ns}/unload"
+        else:
+            raw = await http_get(*admin, f"/lookup/v2/topic/persistent/{ns}/{self.ctx.stream_name}/bundle", 10.0)
+            bundle = raw.decode().strip().strip('"')
+            path = f"/admin/v2/namespaces/{ns}/{bundle}/" + ("split?unload=true" if split else "unload")
+        await http_get(*admin, path, 30.0, method="PUT")
+        return f"PUT {path} on {node}"
+
+    async def serving(self) -> str:
+        """The broker owning the topic's bundle, as the brokers say (PulsarClient.bundle_owner:
+        asking does not load the topic)."""
+        return await self.client.bundle_owner()
+
     async def stream_ready(self) -> bool:
         """The topic has an owner and its current ledger is open for writes."""
         await self.leader()

@@ -70,6 +70,12 @@ class PulsarClient(Client):
         super().__init__(ctx, cluster)
         self.owner_now: Optional[str] = None
         self._watch: Optional[asyncio.Future] = None
+        self._every = 0.5  # seconds between two looks at the owner
+        self._cluster_name: Optional[str] = None  # as the admin API names it (bundle_owner)
+        # workload.topics: one client library instance per producer, shared by its topics
+        # (as an application multiplexes its topics over one client): name -> [client, users]
+        self._shared: dict[str, list] = {}
+        self._watches: list[asyncio.Future] = []  # this client's and its topics' copies' (for_topic)
         # per producer, the coordinator number of its last transaction begun (Java client)
         self.txn_coordinators: dict[str, Optional[int]] = {}
 
@@ -145,28 +151,84 @@ class PulsarClient(Client):
             raise SystemError_(f"the owner of {topic} ({body.get('brokerUrl')!r}) is not a node of the cluster")
         return node
 
+    async def bundle_owner(self, timeout: float = 1.0) -> str:
+        """The broker owning the bundle of the topic, from each broker's own list of the
+        bundles it owns. A lookup (owner_of) assigns an unowned bundle, and a topic's stats
+        load the topic: either would end an unload's outage it was meant to watch."""
+        if len(self.cluster.node_names) == 1 or not self.admins():
+            return self.cluster.node_names[0]
+        ns = self.options.namespace
+        raw = await self.admin_get(f"/lookup/v2/topic/persistent/{ns}/{self.stream_name}/bundle", timeout)
+        bundle = f"{ns}/{raw.decode().strip().strip(chr(34))}"
+        if self._cluster_name is None:
+            self._cluster_name = json.loads(await self.admin_get("/admin/v2/clusters", timeout))[0]
+
+        async def owns(n: str) -> bool:
+            host, port = self.cluster.address(n, "admin")
+            path = f"/admin/v2/brokers/{self._cluster_name}/{host}:{port}/ownedNamespaces"
+            return bool((json.loads(await http_get(host, port, path, timeout)).get(bundle) or {}).get("is_active"))
+
+        owners = [n for n, yes in zip(self.cluster.node_names,
+                                      await asyncio.gather(*(owns(n) for n in self.cluster.node_names))) if yes]
+        if not owners:
+            raise LookupError(f"no broker owns bundle {bundle}")
+        return owners[0]
+
+    def shared_client(self, producer: str):
+        """The client library instance of a producer (`p1` for `p1.t3`): its topics' producers
+        share one, with its connections; made on first use."""
+        base = producer.split(".")[0]
+        entry = self._shared.get(base)
+        if entry is None:
+            entry = self._shared[base] = [self.new_client(10), 0]
+        entry[1] += 1
+        return entry[0]
+
+    async def release_client(self, producer: str, client) -> None:
+        """One user fewer of a shared instance; closed when its last user is."""
+        entry = self._shared.get(producer.split(".")[0])
+        if entry is None or entry[0] is not client:
+            await _close(client)
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._shared[producer.split(".")[0]]
+            await _close(client)
+
     def forked(self) -> None:
         self._watch = None  # the harness's; a producer process follows the owner itself
+        self._watches = []
+        self._shared = {}
 
     def follow_owner(self) -> None:
         """Keep `owner_now` current while producers run: the client library does not say
         which broker it writes to, so the history's node is the owner as the cluster says."""
         if self._watch is None and len(self.cluster.node_names) > 1 and self.admins():
             self._watch = asyncio.ensure_future(self._follow())
+            self._watches.append(self._watch)
 
     async def _follow(self) -> None:
         while True:
-            try:
-                self.owner_now = await self.owner()
+            try:  # not by lookup: a lookup would take an unloaded bundle back at once
+                self.owner_now = await self.bundle_owner(3.0)
             except Exception:  # no owner right now (fail-over): keep the last one
                 pass
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(self._every)
+
+    def for_topic(self, topic: str) -> "PulsarClient":
+        """A topic's copy follows its own topic's owner, each less often the more topics there
+        are (about 20 looks a second over all of them)."""
+        c = super().for_topic(topic)
+        c._watch, c.owner_now = None, None
+        c._every = max(0.5, self.ctx.scenario.workload.topics / 20)
+        return c
 
     async def close(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
-            self._watch = None
+        watches, self._watches[:] = list(self._watches), []
+        for w in watches:
+            w.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        self._watch = None
 
     # the Java client's producers (java.py: plain, transactional), set by the package:
     # java.py builds on this module
@@ -353,7 +415,7 @@ class PulsarProducer(ClientEvents):
         self.handoff = Handoff(self.loop)
         s.follow_owner()
         timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
-        self.client = s.new_client(10)
+        self.client = s.shared_client(self.name) if w.topics > 1 else s.new_client(10)
         # named, so that its lines in the client log are told apart (and broker-side dedup,
         # where on, keys on (producer name, sequence id))
         name = f"{self.name}-{s.ctx.run_id}"
@@ -383,8 +445,10 @@ class PulsarProducer(ClientEvents):
             self.states.line(t, msg)
 
     async def _follow_log(self) -> None:
+        # each producer follows the one log: with many topics, each less often
+        every = 0.02 * max(1, self.system.ctx.scenario.workload.topics / 10)
         while True:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(every)
             self._read_log()
 
     def _report(self, value: int, result, msg_id) -> None:
@@ -414,7 +478,7 @@ class PulsarProducer(ClientEvents):
             except Exception:  # outstanding sends are already unknown
                 pass
         if self.client is not None:
-            await _close(self.client)
+            await self.system.release_client(self.name, self.client)
         if self._follow is not None:
             self._follow.cancel()
             await asyncio.gather(self._follow, return_exceptions=True)

@@ -12,7 +12,7 @@ from brokerchaos.analysis.parts import PARTS, split
 from brokerchaos.analysis.topics import SEP
 from brokerchaos.errors import ScenarioError
 from brokerchaos.history import Recorder
-from brokerchaos.runner.topics import topic_names
+from brokerchaos.scenario import topic_names
 from brokerchaos.validation import load
 
 KEYS = ("send_count", "pos_ack_count", "acked_missing", "missing", "msgs_with_dups", "stored_duplicates", "jf", "jb",

@@ -93,8 +93,8 @@ class Nemesis:
         self._uid = 0
         self.task: Optional[asyncio.Task] = None  # start()
         self._watchers: list[asyncio.Task] = []
-        self._owners: list[asyncio.Task] = []  # the roles watched through the write (owners.py)
-        self._owner_watch: Optional[OwnerWatch] = None
+        self._owner_watch: Optional[OwnerWatch] = None  # the roles watched through the write (owners.py)
+        self._owner_task: Optional[asyncio.Task] = None
         self._healing: Optional[asyncio.Future] = None
         # (target, when asked, the cluster's description then): kept current while the
         # nemesis waits for its trigger, so that a lookup slowed by the load (a stream-info
@@ -199,7 +199,7 @@ class Nemesis:
         if not self.cls.own_windows:  # a rolling restart's windows are its own, within one inject
             self._owner_watch = self._watch_owners()
             self.state["owner_looks"] = self._owner_watch.stats
-            self._owners.append(asyncio.ensure_future(self._owner_watch.run()))
+            self._owner_task = asyncio.ensure_future(self._owner_watch.run())
         try:
             await self._run()
         finally:
@@ -446,10 +446,10 @@ class Nemesis:
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left; the owners'
         watch ends at once (what it saw is recorded)."""
-        for t in self._owners:
-            t.cancel()
-        await asyncio.gather(*self._owners, return_exceptions=True)
-        self._owners.clear()
+        task, self._owner_task = self._owner_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if self._watchers:
             await asyncio.wait(self._watchers, timeout=timeout)
         for t in self._watchers:

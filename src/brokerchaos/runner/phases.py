@@ -19,7 +19,7 @@ from ..faults.nemesis import AckGate, Nemesis
 from ..history import Recorder
 from ..history.schema import OBSERVER, OUTPUT, TAKES
 from ..sandbox import Sandbox
-from ..scenario import Scenario
+from ..scenario import Scenario, topic_names
 from ..systems import Deployment, LiveReader, SystemError_
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
 from ..workload.group import ConsumerGroup, GroupEvents, Journal, MemberError
@@ -27,7 +27,7 @@ from ..workload.producer import quick_switches
 from .endcheck import end_check
 from .observe import Observer, progress_line
 from .record import RunRecord
-from .topics import bounded_gather, topic_names
+from .topics import bounded_gather
 
 
 @dataclass

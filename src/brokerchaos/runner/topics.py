@@ -4,10 +4,6 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Iterable
 
-from ..scenario import topic_names
-
-__all__ = ["AT_ONCE", "bounded_gather", "topic_names"]
-
 # topics created, read or dropped at once: a cluster asked for a thousand topics in one burst
 # answers slower than one asked for a few at a time
 AT_ONCE = 16

@@ -353,8 +353,7 @@ class ApachePulsarRoles(PulsarRoles):
         if scope == "namespace":
             path = f"/admin/v2/namespaces/{ns}/unload"
         else:
-            raw = await http_get(*admin, f"/lookup/v2/topic/persistent/{ns}/{self.ctx.stream_name}/bundle", 10.0)
-            bundle = raw.decode().strip().strip('"')
+            bundle = await self.client.bundle_of(10.0, admin)
             path = f"/admin/v2/namespaces/{ns}/{bundle}/" + ("split?unload=true" if split else "unload")
         await http_get(*admin, path, 30.0, method="PUT")
         return f"PUT {path} on {node}"

@@ -151,15 +151,20 @@ class PulsarClient(Client):
             raise SystemError_(f"the owner of {topic} ({body.get('brokerUrl')!r}) is not a node of the cluster")
         return node
 
+    async def bundle_of(self, timeout: float, admin: Optional[tuple[str, int]] = None) -> str:
+        """The bundle (`0x…_0x…`) holding the topic, asked of `admin` or any broker; the
+        answer is computed from the topic's name and the bundles' bounds, nothing assigned."""
+        path = f"/lookup/v2/topic/persistent/{self.options.namespace}/{self.stream_name}/bundle"
+        raw = await (http_get(*admin, path, timeout) if admin else self.admin_get(path, timeout))
+        return raw.decode().strip().strip('"')
+
     async def bundle_owner(self, timeout: float = 1.0) -> str:
         """The broker owning the bundle of the topic, from each broker's own list of the
         bundles it owns. A lookup (owner_of) assigns an unowned bundle, and a topic's stats
         load the topic: either would end an unload's outage it was meant to watch."""
         if len(self.cluster.node_names) == 1 or not self.admins():
             return self.cluster.node_names[0]
-        ns = self.options.namespace
-        raw = await self.admin_get(f"/lookup/v2/topic/persistent/{ns}/{self.stream_name}/bundle", timeout)
-        bundle = f"{ns}/{raw.decode().strip().strip(chr(34))}"
+        bundle = f"{self.options.namespace}/{await self.bundle_of(timeout)}"
         if self._cluster_name is None:
             self._cluster_name = json.loads(await self.admin_get("/admin/v2/clusters", timeout))[0]
 

@@ -19,14 +19,15 @@ from brokerchaos.faults import FAULTS
 from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
-from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ELECT, ENSEMBLE, HOOKS, LOCAL_VERBS, NETNS, POWER,
-                                      STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
+from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK, LOCAL_VERBS,
+                                      NETNS, POWER, STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
 from brokerchaos.systems.cluster import LocalCluster
 
-CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT}
+CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,
+                              EVERY, LAMEDUCK}
 # a role the roles can name -> the method of Roles that names it
 ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
-                ELECT: "elect_leaders"}
+                ELECT: "elect_leaders", EVERY: "stepdown_every"}
 
 
 def _scenarios(name: str) -> list:
@@ -57,6 +58,7 @@ def check_system(name: str, cls: type[System], scenarios: list) -> None:
         assert issubclass(local, LocalCluster) and not local.__abstractmethods__, (name, local)
         assert "client" in local.ports, (name, local)
         assert local.extra_offers <= CAPABILITIES, (name, local)
+        assert LAMEDUCK not in local.extra_offers or _overrides(local, LocalCluster, "lame_duck"), (name, local)
         # what an external cluster file must give is what the local cluster serves
         assert set(cls.services_needed(s)) <= set(local.ports) | {"admin"}, (name, cls.services_needed(s))
         roles = cls.roles_class(s)

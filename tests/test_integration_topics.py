@@ -1,5 +1,6 @@
-"""Many topics per run on real clusters (`workload.topics`): a NATS leader kill, and a Kafka
-graceful restart followed by a preferred-leader election, over three topics; every verdict
+"""Many topics per run on real clusters (`workload.topics`): a NATS leader kill, a NATS
+lame-duck exit followed by a step-down of every stream a server leads, and a Kafka graceful
+restart followed by a preferred-leader election, over three topics; every verdict
 per topic, and each topic's outage taken apart into parts that add up to it
 (analysis/parts.py). (Pulsar's namespace unload is not here: in 1 of 3 runs of 10 topics it
 left 9 topics unserved for 40 s, a broker-side hang, README "Many topics".)"""
@@ -9,6 +10,7 @@ import shutil
 
 import pyarrow.dataset as ds
 import pytest
+import yaml
 
 from brokerchaos import validation as sc
 from brokerchaos.analysis.parts import PARTS
@@ -35,7 +37,7 @@ def _per_topic(result, messages: int) -> tuple[dict, list]:
     assert list(v["topics"]) == TOPICS
     for t, x in v["topics"].items():
         assert x["send_count"] == messages and x["acked_missing"] == 0 and x["result"] == "pass", (t, x)
-        (outage,), (parts,) = x["fault_outages_ms"], x["outage_parts"]
+        (outage,), (parts,) = x["fault_ack_gaps_ms"], x["outage_parts"]
         assert outage is not None and parts is not None, (t, x)
         assert sum(parts[f"{k}_ms"] for k in PARTS) == pytest.approx(outage, abs=1e-3), (t, parts)
     for k in ("send_count", "pos_ack_count", "acked_missing", "received"):
@@ -69,6 +71,47 @@ def test_nats_leader_kill_over_three_topics(tmp_path, spark):
     assert "detect" in p["order"] or "detect" in p["after"], p
 
 
+@pytest.mark.skipif(shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"),
+                    reason="nats-server not installed (make setup)")
+def test_nats_lame_duck_then_every_stepdown_over_three_topics(tmp_path, spark):
+    """The first topic's leader enters lame-duck mode (it hands its streams over, sheds its
+    clients, exits; the heal starts it again), then the leader of the moment steps down
+    from every stream it leads. Nothing acked may be lost by either."""
+    path = tmp_path / "ldm.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "it-topics-ldm", "system": "nats", "runs": 1, "cluster": {"nodes": 3, "replicas": 3},
+        "options": {"lame_duck_duration": "30s", "lame_duck_grace_period": "1s"},
+        "workload": {"topics": 3, "messages": 2400, "rate": 200},
+        "faults": [{"action": "lame-duck", "target": "leader", "trigger": {"at_seconds": 2.0}, "duration": 0.5},
+                   {"action": "stepdown", "target": "leader", "params": {"every": True},
+                    "trigger": {"at_seconds": 8.0}, "duration": 1.0}]}))
+    s = sc.load(str(path), {})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas[v["run"]]
+    (ldm,), (every,) = (f["windows"] for f in meta["faults"])
+    # lame duck: the server led the first topic's stream, handed it over and exited by itself
+    # (grace 1 s, then its few clients closed one a second), well before its 30 s
+    (n,) = ldm["nodes"]
+    assert ldm["effect"]["led"][n] >= 1 and ldm["effect"]["clean_exit"] == [True], ldm
+    assert 1000 < ldm["effect"]["exit_ms"] < 25_000, ldm
+    # every stream the next leader led was stepped down, not only the first topic's
+    (m,) = every["nodes"]
+    e = every["effect"]["every"][m]
+    assert e["streams"] >= 1 and e["stepped_down"] == e["streams"] and not e["failed"], every
+    assert every["effect"]["moved_to"] not in (None, m), every
+    for t, x in v["topics"].items():
+        assert x["acked_missing"] == 0 and x["send_count"] == 2400 and x["result"] == "pass", (t, x)
+        for outage, parts in zip(x["fault_ack_gaps_ms"], x["outage_parts"]):
+            if outage is not None:
+                assert sum(parts[f"{k}_ms"] for k in PARTS) == pytest.approx(outage, abs=1e-3), (t, parts)
+    rows = _rows(result.dir / v["run"])
+    # the roles' watch saw the first topic's stream leave the lame duck for another server
+    owner = [r for r in rows if r["type"] == "owner" and r["topic"] == "t1" and r["window"] == ldm["id"]]
+    assert owner and owner[0]["detail"].startswith(f"changed: {n} -> "), owner
+    assert owner[-1]["detail"].startswith("serving") and owner[-1]["node"] != n, owner
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="java not installed (make setup)")
 def test_kafka_graceful_restart_and_preferred_election_over_three_topics(tmp_path, spark):
     s = sc.load("scenarios/kafka-restart-elect.yaml",
@@ -79,7 +122,7 @@ def test_kafka_graceful_restart_and_preferred_election_over_three_topics(tmp_pat
     assert len(v["fault_outages_ms"]) == 2  # the restart's window and the election's
     for t, x in v["topics"].items():
         assert x["send_count"] == 4000 and x["acked_missing"] == 0 and x["result"] == "pass", (t, x)
-        for outage, parts in zip(x["fault_outages_ms"], x["outage_parts"]):
+        for outage, parts in zip(x["fault_ack_gaps_ms"], x["outage_parts"]):
             assert outage is not None and parts is not None, (t, x)
             assert sum(parts[f"{k}_ms"] for k in PARTS) == pytest.approx(outage, abs=1e-3), (t, parts)
     meta = result.metas[v["run"]]

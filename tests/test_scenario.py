@@ -117,6 +117,13 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
      "options.send_timeout_ms"),
     ({"system": "kafka", "fault": {"action": "pause", "target": "stor"}}, "fault.target"),
     ({"system": "kafka", "fault": {"action": "command", "params": {"inject": "x"}}}, "fault.action"),
+    # nats-server refuses to start below 30 s, or with a grace period not shorter
+    ({"system": "nats", "options": {"lame_duck_duration": "10s"}}, "options"),
+    ({"system": "nats", "options": {"lame_duck_duration": "30s", "lame_duck_grace_period": "30s"}}, "options"),
+    ({"system": "nats", "options": {"lame_duck_grace_period": "soon"}}, "options.lame_duck_grace_period"),
+    ({"system": "kafka", "fault": {"action": "lame-duck", "target": "leader"}}, "fault.action"),
+    ({"system": "redis", "fault": {"action": "stepdown", "target": "leader", "params": {"every": True}}},
+     "fault.action"),
 ])
 def test_system_options_are_checked_per_system(doc, field):
     with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):

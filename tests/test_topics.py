@@ -110,11 +110,11 @@ def test_each_topics_outage_and_its_parts(spark_analyze, tmp_path):
     (p,) = t1["outage_parts"]
     assert p["order"] == ["detect", "serve", "reconnect"] and not p["unseen"], p
     assert (p["detect_ms"], p["serve_ms"], p["reconnect_ms"]) == pytest.approx((9.9995, 140, 100), abs=0.01), p
-    assert sum(p[f"{k}_ms"] for k in PARTS) == pytest.approx(t1["fault_outages_ms"][0]), p
+    assert sum(p[f"{k}_ms"] for k in PARTS) == pytest.approx(t1["fault_ack_gaps_ms"][0]), p
     assert p["dominant"] == "resume" and p["resume_ms"] == pytest.approx(150, abs=0.01)
     # t2 saw no mark within its outage: all of it is the resume
     (q,) = t2["outage_parts"]
-    assert q["resume_ms"] == pytest.approx(t2["fault_outages_ms"][0]) and q["order"] == [], q
+    assert q["resume_ms"] == pytest.approx(t2["fault_ack_gaps_ms"][0]) and q["order"] == [], q
     assert v["outage_parts"] == [None]  # the run's own outage is over both topics' acks
 
 
@@ -122,9 +122,12 @@ def test_parts_add_up_to_the_outage_whatever_the_marks():
     rng = random.Random(7)
     for _ in range(2000):
         tf, outage = rng.randrange(0, 10**9), rng.randrange(0, 10**10)
+        gap = None if rng.random() < 0.3 else rng.randrange(0, outage + 1)
         marks = {k: (None if rng.random() < 0.3 else tf + rng.randrange(-10**9, 2 * 10**10)) for k in PARTS[:-1]}
-        p = split(tf, outage, marks)
-        assert sum(p[f"{k}_ms"] for k in PARTS) == pytest.approx(outage / 1e6, abs=1e-6), (marks, p)
+        p = split(tf, outage, marks, gap)
+        length = outage if gap is None else gap
+        assert sum(p[f"{k}_ms"] for k in PARTS) == pytest.approx(length / 1e6, abs=1e-6), (marks, p)
+        assert p["outage_ms"] + p["starts_ms"] == pytest.approx(outage / 1e6, abs=1e-6), p
         assert all(p[f"{k}_ms"] >= 0 for k in PARTS)
         assert set(p["order"]) | set(p["unseen"]) | set(p["after"]) == set(PARTS[:-1])
     assert split(0, None, {}) is None  # an outage that never ended has no parts
@@ -138,6 +141,19 @@ def test_a_mark_long_after_the_outage_belongs_to_something_else():
     # a mark just after the end (a look answered late) counts at the end
     p = split(0, 400 * ms, {"detect": 450 * ms, "serve": None, "reconnect": None})
     assert p["detect_ms"] == 400 and p["resume_ms"] == 0 and p["dominant"] == "detect", p
+
+
+def test_an_outage_that_began_after_the_fault_is_taken_apart_from_where_it_began():
+    """Acks went on for 3 s after the fault (a lame-duck server hands its streams over and
+    only later sheds its clients), then stopped for 200 ms: the outage is those 200 ms, and
+    the cluster's change seen at 0.1 s takes no part of it."""
+    ms = 1_000_000
+    p = split(0, 3200 * ms, {"detect": 100 * ms, "serve": 150 * ms, "reconnect": 3050 * ms}, 200 * ms)
+    assert p["outage_ms"] == 200 and p["starts_ms"] == 3000 and p["before"] == ["detect", "serve"], p
+    assert (p["detect_ms"], p["serve_ms"], p["reconnect_ms"], p["resume_ms"]) == (0, 0, 50, 150), p
+    assert p["dominant"] == "resume" and p["order"] == ["detect", "serve", "reconnect"]
+    # an outage from the fault on: the same as without the interval
+    assert split(0, 400 * ms, {"detect": 50 * ms}, 400 * ms) == split(0, 400 * ms, {"detect": 50 * ms})
 
 
 def test_a_topic_recorder_names_its_topic_and_prefixes_its_offsets(tmp_path):
@@ -176,7 +192,7 @@ def test_the_report_draws_each_outage_in_parts_and_a_table_per_topic():
 
     p = split(0, 400_000_000, {"detect": 50_000_000, "serve": 200_000_000, "reconnect": None})
     topic = {"send_count": 10, "pos_ack_count": 10, "acked_missing": 0, "msgs_with_dups": 0, "jb": 0,
-             "max_ack_gap_ms": 400.0, "result": "pass", "fault_outages_ms": [400.0], "outage_parts": [p]}
+             "max_ack_gap_ms": 400.0, "result": "pass", "fault_ack_gaps_ms": [400.0], "outage_parts": [p]}
     v = {"outage_parts": [None], "topics": {"t1": topic, "t2": {**topic, "outage_parts": [None]}}}
     fig = parts_figure(v)
     assert [t.name for t in fig.data] == list(PARTS) and list(fig.data[0].y) == ["t1 window 1"]

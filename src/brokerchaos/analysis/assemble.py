@@ -96,10 +96,11 @@ def _timing(p: Parts, run: str, run_windows: list) -> dict[str, Any]:
         "faults": [{"t_ms": tf / MS, "until_ms": te / MS, "node": node, "detail": detail, "window": wid}
                    for _, _, tf, te, node, detail, wid in run_windows],
         "fault_outages_ms": [_ms(a.outages.get((run, i))) for i in idx],
-        # each outage in its parts (parts.py), which add up to it; a run of several topics
+        # each outage (its ack-free interval) in parts (parts.py) that add up to it; a run of several topics
         # has them per topic (its own outage is over every topic's acks)
         "outage_parts": [None if run in p.rows.topics else
-                         split(tf, a.outages.get((run, i)), marks_of(p.rows.marks, run, wid, tf))
+                         split(tf, a.outages.get((run, i)), marks_of(p.rows.marks, run, wid, tf),
+                               a.ack_gaps.get((run, i)))
                          for _, i, tf, _, _, _, wid in run_windows],
         "fault_ack_gaps_ms": [_ms(a.ack_gaps.get((run, i))) for i in idx],
         "fault_recv_gaps_ms": [_ms(a.recv_gaps.get((run, i))) for i in idx],

@@ -34,6 +34,9 @@ class FaultContext:
     # workload.group's members (workload/group.py: names, owns, kill, down, start_member), or
     # None: the `consumer` targets and the faults that act on them
     group: Callable[[], Any] = lambda: None
+    # a fault recording windows of its own has each watched for the topics' owners
+    # (faults/owners.py): its id from its fault row on, None once its node is back
+    watch: Callable[[Optional[int]], None] = lambda window: None
 
     def sub_window(self, i: int) -> int:
         """The id of this fault's i-th own window (i >= 1): unique in the run, apart from

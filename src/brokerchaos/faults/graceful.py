@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..systems.base import COORDINATOR, ELECT, STEPDOWN, UNLOAD
+from ..systems.base import COORDINATOR, ELECT, EVERY, LAMEDUCK, STEPDOWN, UNLOAD
 from .base import Fault, Target
 from .process import _Restarting
 from .registry import FAULTS
@@ -20,6 +20,9 @@ class StepdownParams(BaseModel):
     role: Literal["leader", "coordinator"] = Field(
         "leader", description="what the target gives up: the stream's leadership, or the cluster's coordinator role")
     wait: float = Field(30.0, gt=0, le=300, description="seconds to wait for another node to hold the role")
+    every: bool = Field(False, description="role leader: every leadership the target holds, not only the run's "
+                                           "first topic's (NATS: a step-down of each stream it leads; RabbitMQ's "
+                                           "drain moves them all anyway)")
 
 
 @FAULTS.register("stepdown")
@@ -34,7 +37,8 @@ class Stepdown(Fault):
 
     @classmethod
     def needs_for(cls, params) -> frozenset[str]:
-        return cls.needs | ({COORDINATOR} if getattr(params, "role", "leader") == "coordinator" else set())
+        role, every = getattr(params, "role", "leader"), getattr(params, "every", False)
+        return cls.needs | ({COORDINATOR} if role == "coordinator" else set()) | ({EVERY} if every else set())
 
     async def _holder(self) -> str:
         roles = self.ctx.roles
@@ -44,7 +48,12 @@ class Stepdown(Fault):
         self.effect["verbs"] = []
         for n in target.nodes:
             self.nodes.append(n)
-            self.effect["verbs"].append(await self.ctx.roles.stepdown(n, self.p.role))
+            if self.p.every and self.p.role == "leader":
+                moved = await self.ctx.roles.stepdown_every(n)
+                self.effect["verbs"].append(moved.pop("verb"))
+                self.effect.setdefault("every", {})[n] = moved
+            else:
+                self.effect["verbs"].append(await self.ctx.roles.stepdown(n, self.p.role))
         # where the role went, and how long that took: bounded, and a role that stayed put
         # is a finding, not a failure of the harness
         t0 = time.monotonic()
@@ -73,6 +82,47 @@ class Stepdown(Fault):
         while self.nodes:
             await self.ctx.roles.step_back(self.nodes[0])
             self.nodes.pop(0)
+
+
+class LameDuckParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout: float = Field(
+        180.0, gt=0, le=1800, description="seconds to wait for the server to exit on its own (its "
+                                          "lame_duck_duration, 2 minutes by default, and a margin) before SIGKILL")
+
+
+@FAULTS.register("lame-duck")
+class LameDuck(_Restarting):
+    description = ("NATS lame-duck mode, the operator's way out before an upgrade: the target hands its stream "
+                   "leaderships over, stops taking clients, closes its own over lame_duck_duration (options) "
+                   "and exits; heal starts it again on the same data")
+    Params = LameDuckParams
+    needs = frozenset({LAMEDUCK, "start"})
+
+    def inject_bound(self, n_nodes: int) -> float:
+        return n_nodes * (self.p.timeout + 15)
+
+    async def inject(self, target: Target) -> None:
+        """In effect at the first signal (the hand-over and the shedding are what is
+        measured); done when the last target has exited."""
+        clean = []
+        led = getattr(self.ctx.roles, "led_by", None)
+        for n in target.nodes:
+            if led is not None:  # what it hands over (NATS: the streams it leads)
+                self.effect.setdefault("led", {})[n] = await _led(led, n)
+            self.nodes.append(n)
+            self.effect_ns = self.effect_ns or time.monotonic_ns()
+            clean.append(await asyncio.to_thread(self.ctx.cluster.lame_duck, n, self.p.timeout))
+        self.effect["clean_exit"] = clean
+        self.effect["exit_ms"] = round((time.monotonic_ns() - self.effect_ns) / 1e6, 1)
+
+
+async def _led(led_by, node: str):
+    """How many streams the node leads, or why that is not known (bounded)."""
+    try:
+        return len(await asyncio.wait_for(led_by(node), 5.0))
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"[:120]
 
 
 class UnloadParams(BaseModel):
@@ -180,6 +230,7 @@ class RollingRestart(_Restarting):
             label = f"rolling-restart {n} ({i} of {total})"
             step: dict = {"node": n, "window": wid}
             steps.append(step)
+            self.ctx.watch(wid)
             t_stop = self.ctx.record("fault", n, label, wid)
             self.nodes.append(n)
             self._open = (n, label, wid)
@@ -188,6 +239,7 @@ class RollingRestart(_Restarting):
             self.nodes.remove(n)
             self._open = None
             t_start = self.ctx.record("heal", n, f"{label}: started", wid)
+            self.ctx.watch(None)
             step["down_ms"] = round((t_start - t_stop) / 1e6, 3)
             whole = await self._whole()
             if whole is None:

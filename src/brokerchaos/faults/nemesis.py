@@ -14,9 +14,9 @@ import time
 from typing import Awaitable, Callable, Optional
 
 from ..history import Recorder
-from ..scenario import FaultSpec, topic_names
+from ..scenario import FaultSpec
 from .base import Fault, FaultContext
-from .owners import OWNER_TOPICS, OwnerWatch
+from .owners import OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
 from .targets import parse, resolve
@@ -112,7 +112,8 @@ class Nemesis:
     def _new_fault(self) -> Fault:
         self._uid += 1
         ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                           uid=self.index * 1000 + self._uid, record=self._record, group=self.group)
+                           uid=self.index * 1000 + self._uid, record=self._record, group=self.group,
+                           watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
         return self.cls(ctx)
 
     async def _prepared(self) -> Optional[Fault]:
@@ -196,10 +197,9 @@ class Nemesis:
         if self.spec.action == "none":
             return
         self._viewer = asyncio.ensure_future(self._keep_view())
-        if not self.cls.own_windows:  # a rolling restart's windows are its own, within one inject
-            self._owner_watch = self._watch_owners()
-            self.state["owner_looks"] = self._owner_watch.stats
-            self._owner_task = asyncio.ensure_future(self._owner_watch.run())
+        self._owner_watch = self._watch_owners()
+        self.state["owner_looks"] = self._owner_watch.stats
+        self._owner_task = asyncio.ensure_future(self._owner_watch.run())
         try:
             await self._run()
         finally:
@@ -255,7 +255,7 @@ class Nemesis:
             w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
-        if self._owner_watch is not None:
+        if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (_watch_own)
             self._owner_watch.arm(w)
         first = self.cls.opens_window_first or self.cls.own_windows
         described = asyncio.ensure_future(self._roles())  # asked at the trigger, with the target
@@ -362,18 +362,14 @@ class Nemesis:
                   f"({w['delay_ms']:.0f} ms after the trigger)")
 
     def _watch_owners(self) -> OwnerWatch:
-        """Each topic's owner watched through the write (owners.py): the first OWNER_TOPICS."""
-        dep = self.deployment
-        topics = topic_names(self.topics)[:OWNER_TOPICS] or [None]
-
+        """Each topic's owner watched through the write (owners.py)."""
         def record(type_: str, node, detail: str, window: int, topic: Optional[str], at_ns: int) -> int:
             t = self.rec.record(type_, node=node, detail=detail, window=window, topic=topic,
                                 t_ns=at_ns - self.rec.origin)
             self.rec.flush()
             return t
 
-        return OwnerWatch({t: dep.roles if t is None else dep.roles.for_topic(t, dep.client.for_topic(t))
-                           for t in topics}, record)
+        return OwnerWatch.of(self.deployment, self.topics, record)
 
     def _record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
         t = self.rec.record(type_, node=node, detail=detail, window=window)

@@ -12,6 +12,8 @@ import asyncio
 import time
 from typing import Callable, Optional
 
+from ..scenario import topic_names
+
 POLL_S = 0.1  # between two looks at a topic while a window is watched: the marks' precision
 IDLE_S = 1.0  # …and while none is: the baseline, kept current at little cost
 OWNER_TOPICS = 8  # topics watched at most (the first ones): a look is a request or a few
@@ -34,6 +36,22 @@ class OwnerWatch:
         self.pending: set = set()
         # per topic: looks answered with an owner, answered "none", the last why (run.json)
         self.stats: dict = {str(t): {"owner": 0, "none": 0, "why": None} for t in roles}
+
+    @classmethod
+    def of(cls, dep, topics: int, record: Callable[..., int]) -> "OwnerWatch":
+        """The watch over a deployment's first OWNER_TOPICS topics (of `topics`)."""
+        names = topic_names(topics)[:OWNER_TOPICS] or [None]
+        return cls({t: dep.roles if t is None else dep.roles.for_topic(t, dep.client.for_topic(t)) for t in names},
+                   record)
+
+    def own_window(self, window: Optional[int]) -> None:
+        """One of a fault's own windows (a rolling restart's step) watched as the nemesis
+        watches its own: from its fault row until its node is back (window None) and
+        AFTER_HEAL_S more, or until every topic was served again."""
+        if window is not None:
+            self.arm({"id": window, "inject_at_ms": 0.0})
+        elif self.w is not None:
+            self.w["healed_ms"] = 0.0
 
     def arm(self, w: dict) -> None:
         self.w, self.t_armed = w, time.monotonic()

@@ -187,7 +187,7 @@ def _parts_rows(v: dict) -> list[tuple[str, str]]:
             rows.append((f"Outage {i} in parts", _parts(p)))
     topics = list((v.get("topics") or {}).items())
     for t, x in topics[:CONSOLE_TOPICS]:
-        outs = ", ".join("no ack after fault" if o is None else _ms(o) for o in x.get("fault_outages_ms") or [])
+        outs = ", ".join("no ack after fault" if o is None else _ms(o) for o in x.get("fault_ack_gaps_ms") or [])
         parts = "; ".join(_parts(p) for p in x.get("outage_parts") or [] if p is not None)
         rows.append((f"Topic {t}", f"{x['result'].upper()}, acked missing {x['acked_missing']:,}, duplicated "
                      f"{x['msgs_with_dups']:,}, outage {outs or '-'}" + (f" ({parts})" if parts else "")))
@@ -199,5 +199,6 @@ def _parts_rows(v: dict) -> list[tuple[str, str]]:
 
 
 def _parts(p: dict) -> str:
-    return ", ".join(f"{k} {_ms(p[k + '_ms'])}" for k in ("detect", "serve", "reconnect", "resume")
+    text = ", ".join(f"{k} {_ms(p[k + '_ms'])}" for k in ("detect", "serve", "reconnect", "resume")
                      if p[k + "_ms"] or k == "resume")
+    return text + (f", from {_ms(p['starts_ms'])} after the fault" if p.get("starts_ms") else "")

@@ -53,7 +53,7 @@ def topics_table(v: dict) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ("topic", *TOPIC_COLUMNS, "outage per fault"))
     rows = []
     for t, x in topics.items():
-        outs = ", ".join("-" if o is None else f"{o:,.0f} ms" for o in x.get("fault_outages_ms") or [])
+        outs = ", ".join("-" if o is None else f"{o:,.0f} ms" for o in x.get("fault_ack_gaps_ms") or [])
         cells = [t, *(x.get(c) for c in TOPIC_COLUMNS), outs or "-"]
         rows.append("<tr>" + "".join(f"<td>{html.escape('-' if c is None else str(c))}</td>" for c in cells)
                     + "</tr>")

@@ -60,6 +60,8 @@ CORRUPT = "corrupt"  # the cluster names a stopped node's data files (bits flipp
 STEPDOWN = "stepdown"  # the roles can move leadership off a node gracefully (an operator's verb)
 UNLOAD = "unload"  # the roles can close every topic of a group at once, to be served again (Pulsar's bundles)
 ELECT = "elect"  # the roles can move every partition's leadership back to its preferred replica (Kafka)
+EVERY = "stepdown-every"  # the roles can move every leadership a node holds off it at once (NATS, RabbitMQ)
+LAMEDUCK = "lame-duck"  # the cluster can put a node in lame-duck mode: it hands over, sheds clients, exits (NATS)
 
 
 class SystemError_(RuntimeError):
@@ -437,6 +439,12 @@ class Roles:
     # whether `stepdown` hands the role to another node (else it only makes the holder let
     # its clients go and take them back, as Pulsar's topic unload)
     stepdown_moves: ClassVar[bool] = True
+
+    async def stepdown_every(self, node: str) -> dict:
+        """Move every leadership `node` holds off it (not only the run's stream's), the way
+        an operator empties a server before maintenance; returns the verb and what it
+        moved (run.json). Needs `stepdown-every`."""
+        raise LookupError("this system has no step-down of everything a node leads")
 
     async def step_back(self, node: str) -> None:
         """Undo what `stepdown` left in place (RabbitMQ: the node leaves maintenance mode);

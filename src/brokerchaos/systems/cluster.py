@@ -173,12 +173,23 @@ class LocalCluster(Cluster):
 
     def stop_node(self, node: str, timeout: float = 30.0) -> bool:
         """SIGTERM and wait for a clean exit; SIGKILL after `timeout`."""
+        return self.signal_exit(node, signal.SIGTERM, timeout)
+
+    def signal_exit(self, node: str, sig: int, timeout: float) -> bool:
+        """Send `sig` and wait for the node to exit on its own; SIGKILL after `timeout`.
+        Whether it exited on its own."""
         proc = self.procs[node]
-        process.send_signal(proc, signal.SIGTERM)
+        process.send_signal(proc, sig)
         if process.wait_exit(proc, timeout):
             return True
         self.kill(node)
         return False
+
+    def lame_duck(self, node: str, timeout: float) -> bool:
+        """Put the node in lame-duck mode (it hands its leaderships over, stops taking
+        clients, closes its own over its lame-duck period, exits) and wait for the exit;
+        SIGKILL after `timeout`. Whether it exited on its own. Needs LAMEDUCK in extra_offers."""
+        raise LookupError("this cluster has no lame-duck mode")
 
     def data_files(self, node: str) -> list[Path]:
         """The files of `node` holding the stream's messages, oldest first (the `corrupt`

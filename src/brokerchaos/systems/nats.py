@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
-import urllib.request
-from pathlib import Path
 from typing import Optional
 
 import nats
@@ -21,34 +18,14 @@ from nats.errors import NoServersError, TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from ..errors import ScenarioError
 from . import natsbin
-from .base import (COORDINATOR, CORRUPT, POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback,
-                   Roles, System, SystemError_)
+from .base import (COORDINATOR, EVERY, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System,
+                   SystemError_)
 from .consumer import LiveConsumer
-from .runtime import http_get
-from .cluster import LocalCluster
+from .natscluster import NatsOptions, NatsServers, _whole, meta_leader, meta_whole, node_of_server
 from .registry import SYSTEMS
-
-_DURATION = re.compile(r"^\d+(ms|s|m|h)$")
-
-
-class NatsOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    sync_interval: str = Field(
-        "default", description="when JetStream fsyncs its files: default (the server's: every 2 minutes), always "
-                               "(before each ack), or a duration such as 1s or 100ms; needs nats-server 2.10 or "
-                               "later (cluster.version)")
-
-    @field_validator("sync_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        if v not in ("default", "always") and not _DURATION.match(v):
-            raise ValueError(f"default, always or a duration such as 1s, 100ms or 2m, not {v!r}")
-        return v
-
+from .runtime import http_get
 
 def _quiet(*_a, **_k):
     # nats-py logs every disconnect at ERROR; the history records what matters.
@@ -68,10 +45,13 @@ async def _close(nc) -> None:
         pass
 
 
-async def _connect(servers: list[str], name: str, timeout: float, disconnected=None, reconnected=None):
+async def _connect(servers: list[str], name: str, timeout: float, disconnected=None, reconnected=None,
+                   check=lambda: None):
+    """`check` raises when waiting is hopeless (a server of ours exited while starting)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
+        check()
         try:
             return await nats.connect(
                 servers=servers,
@@ -89,154 +69,6 @@ async def _connect(servers: list[str], name: str, timeout: float, disconnected=N
             last = e
             await asyncio.sleep(0.1)
     raise SystemError_(f"could not connect to NATS at {servers} within {timeout}s: {last!r}")
-
-
-class NatsServers(LocalCluster):
-    """nats-server processes, one per node namespace, routed to each other."""
-
-    ports = {"client": 4222, "cluster": 6222, "monitor": 8222}
-    # a node's data directory is datadir/<node>: it can sit on the power-off layer, and
-    # its stream's .blk files are known
-    extra_offers = frozenset({POWER, CORRUPT})
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._binary: Optional[str] = None
-        self._versions: dict[str, str] = {}
-        self._settings: dict = {}
-
-    @property
-    def binary(self) -> str:
-        if self._binary is None:
-            self._binary = natsbin.binary(self.ctx.scenario.cluster.version)
-        return self._binary
-
-    def _config(self, node: str) -> str:
-        ip, port = self.address(node)
-        store = self.datadir / node
-        store.mkdir(parents=True, exist_ok=True)
-        lines = [
-            f"server_name: {node}",
-            f'listen: "{ip}:{port}"',
-            'http: "{}:{}"'.format(*self.address(node, "monitor")),
-            "jetstream {",
-            f'  store_dir: "{store}"',
-            "  max_memory_store: 256MB",
-            "  max_file_store: 8GB",
-        ]
-        sync = getattr(self.options, "sync_interval", "default")
-        if sync != "default":
-            lines.append(f"  sync_interval: {sync}" if sync == "always" else f'  sync_interval: "{sync}"')
-        lines += [
-            "}",
-        ]
-        if len(self.node_names) > 1:
-            routes = ", ".join('"nats://{}:{}"'.format(*self.address(o, "cluster")) for o in self.node_names
-                               if o != node)
-            lines += [
-                "cluster {",
-                "  name: brokerchaos",
-                '  listen: "{}:{}"'.format(*self.address(node, "cluster")),
-                f"  routes: [{routes}]",
-                "}",
-            ]
-        return "\n".join(lines + self.extra_config(node)) + "\n"
-
-    def extra_config(self, node: str) -> list[str]:
-        """More server configuration (the MQTT listener of the mqtt system's NATS backend)."""
-        return []
-
-    def launch(self, node: str) -> None:
-        conf = self.datadir / f"{node}.conf"
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(self._config(node))
-        self.spawn_node(node, [self.binary, "-c", str(conf)])
-
-    def _varz(self) -> None:
-        """What the servers say they are, and the durability they run with (/varz)."""
-        for n in self.node_names:
-            if n in self._versions or not self.alive(n):
-                continue
-            try:
-                url = "http://{}:{}/varz".format(*self.address(n, "monitor"))
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    body = json.loads(r.read())
-            except (OSError, ValueError):
-                continue
-            self._versions[n] = body.get("version", "?")
-            js = (body.get("jetstream") or {}).get("config") or {}
-            self._settings[n] = {"sync_always": js.get("sync_always", False),
-                                 "sync_interval_s": js["sync_interval"] / 1e9 if "sync_interval" in js else None}
-
-    def versions(self) -> dict[str, str]:
-        self._varz()
-        found = sorted(set(self._versions.values()))
-        return {"nats-server": ", ".join(found)} if found else {}
-
-    def settings(self) -> dict:
-        """The JetStream durability each node reports: sync_always, and sync_interval in
-        seconds (None: a server too old to report it, 2.9's fixed 2 minutes)."""
-        self._varz()
-        return dict(self._settings)
-
-    def data_files(self, node: str) -> list[Path]:
-        stream = self.ctx.stream_name
-        found = (self.datadir / node).glob(f"jetstream/*/streams/{stream}/msgs/*.blk")
-        return sorted(found, key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
-
-
-async def jsz(cluster, node: str) -> dict:
-    """The JetStream meta cluster as `node`'s monitoring endpoint reports it."""
-    body = await http_get(*cluster.address(node, "monitor"), "/jsz", 2.0)
-    return json.loads(body).get("meta_cluster") or {}
-
-
-async def meta_whole(cluster) -> tuple[bool, str]:
-    """A JetStream meta leader, and every peer current."""
-    meta = await jsz(cluster, cluster.node_names[0])
-    peers = meta.get("replicas") or []
-    ok = bool(meta.get("leader") or len(cluster.node_names) == 1) and \
-        all(p.get("current") and not p.get("offline") for p in peers)
-    return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
-
-
-async def _whole(cluster) -> bool:
-    try:
-        return (await meta_whole(cluster))[0]
-    except (OSError, ValueError, asyncio.TimeoutError):
-        return False
-
-
-async def node_of_server(cluster, server: str) -> str:
-    """Our node for a server name: the same name (ours are called n1, n2, …), else the node
-    whose monitoring endpoint reports it (an external cluster names its servers itself)."""
-    if server in cluster.node_names:
-        return server
-    for n in cluster.node_names:
-        try:
-            body = json.loads(await http_get(*cluster.address(n, "monitor"), "/varz", 2.0))
-        except (OSError, ValueError, LookupError, asyncio.TimeoutError):
-            continue
-        if body.get("server_name") == server:
-            return n
-    raise SystemError_(f"no node of the cluster is the server {server!r}")
-
-
-async def meta_leader(cluster) -> str:
-    """The JetStream meta leader, as the first node that answers /jsz says."""
-    last = "no node answered"
-    for n in cluster.node_names:
-        if not cluster.alive(n):
-            continue
-        try:
-            leader = (await jsz(cluster, n)).get("leader")
-        except (OSError, ValueError, asyncio.TimeoutError) as e:
-            last = f"{n}: {type(e).__name__}: {e}"
-            continue
-        if leader:
-            return await node_of_server(cluster, leader)
-        last = f"{n}: no meta leader"
-    raise SystemError_(f"JetStream meta leader unknown ({last})")
 
 
 class NatsClient(Client):
@@ -257,13 +89,11 @@ class NatsClient(Client):
 
     async def connect(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        self.nc = await _connect(self.servers(), "brokerchaos-admin", timeout)
+        self.nc = await _connect(self.servers(), "brokerchaos-admin", timeout, check=self._all_running)
         self.js = self.nc.jetstream(timeout=2)
         last: Exception | None = None
         while time.monotonic() < deadline:
-            for n in self.cluster.node_names:
-                if not self.cluster.alive(n):
-                    raise self.cluster.exited(n)
+            self._all_running()
             try:
                 await self.js.account_info()
                 return
@@ -271,6 +101,13 @@ class NatsClient(Client):
                 last = e
                 await asyncio.sleep(0.1)
         raise SystemError_(f"JetStream not ready within {timeout}s: {last!r}")
+
+    def _all_running(self) -> None:
+        """A server of ours that exited while starting (its configuration refused: its log
+        says why) is not waited for."""
+        for n in self.cluster.node_names:
+            if not self.cluster.alive(n):
+                raise self.cluster.exited(n)
 
     async def create_stream(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -403,6 +240,36 @@ class NatsRoles(Roles):
             raise SystemError_(f"{subject}: {reply['error'].get('description') or reply['error']}")
         return subject
 
+    async def led_by(self, node: str) -> list[str]:
+        """The streams `node` says it leads (its own /jsz)."""
+        body = json.loads(await http_get(*self.cluster.address(node, "monitor"), "/jsz?accounts=true&streams=true",
+                                         5.0))
+        led = []
+        for account in body.get("account_details") or []:
+            for st in account.get("stream_detail") or []:
+                lead = (st.get("cluster") or {}).get("leader")
+                if lead and await node_of_server(self.cluster, lead) == node:
+                    led.append(st["name"])
+        return sorted(led)
+
+    async def stepdown_every(self, node: str) -> dict:
+        """A step-down request for each stream `node` leads, all at once (what an operator
+        scripts before maintenance: 2.9 has no step-down of a whole server but lame duck)."""
+        streams = await self.led_by(node)
+
+        async def one(name: str) -> Optional[str]:
+            try:
+                msg = await self.client.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", b"", timeout=5)
+                err = json.loads(msg.data or b"{}").get("error")
+                return (err.get("description") or str(err)) if err else None
+            except Exception as e:  # said in the effect; the others went on
+                return f"{type(e).__name__}: {e}"
+
+        whys = await asyncio.gather(*(one(n) for n in streams))
+        failed = {n: why for n, why in zip(streams, whys) if why}
+        return {"verb": "$JS.API.STREAM.LEADER.STEPDOWN.<stream>, each stream led", "streams": len(streams),
+                "stepped_down": len(streams) - len(failed), "failed": dict(list(failed.items())[:20])}
+
     async def stream_ready(self) -> bool:
         """Also true when a whole cluster says the stream does not exist (a power cut took its
         files): there is nothing to wait for, and the read says what is gone."""
@@ -421,7 +288,7 @@ class Nats(System):
     Roles = NatsRoles
     Options = NatsOptions
     # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
-    offers = frozenset({COORDINATOR, STEPDOWN})
+    offers = frozenset({COORDINATOR, STEPDOWN, EVERY})
     external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
     @classmethod

@@ -76,6 +76,10 @@ class PulsarClient(Client):
         # (as an application multiplexes its topics over one client): name -> [client, users]
         self._shared: dict[str, list] = {}
         self._watches: list[asyncio.Future] = []  # this client's and its topics' copies' (for_topic)
+        # set by close, seen by every copy's watch: Python 3.11's wait_for (http_request's)
+        # swallows a cancel that lands as its request completes, and a watch of 100 topics'
+        # kept looking every 5 s after the run's end, its close waiting for it for ever
+        self._closing: dict = {"now": False}
         # per producer, the coordinator number of its last transaction begun (Java client)
         self.txn_coordinators: dict[str, Optional[int]] = {}
 
@@ -203,17 +207,19 @@ class PulsarClient(Client):
     def forked(self) -> None:
         self._watch = None  # the harness's; a producer process follows the owner itself
         self._watches = []
+        self._closing = {"now": False}
         self._shared = {}
 
     def follow_owner(self) -> None:
         """Keep `owner_now` current while producers run: the client library does not say
         which broker it writes to, so the history's node is the owner as the cluster says."""
         if self._watch is None and len(self.cluster.node_names) > 1 and self.admins():
+            self._closing["now"] = False  # a client reused by the next run on the same cluster
             self._watch = asyncio.ensure_future(self._follow())
             self._watches.append(self._watch)
 
     async def _follow(self) -> None:
-        while True:
+        while not self._closing["now"]:
             try:  # not by lookup: a lookup would take an unloaded bundle back at once
                 self.owner_now = await self.bundle_owner(3.0)
             except Exception:  # no owner right now (fail-over): keep the last one
@@ -229,6 +235,7 @@ class PulsarClient(Client):
         return c
 
     async def close(self) -> None:
+        self._closing["now"] = True
         watches, self._watches[:] = list(self._watches), []
         for w in watches:
             w.cancel()

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import STEPDOWN, System
+from ..base import EVERY, STEPDOWN, System
 from ..registry import SYSTEMS
 from .client import RabbitClient, RabbitRoles
 from .cluster import SERVER, RabbitServers
@@ -38,7 +38,7 @@ class RabbitMQ(System):
     LocalCluster = RabbitServers
     Client = RabbitClient
     Roles = RabbitRoles
-    offers = frozenset({STEPDOWN})  # draining the leader's node (maintenance mode)
+    offers = frozenset({STEPDOWN, EVERY})  # draining a node (maintenance mode) moves every queue it leads
     external_services = ("mgmt",)  # queue leaders and health from the management API
 
     @classmethod

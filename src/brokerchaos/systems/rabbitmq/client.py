@@ -179,6 +179,13 @@ class RabbitRoles(Roles):
         await asyncio.to_thread(self.cluster.maintenance, node, "drain")
         return "rabbitmq-upgrade drain"
 
+    async def stepdown_every(self, node: str) -> dict:
+        """The drain moves every quorum-queue leader off the node, whichever it leads."""
+        if not hasattr(self.cluster, "maintenance"):
+            raise LookupError("draining needs a cluster the harness started (external: a `command` fault hook)")
+        await asyncio.to_thread(self.cluster.maintenance, node, "drain")
+        return {"verb": "rabbitmq-upgrade drain"}
+
     async def step_back(self, node: str) -> None:
         if self.cluster.alive(node):
             await asyncio.to_thread(self.cluster.maintenance, node, "revive")

@@ -255,7 +255,7 @@ class Nemesis:
             w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
-        if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (_watch_own)
+        if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (OwnerWatch.own_window)
             self._owner_watch.arm(w)
         first = self.cls.opens_window_first or self.cls.own_windows
         described = asyncio.ensure_future(self._roles())  # asked at the trigger, with the target

@@ -194,14 +194,17 @@ class NatsRoles(Roles):
         return await node_of_server(self.cluster, info.cluster.leader)
 
     async def _leader_by_jsz(self, node: str) -> str:
+        lead = (await self._jsz_leaders(node)).get(self.ctx.stream_name)
+        if lead and await node_of_server(self.cluster, lead) == node:
+            return node
+        raise LookupError(f"{node} does not say it leads {self.ctx.stream_name}")
+
+    async def _jsz_leaders(self, node: str) -> dict[str, str]:
+        """Each stream's leader (a server name), as `node`'s monitoring endpoint says."""
         body = json.loads(await http_get(*self.cluster.address(node, "monitor"), "/jsz?accounts=true&streams=true",
                                          5.0))
-        for account in body.get("account_details") or []:
-            for st in account.get("stream_detail") or []:
-                lead = (st.get("cluster") or {}).get("leader") if st.get("name") == self.ctx.stream_name else None
-                if lead and await node_of_server(self.cluster, lead) == node:
-                    return node
-        raise LookupError(f"{node} does not say it leads {self.ctx.stream_name}")
+        return {st.get("name"): lead for account in body.get("account_details") or []
+                for st in account.get("stream_detail") or [] if (lead := (st.get("cluster") or {}).get("leader"))}
 
     async def replicas(self) -> list[str]:
         info = await self.client.info()
@@ -242,15 +245,9 @@ class NatsRoles(Roles):
 
     async def led_by(self, node: str) -> list[str]:
         """The streams `node` says it leads (its own /jsz)."""
-        body = json.loads(await http_get(*self.cluster.address(node, "monitor"), "/jsz?accounts=true&streams=true",
-                                         5.0))
-        led = []
-        for account in body.get("account_details") or []:
-            for st in account.get("stream_detail") or []:
-                lead = (st.get("cluster") or {}).get("leader")
-                if lead and await node_of_server(self.cluster, lead) == node:
-                    led.append(st["name"])
-        return sorted(led)
+        leaders = await self._jsz_leaders(node)
+        mine = {lead for lead in set(leaders.values()) if await node_of_server(self.cluster, lead) == node}
+        return sorted(name for name, lead in leaders.items() if lead in mine)
 
     async def stepdown_every(self, node: str) -> dict:
         """A step-down request for each stream `node` leads, all at once (what an operator

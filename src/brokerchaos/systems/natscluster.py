@@ -18,7 +18,7 @@ from .base import CORRUPT, LAMEDUCK, POWER, SystemError_
 from .cluster import LocalCluster
 from .runtime import http_get
 
-_DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
 
 
 class NatsOptions(BaseModel):
@@ -69,7 +69,7 @@ class NatsOptions(BaseModel):
 
 def seconds(duration: str) -> float:
     """A duration as the server's configuration writes it (`_DURATION`), in seconds."""
-    n, unit = re.match(r"^(\d+)(ms|s|m|h)$", duration).groups()
+    n, unit = _DURATION.match(duration).groups()
     return int(n) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
 
 

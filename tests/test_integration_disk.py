@@ -157,3 +157,35 @@ def test_a_sigkilled_harness_leaves_a_mount_that_clean_removes(tmp_path):
     assert "mount " in out.stdout, out.stdout
     assert mounts.mounted_under(state) == []
     assert not any(state.iterdir()) if state.exists() else True
+
+
+def _kafka_cut(tmp_path, name: str, **over):
+    s = sc.load("scenarios/kafka-power-off-isr.yaml",
+                {"runs": 1, "name": name, "messages": 4000, "after_acks": 1500, **over})
+    result = Session(s, tmp_path / name, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    cut = meta["faults"][0]["windows"][0]["effect"]["power_cut"]
+    assert sorted(cut) == ["n1", "n2", "n3"], cut
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 1500, v
+    return v, meta, cut
+
+
+@pytest.mark.integration
+@ROOT
+@LAYER
+def test_kafka_power_cut_of_the_whole_isr_loses_what_no_flush_covered_and_nothing_with_a_flush_per_batch(
+        tmp_path, spark):
+    # the positive control: Kafka's default never fsyncs, acks=all counts on replicas failing apart
+    v, meta, cut = _kafka_cut(tmp_path, "it-kafka-power-off-default")
+    never = 2 ** 63 - 1
+    assert meta["server_settings"]["n1"] == {"log.flush.interval.messages": never, "log.flush.interval.ms": None}
+    assert all(any(f["file"].endswith(".log") for f in c["files"]) for c in cut.values()), cut
+    assert v["acked_missing"] > 0 and v["result"] == "fail", v
+
+    # the negative control: each broker fsyncs a batch before it counts as replicated
+    v, meta, cut = _kafka_cut(tmp_path, "it-kafka-power-off-flush", option=["flush_messages=1"])
+    assert {s["log.flush.interval.messages"] for s in meta["server_settings"].values()} == {1}, meta
+    assert all(c["fsyncs_seen"] > 0 for c in cut.values()), cut
+    assert v["acked_missing"] == 0, v
+    assert mounts.mounted_under(Path("/tmp/brokerchaos")) == []

@@ -5,7 +5,7 @@ One window gives one producer outage (its longest ack-free interval, from the fa
 (`fault_recv_gaps_ms`). Across hundreds of windows their distribution shows what one
 longest gap hides: steps at the client's reconnect and resend back-off (the Pulsar
 availability seed's 100, 300, 700, 1500 ms). The per-window figures come from the
-histories (metrics.py); the distribution is one small Spark aggregation over them.
+histories (metrics.py); the distributions are two small Spark aggregations over them.
 """
 from __future__ import annotations
 
@@ -25,20 +25,34 @@ def distribution(spark: SparkSession, values: Iterable[Optional[float]]) -> dict
     """count, the windows whose outage never ended (`unended`, null values), exact
     p50/p90/p99 (linear interpolation between ranks, as numpy), max, and a histogram of
     `BUCKET_MS` buckets ([lower bound ms, windows], empty buckets left out)."""
-    vals = list(values)
-    out: dict = {"windows": len(vals), "unended": sum(1 for v in vals if v is None), "count": 0,
-                 "p50": None, "p90": None, "p99": None, "max": None, "bucket_ms": BUCKET_MS, "histogram": []}
-    ended = [(float(v),) for v in vals if v is not None]
-    if not ended:
+    return distributions(spark, {"": values})[""]
+
+
+def _empty(vals: list) -> dict:
+    return {"windows": len(vals), "unended": sum(1 for v in vals if v is None), "count": 0,
+            "p50": None, "p90": None, "p99": None, "max": None, "bucket_ms": BUCKET_MS, "histogram": []}
+
+
+def distributions(spark: SparkSession, series: dict[str, Iterable[Optional[float]]]) -> dict[str, dict]:
+    """distribution() of each named series, all in two Spark jobs (one for the figures, one
+    for the histograms): a session's summary has a dozen series of a few values each, and
+    two jobs for each of them were ~5 s of every session's end."""
+    lists = {name: list(vals) for name, vals in series.items()}
+    out = {name: _empty(vals) for name, vals in lists.items()}
+    rows = [(name, float(v)) for name, vals in lists.items() for v in vals if v is not None]
+    if not rows:
         return out
-    df = spark.createDataFrame(ended, "ms double")
+    df = spark.createDataFrame(rows, "name string, ms double")
     # percentile (not percentile_approx): exact, and these are a few thousand rows at most
-    stats = df.agg(F.count("ms").alias("n"), F.percentile("ms", list(QUANTILES)).alias("q"),
-                   F.max("ms").alias("mx")).collect()[0]
-    out.update(count=stats["n"], max=stats["mx"], **{f"p{round(q * 100)}": x for q, x in zip(QUANTILES, stats["q"])})
-    hist = (df.groupBy((F.floor(F.col("ms") / BUCKET_MS) * BUCKET_MS).cast("long").alias("lo"))
-            .count().orderBy("lo").collect())
-    out["histogram"] = [[r["lo"], r["count"]] for r in hist]
+    stats = df.groupBy("name").agg(F.count("ms").alias("n"), F.percentile("ms", list(QUANTILES)).alias("q"),
+                                   F.max("ms").alias("mx")).collect()
+    for r in stats:
+        out[r["name"]].update(count=r["n"], max=r["mx"],
+                              **{f"p{round(q * 100)}": x for q, x in zip(QUANTILES, r["q"])})
+    hist = (df.groupBy("name", (F.floor(F.col("ms") / BUCKET_MS) * BUCKET_MS).cast("long").alias("lo"))
+            .count().orderBy("name", "lo").collect())
+    for r in hist:
+        out[r["name"]]["histogram"].append([r["lo"], r["count"]])
     return out
 
 
@@ -68,25 +82,29 @@ def summary(spark: SparkSession, verdicts: list[dict], schedules: dict[str, list
     prod = [g for v in verdicts for g in (v.get("fault_ack_gaps_ms") or [])]
     # a window no consumer read through has no consumer outage: left out, not counted as 0
     cons = [g for v in verdicts for g in (v.get("fault_recv_gaps_ms") or []) if g is not None]
+    per_topic = [x for v in verdicts for x in (v.get("topics") or {}).values()]
+    parts = [p for x in (per_topic or verdicts) for p in (x.get("outage_parts") or []) if p is not None]
+    series = {"producer": prod, "consumer": cons, **{f"part {p}": [x[f"{p}_ms"] for x in parts] for p in PARTS}}
+    tprod = [g for x in per_topic for g in (x.get("fault_ack_gaps_ms") or [])]
+    if per_topic:  # workload.topics: one outage per window and topic
+        series["topics"] = tprod
+    d = distributions(spark, series)
     out = {
-        "producer": distribution(spark, prod),
-        "consumer": distribution(spark, cons),
+        "producer": d["producer"],
+        "consumer": d["consumer"],
         "schedules": {name: near_steps(steps, prod) for name, steps in schedules.items()},
     }
-    per_topic = [x for v in verdicts for x in (v.get("topics") or {}).values()]
-    if per_topic:  # workload.topics: one outage per window and topic
-        tprod = [g for x in per_topic for g in (x.get("fault_ack_gaps_ms") or [])]
-        out["topics"] = {"producer": distribution(spark, tprod),
+    if per_topic:
+        out["topics"] = {"producer": d["topics"],
                          "schedules": {name: near_steps(steps, tprod) for name, steps in schedules.items()}}
-    out["parts"] = parts_summary(spark, [p for x in (per_topic or verdicts) for p in (x.get("outage_parts") or [])
-                                         if p is not None])
+    out["parts"] = parts_summary(parts, {p: d[f"part {p}"] for p in PARTS})
     return out
 
 
-def parts_summary(spark: SparkSession, parts: list[dict]) -> dict:
-    """The outages' parts (parts.py) across windows (and topics): each part's distribution,
-    how often each dominated, and how often each mark was seen."""
+def parts_summary(parts: list[dict], dists: dict[str, dict]) -> dict:
+    """The outages' parts (parts.py) across windows (and topics): each part's distribution
+    (`dists`, by part), how often each dominated, and how often each mark was seen."""
     return {"outages": len(parts),
             "dominant": {p: sum(1 for x in parts if x["dominant"] == p) for p in PARTS},
             "seen": {p: sum(1 for x in parts if p in x["order"]) for p in PARTS[:-1]},
-            **{p: distribution(spark, [x[f"{p}_ms"] for x in parts]) for p in PARTS}}
+            **dists}

@@ -80,8 +80,8 @@ def corrupt_files(files: list[Path], bits: int, cut: int, rng: random.Random, ro
 @FAULTS.register("corrupt")
 class Corrupt(_Restarting):
     description = ("SIGKILL the target, then flip params.bits random bits in its data files or cut params.bytes off "
-                   "the end of its last one (NATS: the stream's .blk files), and start it again; run.json keeps "
-                   "each change (file, offset, bit)")
+                   "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files), "
+                   "and start it again; run.json keeps each change (file, offset, bit)")
     Params = CorruptParams
     needs = frozenset({"corrupt", "kill", "start"})
 

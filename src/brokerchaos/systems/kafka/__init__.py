@@ -37,6 +37,11 @@ class KafkaOptions(BaseModel):
     zk_session_timeout_ms: int = Field(6_000, ge=1_000, le=120_000,
                                        description="zookeeper.session.timeout.ms (apache 3.9; the seed's: 6 s)")
     partitions: int = Field(1, ge=1, le=64, description="topic partitions (ordering holds per partition only)")
+    flush_messages: Optional[int] = Field(
+        None, ge=1, le=1_000_000_000,
+        description="log.flush.interval.messages (apache): a broker fsyncs a partition's log after this many "
+                    "messages (1: before it acks each batch, leader and followers alike); default Kafka's: never, "
+                    "the OS writes the page cache back when it decides (what a power-off drops)")
     message_timeout_ms: Optional[int] = Field(
         None, ge=100, le=3_600_000,
         description="librdkafka message.timeout.ms: after it a message is reported failed (unknown); "
@@ -109,6 +114,9 @@ class Kafka(System):
                                 "(message.timeout.ms is derived from it)")
         if c.replicas > c.nodes:
             raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")
+        if o.broker == "tansu" and o.flush_messages is not None:
+            raise ScenarioError("scenario field 'options.flush_messages': Apache Kafka's log flush; tansu keeps "
+                                "its data in one S3 store")
         if o.min_insync_replicas is not None and o.min_insync_replicas > c.replicas:
             raise ScenarioError(f"scenario field 'options.min_insync_replicas': {o.min_insync_replicas} is more "
                                 f"than the {c.replicas} replicas; every write would be refused")

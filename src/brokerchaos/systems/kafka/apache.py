@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import ClassVar, Optional
 
 from .. import jvm
-from ..base import NodeExited, SystemError_
+from ..base import CORRUPT, POWER, NodeExited, SystemError_
 from ..runtime import port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
 from .client import KafkaRoles
@@ -58,6 +60,9 @@ logger.request.level = warn
 """
 
 
+FLUSH_KEYS = ("log.flush.interval.messages", "log.flush.interval.ms")
+
+
 def broker_id(node: str) -> int:
     return int(node.lstrip("n"))
 
@@ -76,10 +81,14 @@ def cluster_id() -> str:
 
 
 class ApacheKafka(LocalCluster):
-    """What both modes share: broker processes, their properties, versions from their logs."""
+    """What both modes share: broker processes, their properties, versions and durability
+    settings from their logs, the brokers' data (`power-off`, `corrupt`)."""
 
     jars: ClassVar[str]
     ports = {"client": 9092, "zk": 2181, "controller": 9093}
+    # a broker's whole directory (properties, log dirs) on the layer: power-off; its topic's
+    # segment files: corrupt. ZooKeeper's and the KRaft controller's data stay off it.
+    extra_offers = frozenset({POWER, CORRUPT})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -91,6 +100,8 @@ class ApacheKafka(LocalCluster):
         (self.datadir).mkdir(parents=True, exist_ok=True)
         (self.datadir / "log4j.properties").write_text(LOG4J)  # 3.9: reload4j
         (self.datadir / "log4j2.properties").write_text(LOG4J2)  # 4.x: log4j 2
+        for n in self.node_names if self.lazy else ():
+            self._disk(n).mount()  # before KRaft formats a broker's storage: on the layer
         self.prepare()
         super().start()
 
@@ -120,6 +131,8 @@ class ApacheKafka(LocalCluster):
             "transaction.state.log.min.isr": 1,
             "transaction.state.log.num.partitions": 1,
             "unclean.leader.election.enable": str(o.unclean_leader_election).lower(),
+            # Kafka's own default: never (the page cache is written back when the OS decides)
+            **({"log.flush.interval.messages": o.flush_messages} if o.flush_messages else {}),
             "replica.lag.time.max.ms": o.replica_lag_time_max_ms,
             "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
@@ -150,6 +163,22 @@ class ApacheKafka(LocalCluster):
                 if v:
                     self._versions["kafka"] = v
         return dict(self._versions)
+
+    def settings(self) -> dict:
+        """Each broker's flush settings as its log printed them at start (KafkaConfig values):
+        `log.flush.interval.messages` (9223372036854775807: never) and `log.flush.interval.ms`
+        (None: the scheduler's, log.flush.scheduler.interval.ms, also never by default)."""
+        out = {}
+        for n in self.node_names:
+            got = {k: jvm.log_version(self.log(n), rf"\b{re.escape(k)} = (\S+)") for k in FLUSH_KEYS}
+            if any(v is not None for v in got.values()):
+                out[n] = {k: (None if v in (None, "null") else int(v)) for k, v in got.items()}
+        return out
+
+    def data_files(self, node: str) -> list[Path]:
+        """The segment files of the run's topic on `node`, every partition, oldest first."""
+        found = (self.datadir / node / "data").glob(f"{self.ctx.stream_name}-*/*.log")
+        return sorted(found, key=lambda p: (p.parent.name, int(p.stem) if p.stem.isdigit() else 0))
 
     async def brokers_listening(self, timeout: float) -> None:
         async def look():

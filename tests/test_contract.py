@@ -20,14 +20,14 @@ from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
 from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK, LOCAL_VERBS,
-                                      NETNS, POWER, STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
+                                      NETNS, POWER, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
 from brokerchaos.systems.cluster import LocalCluster
 
 CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,
-                              EVERY, LAMEDUCK}
+                              EVERY, LAMEDUCK, REPLICAS}
 # a role the roles can name -> the method of Roles that names it
 ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
-                ELECT: "elect_leaders", EVERY: "stepdown_every"}
+                ELECT: "elect_leaders", EVERY: "stepdown_every", REPLICAS: "set_replicas"}
 
 
 def _scenarios(name: str) -> list:

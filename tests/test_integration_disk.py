@@ -189,3 +189,32 @@ def test_kafka_power_cut_of_the_whole_isr_loses_what_no_flush_covered_and_nothin
     assert all(c["fsyncs_seen"] > 0 for c in cut.values()), cut
     assert v["acked_missing"] == 0, v
     assert mounts.mounted_under(Path("/tmp/brokerchaos")) == []
+
+
+def _redis_cut(tmp_path, fsync: str):
+    s = sc.load("scenarios/redis-power-off-all.yaml", {"runs": 1, "name": f"it-redis-power-off-{fsync}",
+                                                       "messages": 5000, "after_acks": 1500,
+                                                       "option": [f"appendfsync={fsync}"]})
+    result = Session(s, tmp_path / fsync, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert {x["appendfsync"] for x in meta["server_settings"].values()} == {fsync}, meta["server_settings"]
+    cut = meta["faults"][0]["windows"][0]["effect"]["power_cut"]
+    assert sorted(cut) == ["n1", "n2", "n3"], cut
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 1500, v
+    return v, cut
+
+
+@pytest.mark.integration
+@ROOT
+@LAYER
+def test_redis_power_cut_of_every_node_loses_what_the_aof_had_not_fsynced_and_nothing_with_always(tmp_path, spark):
+    # the positive control: appendfsync no leaves the AOF to the OS, which the cut beats
+    v, cut = _redis_cut(tmp_path, "no")
+    assert any(f["file"].endswith(".aof") for f in cut["n1"]["files"]), cut["n1"]
+    assert v["acked_missing"] >= 1000 and v["result"] == "fail", v
+    # the negative control: an fsync before each reply
+    v, cut = _redis_cut(tmp_path, "always")
+    assert cut["n1"]["fsyncs_seen"] > 0, cut["n1"]
+    assert v["acked_missing"] == 0, v
+    assert mounts.mounted_under(Path("/tmp/brokerchaos")) == []

@@ -155,3 +155,20 @@ def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_p
     (gap,) = v["fault_ack_gaps_ms"]
     assert gap is not None and abs(gap - callback_gap_ms) <= 50, (gap, callback_gap_ms, events)
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
+
+
+def test_nats_stream_shrunk_to_one_replica_and_grown_back_under_load(tmp_path, spark):
+    """A membership change (the `replicas` fault): R3 -> R1 drops both followers, the heal's
+    R1 -> R3 adds two peers that catch up while the producers write."""
+    s = sc.load("scenarios/nats-replicas-shrink-grow.yaml", {"runs": 1, "name": "it-nats-replicas",
+                                                            "messages": 4000, "after_acks": 1500})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    w = result.metas["run-001"]["faults"][0]["windows"][0]
+    e = w["effect"]
+    assert e["replicas_before"] == 3 and sorted(e["peers_before"]) == ["n1", "n2", "n3"], e
+    assert len(e["peers_after"]) == 1 and e["peers_after"][0] in e["peers_before"], e
+    assert e["current_s"] is not None, e
+    assert sorted(e["back"]["peers_after"]) == ["n1", "n2", "n3"] and e["back"]["current_s"] is not None, e
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 1500, v
+    assert v["acked_missing"] == 0, v

@@ -293,3 +293,12 @@ def test_soak_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and says in r.stderr, r.stderr
     assert not (tmp_path / "res").exists()
+
+
+def test_a_bare_no_is_redis_appendfsync_no_not_false():
+    from brokerchaos.systems.redis import RedisOptions
+
+    s = sc.load("scenarios/redis-power-off-all.yaml", {"option": ["appendfsync=no"]})
+    assert RedisOptions.model_validate(s.options).appendfsync == "no"
+    with pytest.raises(sc.ScenarioError, match="options.appendfsync"):
+        sc.load("scenarios/redis-power-off-all.yaml", {"option": ["appendfsync=true"]})

@@ -5,7 +5,8 @@ Writes go through to the backing files at once (reads stay a plain pass-through)
 file is fsynced the layer keeps what each write overwrote and the size the file had: its
 undo log. A write through a descriptor opened with O_SYNC or O_DSYNC is durable when it
 returns: it is kept too, and put back after the rollback. SIGUSR1 is the power cut: every
-file is put back as it was at its last fsync (files created and never synced are deleted),
+file is put back as it was at its last fsync (files created and never synced are deleted,
+or left empty where their directory was fsynced since),
 a JSON account of what was dropped is written to REPORT, and the layer unmounts and exits.
 SIGTERM unmounts without rollback.
 
@@ -60,6 +61,7 @@ class Lazy(pyfuse3.Operations):
         self.undo = {}  # inode -> Undo
         self.synced = 0
         self.writes = 0
+        self.dir_syncs = 0
 
     # -- names ---------------------------------------------------------------------------
     def _path(self, inode):
@@ -145,7 +147,16 @@ class Lazy(pyfuse3.Operations):
         pass
 
     async def fsyncdir(self, fh, datasync):
-        pass
+        """A directory's fsync makes its entries durable: a file created in it and never
+        synced since comes back empty after a cut, not deleted (Redis fsyncs its AOF
+        directory after creating an AOF file it never syncs with `appendfsync no`; deleted,
+        the file its manifest names was missing and the server refused to start, which a
+        real power cut does not do)."""
+        d = self._path(fh)
+        for ino, u in self.undo.items():
+            if u.size is None and os.path.dirname(self.paths.get(ino, "")) == d:
+                u.size = 0
+        self.dir_syncs += 1
 
     async def mkdir(self, parent_inode, name, mode, ctx):
         path = self._child(parent_inode, name)
@@ -291,7 +302,8 @@ class Lazy(pyfuse3.Operations):
                 files.append({"file": rel, "size_was": size, "size": now, "bytes_restored": restored,
                               **({"sync_writes_kept": len(u.pinned)} if u.pinned else {})})
         self.undo.clear()
-        return {"files": sorted(files, key=lambda f: f["file"]), "fsyncs_seen": self.synced, "writes": self.writes}
+        return {"files": sorted(files, key=lambda f: f["file"]), "fsyncs_seen": self.synced,
+                "dir_fsyncs_seen": self.dir_syncs, "writes": self.writes}
 
 
 async def serve(ops, report):

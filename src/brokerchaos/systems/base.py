@@ -62,6 +62,7 @@ UNLOAD = "unload"  # the roles can close every topic of a group at once, to be s
 ELECT = "elect"  # the roles can move every partition's leadership back to its preferred replica (Kafka)
 EVERY = "stepdown-every"  # the roles can move every leadership a node holds off it at once (NATS, RabbitMQ)
 LAMEDUCK = "lame-duck"  # the cluster can put a node in lame-duck mode: it hands over, sheds clients, exits (NATS)
+REPLICAS = "replicas"  # the roles can change the stream's replica count under load (a membership change: NATS)
 
 
 class SystemError_(RuntimeError):
@@ -445,6 +446,12 @@ class Roles:
         an operator empties a server before maintenance; returns the verb and what it
         moved (run.json). Needs `stepdown-every`."""
         raise LookupError("this system has no step-down of everything a node leads")
+
+    async def set_replicas(self, count: int) -> dict:
+        """Change the stream's replica count to `count` under load (a membership change);
+        returns the verb, the count it had (`replicas_before`) and the peers before and
+        after (run.json). Needs `replicas`."""
+        raise LookupError("this system cannot change a stream's replica count")
 
     async def step_back(self, node: str) -> None:
         """Undo what `stepdown` left in place (RabbitMQ: the node leaves maintenance mode);

@@ -20,8 +20,8 @@ from nats.js.errors import APIError, NotFoundError
 
 from ..errors import ScenarioError
 from . import natsbin
-from .base import (COORDINATOR, EVERY, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, System,
-                   SystemError_)
+from .base import (COORDINATOR, EVERY, REPLICAS, STEPDOWN, Client, ClientEvents, DeliverCallback, OutcomeCallback,
+                   Roles, System, SystemError_)
 from .consumer import LiveConsumer
 from .natscluster import NatsOptions, NatsServers, _whole, meta_leader, meta_whole, node_of_server
 from .registry import SYSTEMS
@@ -267,6 +267,26 @@ class NatsRoles(Roles):
         return {"verb": "$JS.API.STREAM.LEADER.STEPDOWN.<stream>, each stream led", "streams": len(streams),
                 "stepped_down": len(streams) - len(failed), "failed": dict(list(failed.items())[:20])}
 
+    async def set_replicas(self, count: int) -> dict:
+        """The stream's replica count changed to `count` (`$JS.API.STREAM.UPDATE`, its config
+        otherwise as it is): the peers it had, the count it had, and the peers the update's
+        reply names."""
+        info = await self.client.info()
+        before = info.config.num_replicas
+        peers = await self.replicas()
+        config = info.config.evolve(num_replicas=count).as_dict()
+        subject = f"$JS.API.STREAM.UPDATE.{self.ctx.stream_name}"
+        # the client's JetStream context waits 2 s; a new peer set is agreed by the meta group
+        msg = await self.client.nc.request(subject, json.dumps(config).encode(), timeout=10)
+        reply = json.loads(msg.data or b"{}")
+        if reply.get("error"):
+            raise SystemError_(f"{subject}: {reply['error'].get('description') or reply['error']}")
+        c = reply.get("cluster") or {}
+        after = [c.get("leader")] + [r.get("name") for r in c.get("replicas") or []]
+        return {"verb": f"{subject} num_replicas {before} -> {count}",
+                "replicas_before": before, "peers_before": peers,
+                "peers_after": [await node_of_server(self.cluster, x) for x in after if x]}
+
     async def stream_ready(self) -> bool:
         """Also true when a whole cluster says the stream does not exist (a power cut took its
         files): there is nothing to wait for, and the read says what is gone."""
@@ -285,7 +305,7 @@ class Nats(System):
     Roles = NatsRoles
     Options = NatsOptions
     # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
-    offers = frozenset({COORDINATOR, STEPDOWN, EVERY})
+    offers = frozenset({COORDINATOR, STEPDOWN, EVERY, REPLICAS})
     external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
     @classmethod

@@ -21,10 +21,10 @@ import shutil
 import time
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ScenarioError
-from .base import (STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
+from .base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
                    SystemError_)
 from .consumer import LiveConsumer
 from .runtime import wait_until
@@ -53,6 +53,11 @@ class RedisOptions(BaseModel):
         "everysec", description="when the AOF is fsynced: always (before each reply), everysec (Redis's default), "
                                 "no (when the OS flushes)")
 
+    @field_validator("appendfsync", mode="before")
+    @classmethod
+    def _no(cls, v):
+        return "no" if v is False else v  # YAML (a file's, or --option's) reads a bare `no` as false
+
 
 class UnknownMaster(Hopeless):
     """The sentinels monitor no primary by the name asked (options.master_name)."""
@@ -67,6 +72,9 @@ class RedisServers(LocalCluster):
     hits the server: the node's sentinel is a helper, stopped only with the cluster."""
 
     ports = {"client": 6379, "sentinel": 26379}
+    # a server's `dir` (its AOF) on the layer: power-off; its config file, which the
+    # sentinels rewrite, and the sentinels' own stay off it
+    extra_offers = frozenset({POWER})
 
     def _server_conf(self, node: str) -> str:
         ip, port = self.address(node)

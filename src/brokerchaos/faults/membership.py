@@ -1,0 +1,67 @@
+"""Membership changes: a stream's set of replicas changed while it is written, where Jepsen
+found loss in other systems (stale and lost messages under kills plus membership changes).
+The change is an operator's verb, asked of the cluster's API; the heal changes it back."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..systems.base import REPLICAS
+from .base import Fault, Target
+from .registry import FAULTS
+from .targets import TargetError
+
+
+class ReplicasParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: int = Field(1, ge=1, le=9, description="the replica count the stream is changed to")
+    back: bool = Field(True, description="heal: change it back to the count it had (new peers catch up then)")
+    wait: float = Field(30.0, gt=0, le=300, description="seconds to wait for every replica to be current")
+
+
+@FAULTS.register("replicas")
+class Replicas(Fault):
+    description = ("a membership change under load: the stream's replica count changed to params.to (NATS: "
+                   "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up); heal "
+                   "changes it back. The target is where the window is recorded; the effect names the peers "
+                   "before and after")
+    Params = ReplicasParams
+    needs = frozenset({REPLICAS})
+    opens_window_first = True  # the outage starts with the request
+
+    @classmethod
+    def check(cls, params, node_names: list[str], offers: frozenset[str], scenario) -> None:
+        if params.to > len(node_names):
+            raise TargetError(f"{params.to} replicas on {len(node_names)} nodes", "params.to")
+
+    def inject_bound(self, n_nodes: int) -> float:
+        return self.p.wait + 15.0  # the update's 10 s, then the wait for current replicas
+
+    async def inject(self, target: Target) -> None:
+        self.nodes.append(target.nodes[0])
+        changed = await self.ctx.roles.set_replicas(self.p.to)
+        self.effect.update(changed)
+        self.effect["current_s"] = await self._current()
+
+    async def heal(self) -> None:
+        before = self.effect.get("replicas_before")
+        if self.p.back and before is not None and before != self.p.to and "back" not in self.effect:
+            back = await self.ctx.roles.set_replicas(before)
+            self.effect["back"] = {"verb": back["verb"], "peers_after": back["peers_after"]}
+            self.effect["back"]["current_s"] = await self._current()
+        self.nodes.clear()
+
+    async def _current(self) -> Optional[float]:
+        """Seconds until the stream says every replica is current (None: not within `wait`)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.p.wait:
+            try:
+                if await asyncio.wait_for(self.ctx.roles.stream_ready(), 5.0):
+                    return round(time.monotonic() - t0, 3)
+            except Exception:  # a leader being elected for the new peer set
+                pass
+            await asyncio.sleep(0.1)
+        return None

@@ -100,8 +100,6 @@ class ApacheKafka(LocalCluster):
         (self.datadir).mkdir(parents=True, exist_ok=True)
         (self.datadir / "log4j.properties").write_text(LOG4J)  # 3.9: reload4j
         (self.datadir / "log4j2.properties").write_text(LOG4J2)  # 4.x: log4j 2
-        for n in self.node_names if self.lazy else ():
-            self._disk(n).mount()  # before KRaft formats a broker's storage: on the layer
         self.prepare()
         super().start()
 

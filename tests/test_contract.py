@@ -19,12 +19,13 @@ from brokerchaos.faults import FAULTS
 from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
-from brokerchaos.systems.base import (COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK, LOCAL_VERBS,
-                                      NETNS, POWER, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client, Roles, System)
+from brokerchaos.systems.base import (CLOCK, COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK,
+                                      LOCAL_VERBS, NETNS, POWER, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client, Roles,
+                                      System)
 from brokerchaos.systems.cluster import LocalCluster
 
 CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,
-                              EVERY, LAMEDUCK, REPLICAS}
+                              EVERY, LAMEDUCK, REPLICAS, CLOCK}
 # a role the roles can name -> the method of Roles that names it
 ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
                 ELECT: "elect_leaders", EVERY: "stepdown_every", REPLICAS: "set_replicas"}

@@ -54,6 +54,10 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"fault": "isolate-leader", "sandbox": "loopback"}, "sandbox"),
     ({"fault": "bandwidth-leader", "fault_param": ["rate=fast"]}, "fault.params.rate"),
     ({"fault": "kill", "fault_param": ["oops"]}, "fault.params"),
+    ({"system": "kafka", "fault": "clock-all", "fault_param": ["offset=0"]}, "fault.params.offset"),
+    ({"system": "kafka", "fault": "clock-all", "fault_param": ["offset=60", "strobe=0.5"]}, "fault.params.strobe"),
+    ({"system": "kafka", "fault": "clock-all"}, "fault.params.offset"),
+    ({"system": "nats", "fault": "clock-all", "fault_param": ["offset=60"]}, "fault"),
 ])
 def test_bad_fault_settings_name_the_field(flags, field):
     with pytest.raises(sc.ScenarioError) as e:
@@ -186,3 +190,23 @@ def test_unsupported_or_bad_fault_stops_the_cli_before_anything_starts(tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "fault.params.probability" in out.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_clock_file_holds_whole_seconds_and_the_process_env_reads_it(tmp_path):
+    from brokerchaos.sandbox import clock
+
+    f = tmp_path / "clocks" / "n1"
+    clock.set_offset(f, 691200)
+    assert f.read_text() == "+691200\n"
+    clock.set_offset(f, -30)
+    assert f.read_text() == "-30\n" and not list(f.parent.glob("*.tmp"))
+    clock.set_offset(f, 0)
+    assert f.read_text() == "+0\n"
+    try:
+        env = clock.env(f, {"PATH": "/bin"})
+    except clock.ClockError as e:  # not installed: the one line says what to install
+        assert "libfaketime" in str(e) and "make setup" in str(e)
+        return
+    assert env["PATH"] == "/bin" and env["LD_PRELOAD"].endswith("libfaketime.so.1")
+    assert env["FAKETIME_TIMESTAMP_FILE"] == str(f) and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
+    assert env["FAKETIME_FORCE_MONOTONIC_FIX"] == "0"  # else a JVM's timed waits return at once

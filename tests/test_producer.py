@@ -251,3 +251,34 @@ def test_a_producer_process_that_fails_fails_the_write_naming_its_producer(tmp_p
         assert "p2" in str(e) and "ConnectionRefusedError: no broker here" in str(e)
     else:
         raise AssertionError("expected the write to fail")
+
+
+def test_a_topic_s_live_progress_waits_for_that_topic_s_streams_only():
+    from types import SimpleNamespace
+
+    from brokerchaos.scenario import WorkloadSpec
+    from brokerchaos.workload import Accounting, LiveProgress
+
+    def loop(name):
+        acct = Accounting(2)
+        acct.on_send(1)
+        acct.on_ack(1)
+        return SimpleNamespace(name=name, spec=WorkloadSpec(messages=2), acct=acct)
+
+    progress = LiveProgress("t2")
+    for name in ("p1.t1", "p1.t2", "p2.t2", "p1.t12"):
+        progress.add(loop(name))
+    assert sorted(progress.producers) == ["p1.t2", "p2.t2"]
+    progress.saw("p1.t2", 1)
+    assert not progress.all_acked_seen()
+    progress.saw("p2.t2", 1)
+    assert progress.all_acked_seen()
+
+
+def test_producer_processes_keep_each_producer_s_topics_together():
+    from brokerchaos.workload.processes import spread
+
+    names = [f"p{p}.t{t}" for p in (1, 2, 3) for t in (1, 2)]
+    groups = spread(names, 2, lambda n: n.split(".")[0])
+    assert groups == [["p1.t1", "p1.t2", "p3.t1", "p3.t2"], ["p2.t1", "p2.t2"]]
+    assert spread(["p1", "p2", "p3"], 3, lambda n: n) == [["p1"], ["p2"], ["p3"]]

@@ -175,9 +175,11 @@ def test_a_topic_recorder_names_its_topic_and_prefixes_its_offsets(tmp_path):
 def test_topics_names_and_what_they_do_not_combine_with(tmp_path):
     assert topic_names(1) == [] and topic_names(3) == ["t1", "t2", "t3"]
     f = tmp_path / "s.yaml"
-    f.write_text("system: nats\nworkload: {topics: 3, consumers: 1}\n")
-    with pytest.raises(ScenarioError, match="'workload'.*topics > 1 is not yet combined with consumers"):
+    f.write_text("system: kafka\nworkload: {topics: 3, group: {name: g}}\n")
+    with pytest.raises(ScenarioError, match="'workload'.*topics > 1 is not yet combined with group"):
         load(f)
+    f.write_text("system: nats\nworkload: {topics: 3, consumers: 1, producers: 2, processes: 2}\n")
+    assert load(f).workload.processes == 2  # live consumers and producer processes take topics
     f.write_text("system: mqtt\noptions: {broker: mosquitto}\ncluster: {nodes: 1, replicas: 1}\n"
                  "workload: {topics: 3}\n")
     with pytest.raises(ScenarioError, match="'workload.topics'"):

@@ -146,9 +146,8 @@ class WorkloadSpec(_Strict):
     @model_validator(mode="after")
     def _topics(self) -> "WorkloadSpec":
         if self.topics > 1:
-            what = [k for k, on in (("consumers", self.consumers), ("group", self.group is not None),
-                                    ("transactions", self.transactions is not None),
-                                    ("processes", self.processes > 1)) if on]
+            what = [k for k, on in (("group", self.group is not None),
+                                    ("transactions", self.transactions is not None)) if on]
             if what:
                 raise ValueError(f"topics > 1 is not yet combined with {', '.join(what)} (one topic there)")
         return self

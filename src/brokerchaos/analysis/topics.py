@@ -15,7 +15,8 @@ SEP = "~"
 # what a run's verdict keeps of each topic's (`topics` in summary.json)
 TOPIC_KEYS = COUNT_KEYS + ("jf", "jb", "djf", "djb", "out_of_order", "read_complete", "read_status",
                            "max_ack_gap_ms", "fault_outages_ms", "fault_ack_gaps_ms", "fault_recv_gaps_ms",
-                           "outage_parts", "ack_latency_ms", "result")
+                           "outage_parts", "ack_latency_ms", "live_recv_rows", "live_duplicates",
+                           "live_read_status", "result")
 
 
 def topic_view(spark: SparkSession, df: DataFrame, topics: dict[str, list]) -> DataFrame:

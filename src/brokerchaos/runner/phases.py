@@ -60,26 +60,23 @@ class Readers:
     rec: Recorder
     live: bool
     arrived: LiveProgress = field(default_factory=LiveProgress)
-    checked: LiveProgress = field(default_factory=LiveProgress)  # the consumers whose deliveries are checked
-    consumers: list = field(default_factory=list)  # (consumer, its recorder, its progress)
+    # per topic (None: a run of one), what the consumers whose deliveries are checked got together
+    checked: dict = field(default_factory=dict)
+    consumers: list = field(default_factory=list)  # (consumer, its recorder or its topic's view, its progress)
+    recorders: list = field(default_factory=list)  # the consumers' own recorders, closed at the end
     group: Any = None  # workload.group's ConsumerGroup
 
     @property
     def trackers(self) -> list[LiveProgress]:
-        """Every progress the producers report to."""
-        return [self.arrived, self.checked] + [p for _, _, p in self.consumers if p is not self.checked]
+        """Every progress the producers report to (each takes the producers of its topic)."""
+        own = [p for _, _, p in self.consumers if p not in self.checked.values()]
+        return [self.arrived, *self.checked.values(), *own]
 
     async def start(self, c: RunContext) -> None:
         if self.live:
             await start_live(self.client, self.rec, self.arrived)
         for i in range(1, c.scenario.workload.consumers + 1):
-            con = c.dep.client.consumer(f"l{i}")
-            rec = c.recorder(f"l{i}")
-            prog = self.checked if getattr(con, "checks", False) else LiveProgress()
-            if prog is not self.checked:
-                rec.record("subscribe", detail=OBSERVER)
-            self.consumers.append((con, rec, prog))
-            await start_live(con, rec, prog)
+            await self._consumer(c, f"l{i}")
         if c.scenario.workload.group is not None:
             self.group = start_group(c)
             try:
@@ -87,13 +84,30 @@ class Readers:
             except MemberError as e:  # every run would fail alike: the session ends, in one line
                 raise SystemError_(str(e)) from None
 
+    async def _consumer(self, c: RunContext, name: str) -> None:
+        """One live consumer: with workload.topics, one of the system's per topic, all
+        recording into the consumer's files with their topic on each row."""
+        rec = c.recorder(name)
+        self.recorders.append(rec)
+        observes = False
+        for t in topic_names(c.scenario.workload.topics) or [None]:
+            con = (c.dep.client if t is None else c.dep.client.for_topic(t)).consumer(name)
+            checks = getattr(con, "checks", False)
+            prog = self.checked.setdefault(t, LiveProgress(t)) if checks else LiveProgress(t)
+            observes = observes or not checks
+            self.consumers.append((con, rec.for_topic(t), prog))
+            await start_live(con, rec.for_topic(t), prog)
+        if observes:
+            rec.record("subscribe", detail=OBSERVER)
+
     async def close(self) -> None:
         if self.group is not None:
             await self.group.close()
         if self.live:
             await self.client.close()  # no-op after finish; else stops it receiving
-        for con, rec, _ in self.consumers:
+        for con, _, _ in self.consumers:
             await con.close()
+        for rec in self.recorders:
             rec.close()
         self.rec.close()
 
@@ -255,7 +269,8 @@ async def start_producers(c: RunContext, rec: RunRecord, gate: AckGate, producer
 
     group = None
     if w.processes > 1:
-        group = ProducerProcesses(names, w.processes, w, producer, gate.on_first_ack, dep.client.forked)
+        group = ProducerProcesses(names, w.processes, w, producer, gate.on_first_ack, dep.client.forked,
+                                  family=lambda name: streams[name][0])
         await group.start()
         rec.producer_processes = [p.pid for p in group.procs]
         producers.extend(group.loops)

@@ -63,6 +63,7 @@ ELECT = "elect"  # the roles can move every partition's leadership back to its p
 EVERY = "stepdown-every"  # the roles can move every leadership a node holds off it at once (NATS, RabbitMQ)
 LAMEDUCK = "lame-duck"  # the cluster can put a node in lame-duck mode: it hands over, sheds clients, exits (NATS)
 REPLICAS = "replicas"  # the roles can change the stream's replica count under load (a membership change: NATS)
+CLOCK = "clock"  # the cluster can move a node's wall clock for the processes it starts there (libfaketime)
 
 
 class SystemError_(RuntimeError):

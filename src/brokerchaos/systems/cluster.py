@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..sandbox import Host, Proc, process
+from ..sandbox import Host, Proc, clock, process
 from ..sandbox.mounts import LazyDisk, MountError
-from .base import (HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, POWER, START, STOP, Cluster, Context, NodeExited,
-                   SystemError_)
+from .base import (CLOCK, HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, POWER, START, STOP, Cluster, Context,
+                   NodeExited, SystemError_)
 
 __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
 
@@ -51,6 +51,8 @@ class LocalCluster(Cluster):
         # will cut the power: it costs write throughput (BENCHMARKS.md)
         self.lazy = POWER in self.extra_offers and POWER in ctx.needs
         self.disks: dict[str, LazyDisk] = {}
+        # the processes' wall clocks follow a file per host, only where a fault will move one
+        self.clocked = CLOCK in self.extra_offers and CLOCK in ctx.needs
 
     @property
     def options(self):
@@ -110,6 +112,36 @@ class LocalCluster(Cluster):
         except MountError as e:
             raise SystemError_(str(e)) from None
 
+    # -- clocks (the clock fault) ------------------------------------------------------------
+    def clock_file(self, host: str) -> Path:
+        return self.datadir / "clocks" / host
+
+    def _process_env(self, host: str, env: Optional[dict]) -> Optional[dict]:
+        """A process's environment: with `clocked`, its wall clock follows its host's file
+        (true time until a fault moves it; a restart keeps what the file says)."""
+        if not self.clocked:
+            return env
+        f = self.clock_file(host)
+        if not f.exists():
+            clock.set_offset(f, 0)
+        try:
+            return clock.env(f, env)
+        except clock.ClockError as e:
+            raise SystemError_(str(e)) from None
+
+    def set_clock(self, host: str, seconds: int) -> None:
+        """Move `host`'s wall clock `seconds` from true time for its processes (0: true again);
+        each sees it within clock.REREAD_S."""
+        if not self.clocked:
+            raise SystemError_("this cluster's processes were not started with a movable clock")
+        clock.set_offset(self.clock_file(host), seconds)
+
+    def clock_of(self, host: str) -> Optional[float]:
+        """What `host`'s process says its wall clock reads now (epoch seconds), where it can
+        be asked without disturbing it; None where it cannot (the clock fault then records
+        only what it set)."""
+        return None
+
     @abc.abstractmethod
     def launch(self, node: str) -> None:
         """Start `node`'s broker process (first start or restart), with spawn_node."""
@@ -120,10 +152,11 @@ class LocalCluster(Cluster):
             raise SystemError_(f"{node} is already running (pid {old.pid})")
         if old is not None:
             self.sandbox.forget(old)
-        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.log(node), env=env)
+        self.procs[node] = self.sandbox.spawn(self.host(node), node, argv, self.log(node),
+                                              env=self._process_env(node, env))
 
     def spawn_helper(self, node: str, name: str, argv: list[str], env: Optional[dict] = None) -> Proc:
-        p = self.sandbox.spawn(self.host(node), name, argv, self.log(name), env=env)
+        p = self.sandbox.spawn(self.host(node), name, argv, self.log(name), env=self._process_env(node, env))
         self.helpers.append(p)
         return p
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -137,6 +138,26 @@ def log_version(path: Path, pattern: str) -> Optional[str]:
 
 
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+_DUMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\nFull thread dump")
+
+
+def wall_clock(signal_it, log: Path, timeout: float = 5.0) -> Optional[float]:
+    """What a JVM's own wall clock says now (epoch seconds, to the second), or None if it
+    did not say within `timeout`: `signal_it()` sends it SIGQUIT, and the JVM prints a
+    thread dump headed by its local time to its output, `log` (it goes on running)."""
+    start = log.stat().st_size if log.exists() else 0
+    signal_it()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        with open(log, "rb") as fh:
+            fh.seek(start)
+            m = _DUMP.search(fh.read())
+        if m:
+            return time.mktime(time.strptime(m.group(1).decode(), "%Y-%m-%d %H:%M:%S"))
+    return None
 
 
 def zookeeper_conf(d: Path, ip: str, port: int) -> Path:

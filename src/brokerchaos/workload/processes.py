@@ -76,11 +76,12 @@ class ProducerProcesses:
     ProducerLoop and is called in the process that runs it."""
 
     def __init__(self, names: list[str], processes: int, spec: WorkloadSpec, make: Callable[[str], object],
-                 on_first_ack: Callable[[], None], forked: Callable[[], None] = lambda: None) -> None:
+                 on_first_ack: Callable[[], None], forked: Callable[[], None] = lambda: None,
+                 family: Callable[[str], str] = lambda name: name) -> None:
         self.make = make
         self.forked = forked
         self.on_first_ack = on_first_ack
-        self.groups = [names[i::processes] for i in range(processes)]
+        self.groups = spread(names, processes, family)
         self.producers = {n: RemoteProducer(n, spec) for n in names}
         self.procs: list = []
         self.conns: list = []
@@ -188,6 +189,15 @@ class ProducerProcesses:
             conn.close()
         for t in readers:  # each ends with its process's end of the pipe
             t.join(5)
+
+
+def spread(names: list[str], processes: int, family: Callable[[str], str]) -> list[list[str]]:
+    """The names dealt over the processes by family, in turn: the streams of one producer
+    (`p1.t1`, `p1.t2`…, family `p1`) stay together, in the process that holds its history
+    files and its client."""
+    families = list(dict.fromkeys(family(n) for n in names))
+    mine = [set(families[i::processes]) for i in range(processes)]
+    return [[n for n in names if family(n) in m] for m in mine]
 
 
 def _resolve(fut: asyncio.Future) -> None:

@@ -12,11 +12,14 @@ class LiveProgress:
     """Which of this run's acked messages a live consumer has received, so that its read can
     end as soon as all have arrived instead of always waiting out `read_idle`."""
 
-    def __init__(self) -> None:
+    def __init__(self, topic: Optional[str] = None) -> None:
+        self.topic = topic  # workload.topics: a consumer of one topic waits for its producers only
         self.producers: dict = {}  # name -> ProducerLoop
         self.seen: dict[str, bytearray] = {}
 
     def add(self, loop) -> None:
+        if self.topic is not None and not loop.name.endswith(f".{self.topic}"):
+            return
         self.producers[loop.name] = loop
         self.seen[loop.name] = bytearray(loop.spec.messages + 1)
 

@@ -42,6 +42,10 @@ class KafkaOptions(BaseModel):
         description="log.flush.interval.messages (apache): a broker fsyncs a partition's log after this many "
                     "messages (1: before it acks each batch, leader and followers alike); default Kafka's: never, "
                     "the OS writes the page cache back when it decides (what a power-off drops)")
+    retention_check_ms: Optional[int] = Field(
+        None, ge=100, le=86_400_000,
+        description="log.retention.check.interval.ms (apache): how often a broker deletes segments past "
+                    "retention (by its own clock: the clock fault); default Kafka's, 5 minutes")
     message_timeout_ms: Optional[int] = Field(
         None, ge=100, le=3_600_000,
         description="librdkafka message.timeout.ms: after it a message is reported failed (unknown); "
@@ -114,9 +118,10 @@ class Kafka(System):
                                 "(message.timeout.ms is derived from it)")
         if c.replicas > c.nodes:
             raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")
-        if o.broker == "tansu" and o.flush_messages is not None:
-            raise ScenarioError("scenario field 'options.flush_messages': Apache Kafka's log flush; tansu keeps "
-                                "its data in one S3 store")
+        for key in ("flush_messages", "retention_check_ms"):
+            if o.broker == "tansu" and getattr(o, key) is not None:
+                raise ScenarioError(f"scenario field 'options.{key}': an Apache Kafka broker setting; tansu keeps "
+                                    "its data in one S3 store")
         if o.min_insync_replicas is not None and o.min_insync_replicas > c.replicas:
             raise ScenarioError(f"scenario field 'options.min_insync_replicas': {o.min_insync_replicas} is more "
                                 f"than the {c.replicas} replicas; every write would be refused")

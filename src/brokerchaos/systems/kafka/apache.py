@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from .. import jvm
-from ..base import CORRUPT, POWER, NodeExited, SystemError_
+from ..base import CLOCK, CORRUPT, POWER, NodeExited, SystemError_
+from ...sandbox import process
 from ..runtime import port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
 from .client import KafkaRoles
@@ -88,7 +90,9 @@ class ApacheKafka(LocalCluster):
     ports = {"client": 9092, "zk": 2181, "controller": 9093}
     # a broker's whole directory (properties, log dirs) on the layer: power-off; its topic's
     # segment files: corrupt. ZooKeeper's and the KRaft controller's data stay off it.
-    extra_offers = frozenset({POWER, CORRUPT})
+    # clock: every process of the cluster (brokers, ZooKeeper, the controller) is a JVM, whose
+    # wall clock (System.currentTimeMillis: retention, ISR lag) libfaketime moves
+    extra_offers = frozenset({POWER, CORRUPT, CLOCK})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -131,6 +135,7 @@ class ApacheKafka(LocalCluster):
             "unclean.leader.election.enable": str(o.unclean_leader_election).lower(),
             # Kafka's own default: never (the page cache is written back when the OS decides)
             **({"log.flush.interval.messages": o.flush_messages} if o.flush_messages else {}),
+            **({"log.retention.check.interval.ms": o.retention_check_ms} if o.retention_check_ms else {}),
             "replica.lag.time.max.ms": o.replica_lag_time_max_ms,
             "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
@@ -172,6 +177,10 @@ class ApacheKafka(LocalCluster):
             if any(v is not None for v in got.values()):
                 out[n] = {k: (None if v in (None, "null") else int(v)) for k, v in got.items()}
         return out
+
+    def clock_of(self, host: str) -> Optional[float]:
+        """The JVM's own clock, from the head of a thread dump it prints on SIGQUIT."""
+        return jvm.wall_clock(lambda: process.send_signal(self.procs[host], signal.SIGQUIT), self.log(host))
 
     def data_files(self, node: str) -> list[Path]:
         """The segment files of the run's topic on `node`, every partition, oldest first."""
@@ -234,7 +243,7 @@ class KRaftKafka(ApacheKafka):
     # the layer a cut empties it (the broker then exits: "No FeatureLevelRecord for
     # metadata.version"). A format is provisioning, done long before any power cut: it must
     # be written beneath the layer first, as durable, which is not built.
-    extra_offers = frozenset({CORRUPT})
+    extra_offers = frozenset({CORRUPT, CLOCK})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

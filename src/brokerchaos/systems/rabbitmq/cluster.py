@@ -19,12 +19,13 @@ import time
 import urllib.parse
 from typing import Optional
 
-from ..base import SystemError_
+from ..base import CLOCK, SystemError_
 from ..runtime import http_get, port_open
 from ..cluster import Cluster, LocalCluster
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 UPGRADE = "/usr/lib/rabbitmq/bin/rabbitmq-upgrade"
+CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 EPMD = "/usr/bin/epmd"
 AUTH = ("guest", "guest")
 
@@ -33,6 +34,8 @@ class RabbitServers(LocalCluster):
     """The local cluster; `plugins` and `joiners_together` differ for the MQTT plugin."""
 
     ports = {"client": 5672, "dist": 25672, "mgmt": 15672, "epmd": 4369, "mqtt": 1883}
+    # clock: the Erlang VM reads the OS clock through the C library, which libfaketime moves
+    extra_offers = frozenset({CLOCK})
     plugins: tuple[str, ...] = ("rabbitmq_management",)
     # joiners boot side by side once the first node serves; the MQTT plugin's Raft cluster
     # needs them one by one
@@ -123,6 +126,18 @@ class RabbitServers(LocalCluster):
         d.mkdir(parents=True, exist_ok=True)
         (d / "rabbitmq.conf").write_text(self._conf(node))
         self.spawn_node(node, [SERVER], env=self._env(node))
+
+    def clock_of(self, host: str) -> Optional[float]:
+        """The node's OS clock as its Erlang VM reads it (`os:system_time`), asked over the
+        distribution by rabbitmqctl from the node's own namespace (itself on true time)."""
+        if host not in self.node_names:
+            return None
+        out = self.sandbox.dir / f"{host}-clock.out"
+        argv = ["sh", "-c", f'{CTL} -n {self.erl_name(host)} -l eval "os:system_time(second)." > {out}']
+        if self.run_tool(host, f"{host}-clock", argv, 30, env=self._env(host)) != 0:
+            return None
+        said = out.read_text().strip()
+        return float(said) if said.isdigit() else None
 
     def maintenance(self, node: str, verb: str, timeout: float = 60.0) -> None:
         """`rabbitmq-upgrade drain|revive` against `node`, from its own namespace: drain moves

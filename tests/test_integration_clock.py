@@ -1,0 +1,61 @@
+"""The clock fault on real Kafka brokers (libfaketime in each JVM): every broker's wall clock
+jumps while the producers write. Time-based retention is judged by the broker's clock
+against the records' timestamps (the producers'), so a jump past log.retention.hours (7
+days) deletes acknowledged messages on the leader and the followers alike: the positive
+control. A jump of an hour breaches nothing: the negative. Both check that the jump reached
+the brokers themselves: what their JVMs say the time is."""
+import os
+import shutil
+
+import pytest
+
+from brokerchaos import validation as sc
+from brokerchaos.runner import Session
+from brokerchaos.sandbox import clock
+from observers import Quiet
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(shutil.which("java") is None, reason="java not installed (make setup)"),
+]
+EIGHT_DAYS, ONE_HOUR = 691_200, 3_600
+
+
+def _jump(tmp_path, offset: int):
+    # the scenario's timing (the jump 18 s into the write, past the brokers' first retention
+    # check 30 s after their start), at half its rate
+    s = sc.load("scenarios/kafka-clock-retention.yaml", {"runs": 1, "name": f"it-clock-{offset}",
+                                                        "messages": 7000, "rate": 250,
+                                                        "fault_param": [f"offset={offset}"]})
+    result = Session(s, tmp_path / str(offset), observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    assert w["nodes"] == ["n1", "n2", "n3"] and w["effect"]["offset_s"] == offset, w
+    # each broker's JVM said (the head of a thread dump) its clock was moved, and true again
+    # after the heal, to the second
+    e = w["effect"]
+    assert all(abs(e["seen_offset_s"][n] - offset) <= 2 for n in w["nodes"]), e
+    assert all(abs(e["seen_after_heal_s"][n]) <= 2 for n in w["nodes"]), e
+    assert v["read_complete"] is True and v["pos_ack_count"] == 7000, v
+    return v, result.dir / "run-001" / "logs"
+
+
+def _faketime() -> bool:
+    try:
+        return bool(clock.library())
+    except clock.ClockError:
+        return False
+
+
+@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
+def test_a_clock_jump_past_retention_deletes_acked_messages_and_an_hour_deletes_none(tmp_path, spark):
+    v, logs = _jump(tmp_path, EIGHT_DAYS)
+    assert v["acked_missing"] > 1000 and v["result"] == "fail", v
+    # the leader deleted them as expired (the followers then follow its log start)
+    assert any(b"due to log retention time 604800000ms breach" in (logs / f"n{i}.log").read_bytes()
+               for i in (1, 2, 3))
+
+    v, logs = _jump(tmp_path, ONE_HOUR)
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v
+    assert not any(b"log retention time" in (logs / f"n{i}.log").read_bytes() for i in (1, 2, 3))

@@ -89,16 +89,17 @@ class Readers:
         recording into the consumer's files with their topic on each row."""
         rec = c.recorder(name)
         self.recorders.append(rec)
-        observes = False
+        mine = []
         for t in topic_names(c.scenario.workload.topics) or [None]:
             con = (c.dep.client if t is None else c.dep.client.for_topic(t)).consumer(name)
             checks = getattr(con, "checks", False)
             prog = self.checked.setdefault(t, LiveProgress(t)) if checks else LiveProgress(t)
-            observes = observes or not checks
-            self.consumers.append((con, rec.for_topic(t), prog))
-            await start_live(con, rec.for_topic(t), prog)
-        if observes:
+            mine.append((con, rec.for_topic(t), prog))
+        if any(p not in self.checked.values() for _, _, p in mine):  # before its first delivery
             rec.record("subscribe", detail=OBSERVER)
+        for con, view, prog in mine:
+            self.consumers.append((con, view, prog))
+            await start_live(con, view, prog)
 
     async def close(self) -> None:
         if self.group is not None:

@@ -88,6 +88,7 @@ class LazyDisk:
             return
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self._provisioned()
         self.report.unlink(missing_ok=True)
         self.proc = self.spawn(self.name, [PYTHON, str(LAYER), str(self.backing), str(self.mountpoint),
                                            str(self.report)])
@@ -99,6 +100,16 @@ class LazyDisk:
                 raise MountError(f"the lazy layer of {self.mountpoint.name} not mounted within {timeout:.0f}s; "
                                  f"see {self.log}")
             time.sleep(0.05)
+
+    def _provisioned(self) -> None:
+        """What the directory held before the layer first came over it (a storage format, a
+        configuration: provisioning, long before any cut) moves beneath it, as durable; the
+        mount would otherwise hide it."""
+        if os.path.ismount(self.mountpoint):
+            return
+        for entry in sorted(self.mountpoint.iterdir()):
+            if not (self.backing / entry.name).exists():
+                os.replace(entry, self.backing / entry.name)
 
     def power_cut(self, timeout: float = 30.0) -> dict:
         """What the cut dropped (lazyfs.py's account). The node must be dead already."""

@@ -239,11 +239,12 @@ class KRaftKafka(ApacheKafka):
     jars = "kafka-4.1"
     service_hosts = (CONTROLLER,)
     zookeeper = False
-    # no power-off yet: the storage tool writes bootstrap.checkpoint without an fsync, and on
-    # the layer a cut empties it (the broker then exits: "No FeatureLevelRecord for
-    # metadata.version"). A format is provisioning, done long before any power cut: it must
-    # be written beneath the layer first, as durable, which is not built.
-    extra_offers = frozenset({CORRUPT, CLOCK})
+    # power: the storage tool writes bootstrap.checkpoint without an fsync, so a format made
+    # through the layer is emptied by a cut (the broker then exits: "No FeatureLevelRecord
+    # for metadata.version"). A format is provisioning, done long before any power cut: every
+    # storage is formatted before the cluster starts (prepare), and the layer takes what its
+    # directory held then as durable (LazyDisk.mount).
+    extra_offers = frozenset({POWER, CORRUPT, CLOCK})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

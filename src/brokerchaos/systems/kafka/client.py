@@ -563,16 +563,14 @@ class KafkaReader:
         finally:
             await asyncio.to_thread(c.close)
 
-    async def read(self, deliver: DeliverCallback, idle: float) -> str:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-        s = self.system
+    async def _highest(self, idle: float) -> tuple[Optional[dict], Optional[str], str]:
+        """Every node is asked (a tansu broker that served none of the writes was seen to
+        report a high watermark 10,000 behind the store's): the highest high watermarks, the
+        node that gave them, or why none came within `idle`."""
         deadline = time.monotonic() + idle
-        # every node is asked: a tansu broker that served none of the writes was seen to report
-        # a high watermark 10,000 behind the store's; the read follows the highest
         high, node, last = None, None, ""
         while high is None:
-            for n in s.cluster.node_names:
+            for n in self.system.cluster.node_names:
                 got, why = await self._high(n)
                 if got is None:
                     last = f"{n}: {why}"
@@ -580,13 +578,23 @@ class KafkaReader:
                     high, node = got, n
             if high is None:
                 if time.monotonic() > deadline:
-                    return f"incomplete: no high watermark for {self.topic} for {idle:.0f}s ({last})"
+                    return None, None, last
                 await asyncio.sleep(0.2)
+        return high, node, ""
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        s = self.system
+        high, node, last = await self._highest(idle)
+        if high is None:
+            return f"incomplete: no high watermark for {self.topic} for {idle:.0f}s ({last})"
         parts = sorted(high)
         c = self._consumer(s.bootstrap([node]))
         try:
             c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             pos = {p: 0 for p in parts}
+            deleted: dict[int, int] = {}  # partition -> where its log started, past what was read
             progress = time.monotonic()
             # the high watermark is a floor, not the end: tansu answers ListOffsets with the
             # last batch's first offset + 1, and the batch itself is there to read
@@ -602,15 +610,34 @@ class KafkaReader:
                     continue
                 quiet = time.monotonic() - progress
                 _past_undelivered(c, self.topic, pos)
+                if quiet > TAIL_QUIET_S:
+                    await asyncio.to_thread(_past_deleted, c, self.topic, pos, deleted)
                 if all(pos[p] >= high[p] for p in parts):
                     if quiet > TAIL_QUIET_S:
                         break
                 elif quiet > idle:
                     behind = {p: high[p] - pos[p] for p in parts if pos[p] < high[p]}
                     return f"incomplete: no progress for {idle:.0f}s, {sum(behind.values())} below the high watermark"
+            if deleted:
+                starts = ", ".join(f"{p}:{o}" for p, o in sorted(deleted.items()))
+                return f"complete: the log started at {starts}, past what was read (the broker deleted the rest)"
             return "complete"
         finally:
             await asyncio.to_thread(c.close)
+
+
+def _past_deleted(c, topic: str, pos: dict, deleted: dict) -> None:
+    """What the broker deleted (retention: the log now starts past it) can never be read:
+    `pos` moved to each partition's log start, noted in `deleted`."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    for p in pos:
+        try:
+            low, _ = c.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)
+        except KafkaException:  # not answered now: asked again at the next quiet moment
+            continue
+        if low > pos[p]:
+            pos[p] = deleted[p] = low
 
 
 def _past_undelivered(c, topic: str, pos: dict) -> None:

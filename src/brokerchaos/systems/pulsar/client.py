@@ -542,14 +542,14 @@ class PulsarReader:
                 node = await s.owner()
             except Exception:  # the rows still say what was read; only the node is unknown
                 node = None
-            progress = time.monotonic()
+            progress, last = time.monotonic(), ""
             while True:
                 try:
                     msgs, at_end = await asyncio.to_thread(self._batch, reader, 5000)
-                except Exception as e:  # connection lost mid-read
-                    msgs, at_end = [], False
-                    if time.monotonic() - progress > idle:
-                        return f"incomplete: {type(e).__name__}: {e}"
+                except Exception as e:  # connection lost mid-read; or (seen after a wipe of every
+                    # copy) the broker's "No such ledger exists on Bookies" as BrokerMetadataError
+                    msgs, at_end, last = [], False, f" (last error: {type(e).__name__}: {e})"
+                    await asyncio.sleep(0.2)
                 for data, mid in msgs:
                     deliver(data, mid, node)
                 if msgs:
@@ -557,7 +557,7 @@ class PulsarReader:
                 elif at_end:
                     return "complete"
                 elif time.monotonic() - progress > idle:
-                    return f"incomplete: no message for {idle:.0f}s and the end not reached"
+                    return f"incomplete: no message for {idle:.0f}s and the end not reached{last}"
         finally:
             await _close(client)
 

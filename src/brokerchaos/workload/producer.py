@@ -197,9 +197,12 @@ class ProducerLoop:
                 # the common case without a coroutine each (three per message cost 1 µs)
                 if self._resend:
                     await self._drain_resends()
-                if self._free > 0:
+                if self._free > 0 and time.monotonic() < deadline:
                     self._free -= 1
                 elif not await self._acquire(deadline):
+                    # a free slot does not mean time is left: a client whose send blocks (a
+                    # transaction's commit waiting out a broker that never serves) would go on
+                    # past write_timeout, one message every ack_timeout (seen: 13 min of 10)
                     self.stopped_early = f"write_timeout reached after {value - 1} messages"
                     break
                 await self._send(value, 1, intended)
@@ -232,16 +235,17 @@ class ProducerLoop:
                 self.rec.flush()
 
     async def _acquire(self, deadline: float) -> bool:
-        """A free in-flight slot, serving due resends while waiting for one."""
+        """A free in-flight slot, serving due resends while waiting for one; False once
+        `deadline` has passed."""
         while True:
             if self._resend:
                 await self._drain_resends()
-            if self._free > 0:
-                self._free -= 1
-                return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
+            if self._free > 0:
+                self._free -= 1
+                return True
             loop = asyncio.get_running_loop()
             w = self._waiter = loop.create_future()
             timer = loop.call_later(min(remaining, 1.0), _wake_up, w)

@@ -12,6 +12,7 @@ export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
 # the Spark class archive: a faster JVM start, not a requirement (README, "Spark")
 setup: system $(VENV)/.installed
 	@$(VENV)/bin/brokerchaos fetch >/dev/null
+	@$(PY) -c 'import sys; from brokerchaos.sandbox import mounts; sys.exit(mounts.setup())' >/dev/null
 	@$(VENV)/bin/python -m brokerchaos.analysis.cds || true
 
 system:

@@ -1,5 +1,5 @@
 """What the power-off layer costs: the write rate of the same NATS session with the nodes'
-data directories on plain disk and on the lazy FUSE layer (sandbox/lazyfs.py), with
+data directories on plain disk and on the lazy FUSE layer (sandbox/lazyfs/, Go), with
 JetStream's default sync_interval and with `always` (an fsync before every ack).
 
     benchmarks/lazy_disk.py [--messages N] [--runs R] [--version 2.12.1] [--out DIR]

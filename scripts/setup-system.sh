@@ -24,7 +24,6 @@ have_cmd mvn           || need+=(maven)  # fetches Kafka, ZooKeeper, Pulsar and 
 have_cmd chromium      || need+=(chromium)  # the report's browser test (make test)
 have_cmd fusermount3   || need+=(fuse3)     # power-off: the data directories' lazy layer
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(libfaketime)  # the clock fault
-/usr/bin/python3 -c 'import pyfuse3, trio' >/dev/null 2>&1 || need+=(python3-pyfuse3 python3-trio)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
 # the libraries the VerneMQ release links (../shared/vernemq): LevelDB's snappy, OpenSSL 3
 have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }

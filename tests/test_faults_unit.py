@@ -58,12 +58,26 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"system": "kafka", "fault": "clock-all", "fault_param": ["offset=60", "strobe=0.5"]}, "fault.params.strobe"),
     ({"system": "kafka", "fault": "clock-all"}, "fault.params.offset"),
     ({"system": "nats", "fault": "clock-all", "fault_param": ["offset=60"]}, "fault"),
+    ({"system": "kafka", "fault": "power-off-all", "fault_param": ["stagger=-1"]}, "fault.params.stagger"),
+    ({"system": "kafka", "fault": "power-off-all", "fault_param": ["lag=1"]}, "fault.params.lag"),
+    ({"system": "pulsar", "option": ["broker=lite", "journal_sync=false"], "nodes": 1, "replicas": 1},
+     "options.journal_sync"),
 ])
 def test_bad_fault_settings_name_the_field(flags, field):
     with pytest.raises(sc.ScenarioError) as e:
         sc.load(None, flags)
     assert str(e.value).startswith(f"scenario field '{field}"), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_power_off_cuts_several_nodes_one_after_another_and_reaches_pulsar_s_bookies():
+    s = sc.load(None, {"system": "kafka", "fault": "power-off-all", "fault_param": ["stagger=2"]})
+    assert s.fault.params == {"stagger": 2.0}
+    s = sc.load(None, {"system": "pulsar", "fault": "power-off", "target": "bookies[2]",
+                       "option": ["journal_sync=false"]})
+    assert s.options["journal_sync"] is False
+    s = sc.load(None, {"system": "rabbitmq", "fault": "power-off-all", "option": ["queue_type=classic"]})
+    assert s.fault.action == "power-off"
 
 
 def test_params_are_typed_from_flags():

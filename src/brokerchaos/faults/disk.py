@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,19 +16,43 @@ from .process import _Restarting, kill
 from .registry import FAULTS
 
 
+class PowerOffParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stagger: float = Field(
+        0.0, ge=0, le=600,
+        description="seconds between the cuts of the target's nodes, one after the other in the target's order "
+                    "(0: all at once); they come back together at the heal, each with what it had synced by its "
+                    "own cut (Jepsen's split-brain shape)")
+    setup_synced: bool = Field(
+        False,
+        description="what the cluster wrote before the run's write began (its set-up: metadata, feature flags, "
+                    "the stream's creation) counts as synced, as on a cluster in service longer than the OS keeps "
+                    "dirty pages; default: only what the servers fsynced counts, setup included (Jepsen's LazyFS)")
+
+
 @FAULTS.register("power-off")
 class PowerOff(_Restarting):
-    description = ("power cut: SIGKILL the target (`all`: every node at once) and drop every write it had not "
-                   "fsynced (its data directory sits on a layer that holds them apart); heal remounts and starts "
-                   "it again")
+    description = ("power cut: SIGKILL the target (`all`: every node at once; params.stagger: one after another) "
+                   "and drop every write it had not fsynced (its data directory sits on a layer that holds them "
+                   "apart); heal remounts and starts it again")
+    Params = PowerOffParams
     needs = frozenset({"power", "start"})
 
     async def inject(self, target: Target) -> None:
-        self.nodes.extend(target.nodes)
-        dropped = await asyncio.to_thread(self.ctx.cluster.power_off, list(target.nodes))
-        self.effect["power_cut"] = dropped
+        nodes = list(target.nodes)
+        self.effect["power_cut"] = {}
+        waves = [nodes] if not self.p.stagger else [[n] for n in nodes]
+        t0 = self.effect_ns = time.monotonic_ns()  # in effect at the first cut
+        for i, wave in enumerate(waves):
+            if i:
+                await asyncio.sleep(self.p.stagger)
+            self.nodes.extend(wave)
+            t = time.monotonic_ns()
+            self.effect["power_cut"].update(await asyncio.to_thread(self.ctx.cluster.power_off, wave))
+            if self.p.stagger:
+                self.effect.setdefault("cut_after_ms", {}).update({n: round((t - t0) / 1e6, 1) for n in wave})
         self.effect["bytes_dropped"] = {n: sum(max(0, f.get("size_was", f.get("bytes", 0)) - f.get("size", 0))
-                                               for f in d["files"]) for n, d in dropped.items()}
+                                               for f in d["files"]) for n, d in self.effect["power_cut"].items()}
 
 
 class CorruptParams(BaseModel):

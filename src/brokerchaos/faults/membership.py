@@ -25,9 +25,9 @@ class ReplicasParams(BaseModel):
 @FAULTS.register("replicas")
 class Replicas(Fault):
     description = ("a membership change under load: the stream's replica count changed to params.to (NATS: "
-                   "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up); heal "
-                   "changes it back. The target is where the window is recorded; the effect names the peers "
-                   "before and after")
+                   "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up; RabbitMQ "
+                   "quorum queue: rabbitmq-queues delete_member / add_member); heal changes it back. The target "
+                   "is where the window is recorded; the effect names the peers before and after")
     Params = ReplicasParams
     needs = frozenset({REPLICAS})
     opens_window_first = True  # the outage starts with the request

@@ -180,6 +180,8 @@ async def bring_up(c: RunContext, rec: RunRecord) -> None:
     if extra:  # the first is the run's stream, created above; the others alike, a few at a time
         await bounded_gather([c.dep.client.for_topic(t).create_stream(timeout=30) for t in extra])
         rec.topics = [c.dep.client.for_topic(t).stream_name for t in topic_names(c.scenario.workload.topics)]
+    if any(f.action == "power-off" and f.params.get("setup_synced") for f in c.scenario.faults_for_run(c.run_id)):
+        await asyncio.to_thread(c.dep.cluster.settle)  # the set-up written back, as in a cluster in service
     rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
     rec.servers = c.dep.cluster.versions()
     rec.server_settings = c.dep.cluster.settings()

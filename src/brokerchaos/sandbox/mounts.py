@@ -1,14 +1,21 @@
-"""The `power-off` fault's lazy data directories, from the harness's side: a lazyfs.py process
+"""The `power-off` fault's lazy data directories, from the harness's side: a lazyfs process
 per node (mounted over the node's data directory, its files kept in a backing directory
 beside it), the power cut, and unmounting whatever a session left mounted.
+
+The layer is a small Go program (lazyfs/, on go-fuse from the Go module proxy), built on
+first use into the cache (`$BROKERCHAOS_CACHE/lazyfs/<hash of its source>`, else
+~/.cache/brokerchaos/lazyfs/…); `make setup` builds it once. Its cost against plain disk is
+in BENCHMARKS.md.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -16,13 +23,50 @@ from typing import Callable, Optional
 from . import process
 from .process import Proc
 
-LAYER = Path(__file__).with_name("lazyfs.py")
-PYTHON = "/usr/bin/python3"  # Debian's, which has python3-pyfuse3
+SOURCE = Path(__file__).with_name("lazyfs")
+SOURCE_FILES = ("go.mod", "go.sum", "main.go", "layer.go", "node.go")
 FSNAME = "bc-lazyfs"
+BUILD_TIMEOUT_S = 600
 
 
 class MountError(RuntimeError):
     pass
+
+
+def _go() -> Optional[str]:
+    return shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+
+
+def binary_path() -> Path:
+    """Where the layer built from this source lives: a new source, a new path."""
+    h = hashlib.sha256()
+    for name in SOURCE_FILES:
+        h.update(name.encode() + b"\0" + (SOURCE / name).read_bytes())
+    base = os.environ.get("BROKERCHAOS_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "lazyfs" / h.hexdigest()[:16] / "lazyfs"
+
+
+def build() -> Path:
+    """The layer's binary, built once per source (go build; its modules from the proxy)."""
+    out = binary_path()
+    if out.exists():
+        return out
+    go = _go()
+    if go is None:
+        raise MountError("the lazy layer needs Go to be built once: run `make setup` (Go from go.dev in PATH)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"lazyfs.{os.getpid()}.part")
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly")
+    try:
+        r = subprocess.run([go, "build", "-trimpath", "-o", str(tmp), "."], cwd=SOURCE, env=env,
+                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise MountError(f"building the lazy layer took over {BUILD_TIMEOUT_S}s (go build in {SOURCE})") from None
+    if r.returncode != 0 or not tmp.exists():
+        last = next((ln for ln in reversed(r.stderr.splitlines()) if ln.strip()), "no output")
+        raise MountError(f"building the lazy layer failed (go build in {SOURCE}): {last[:240]}")
+    os.replace(tmp, out)
+    return out
 
 
 def available() -> Optional[str]:
@@ -31,9 +75,8 @@ def available() -> Optional[str]:
         return "no /dev/fuse (the kernel's FUSE)"
     if not shutil.which("fusermount3"):
         return "fusermount3 is missing: run `make setup` (Debian fuse3)"
-    r = subprocess.run([PYTHON, "-c", "import pyfuse3, trio"], capture_output=True, timeout=30)
-    if r.returncode != 0:
-        return f"{PYTHON} cannot import pyfuse3: run `make setup` (Debian python3-pyfuse3, python3-trio)"
+    if not binary_path().exists() and _go() is None:
+        return "the lazy layer is not built and there is no Go to build it: run `make setup`"
     return None
 
 
@@ -90,8 +133,7 @@ class LazyDisk:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self._provisioned()
         self.report.unlink(missing_ok=True)
-        self.proc = self.spawn(self.name, [PYTHON, str(LAYER), str(self.backing), str(self.mountpoint),
-                                           str(self.report)])
+        self.proc = self.spawn(self.name, [str(build()), str(self.backing), str(self.mountpoint), str(self.report)])
         deadline = time.monotonic() + timeout
         while not os.path.ismount(self.mountpoint):
             if not self.proc.alive():
@@ -111,8 +153,23 @@ class LazyDisk:
             if not (self.backing / entry.name).exists():
                 os.replace(entry, self.backing / entry.name)
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Everything written so far counts as written back (the layer's SIGUSR2), done
+        when the layer says so."""
+        if self.proc is None or not self.proc.alive():
+            return
+        done = self.report.with_name(self.report.name + ".settled")
+        done.unlink(missing_ok=True)
+        process.send_signal(self.proc, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while not done.exists():
+            if time.monotonic() > deadline or not self.proc.alive():
+                raise MountError(f"the lazy layer of {self.mountpoint.name} did not settle within {timeout:.0f}s; "
+                                 f"see {self.log}")
+            time.sleep(0.01)
+
     def power_cut(self, timeout: float = 30.0) -> dict:
-        """What the cut dropped (lazyfs.py's account). The node must be dead already."""
+        """What the cut dropped (the layer's account). The node must be dead already."""
         if self.proc is None or not self.proc.alive():
             raise MountError(f"no lazy layer runs under {self.mountpoint.name}")
         process.send_signal(self.proc, signal.SIGUSR1)
@@ -143,3 +200,17 @@ class LazyDisk:
             return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-3:])[-300:]
         except OSError:
             return "no log"
+
+
+
+def setup() -> int:
+    """make setup: build the layer once, where Go is."""
+    if _go() is None:
+        print("lazy layer: not built (no Go); the power-off fault will need it")
+        return 0
+    try:
+        print(f"lazy layer: {build()}")
+    except MountError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0

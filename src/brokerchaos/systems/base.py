@@ -246,6 +246,12 @@ class Cluster(abc.ABC):
         """Durability settings in effect, as the servers report them (kept in run.json)."""
         return {}
 
+    def settle(self) -> None:
+        """What the servers wrote so far counts as written back by the OS (power-off's
+        layer, at the start of a run's write, with params.setup_synced: a cluster in service
+        has been up longer than the OS keeps dirty pages); nothing to do elsewhere."""
+        return None
+
     def down_why(self, node: str) -> Optional[str]:
         """Why `node` is not up (None: it is): the question a heal and a health check ask,
         which may take longer than `alive` (an external cluster also tries the node's port)."""

@@ -160,12 +160,14 @@ def wall_clock(signal_it, log: Path, timeout: float = 5.0) -> Optional[float]:
     return None
 
 
-def zookeeper_conf(d: Path, ip: str, port: int) -> Path:
+def zookeeper_conf(d: Path, ip: str, port: int, force_sync: bool = True) -> Path:
     """A standalone ZooKeeper's zoo.cfg in `d` (Kafka 3.9 and Pulsar each run one): a short
-    tick so sessions of a few seconds are allowed, `ruok` for health checks."""
+    tick so sessions of a few seconds are allowed, `ruok` for health checks; `force_sync`
+    off: its transaction log is not fsynced before a write is answered."""
     return properties(d / "zoo.cfg", {
         "dataDir": d / "data", "clientPort": port, "clientPortAddress": ip, "tickTime": 500,
-        "maxSessionTimeout": 120_000, "admin.enableServer": "false", "4lw.commands.whitelist": "ruok,srvr"})
+        "maxSessionTimeout": 120_000, "admin.enableServer": "false", "4lw.commands.whitelist": "ruok,srvr",
+        "forceSync": "yes" if force_sync else "no"})
 
 
 async def ruok(addr: tuple[str, int], timeout: float = 2.0) -> bool:

@@ -33,6 +33,11 @@ class PulsarOptions(BaseModel):
     skip_lost_data: bool = Field(
         False, description="autoSkipNonRecoverableData: readers skip entries no bookie has any more (else the read "
                            "stops there and the run is undecided)")
+    journal_sync: bool = Field(
+        True, description="bookies' journalSyncData: fsync the journal before an entry is acknowledged (apache; "
+                          "off: a bookie's power cut loses what it acknowledged and had not yet synced)")
+    zk_force_sync: bool = Field(
+        True, description="ZooKeeper's forceSync: fsync its transaction log before a write is answered (apache)")
     zk_session_timeout_ms: int = Field(30_000, ge=1_000, le=300_000,
                                        description="brokers' and bookies' ZooKeeper session timeout (apache)")
     autorecovery: bool = Field(
@@ -101,6 +106,9 @@ class Pulsar(System):
         if o.autorecovery and (o.broker == "lite" or scenario.external is not None):
             raise ScenarioError("scenario field 'options.autorecovery': the harness runs AutoRecovery on the bookies "
                                 "it starts (options.broker apache, no --external)")
+        if o.broker == "lite" and not (o.journal_sync and o.zk_force_sync):
+            raise ScenarioError("scenario field 'options.journal_sync': pulsar-lite has no bookies or ZooKeeper; "
+                                "journal_sync and zk_force_sync are for options.broker apache")
         if o.broker == "apache":
             if o.ensemble_size > o.bookies:
                 raise ScenarioError(f"scenario field 'options.ensemble_size': E={o.ensemble_size} needs that many "

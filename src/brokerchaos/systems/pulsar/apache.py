@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import jvm
-from ..base import WIPE, NodeExited, SystemError_
+from ..base import POWER, WIPE, NodeExited, SystemError_
 from ..runtime import http_get, http_request, port_open, wait_until
 from ..cluster import LocalCluster
 from .client import PulsarRoles
@@ -56,7 +56,8 @@ def bookie_names(n: int) -> tuple[str, ...]:
 
 class ApachePulsar(LocalCluster):
     ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181, "bookie_admin": 8000}
-    extra_offers = frozenset({WIPE})
+    # power: the bookies' and ZooKeeper's data directories (the brokers keep none)
+    extra_offers = frozenset({WIPE, POWER})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -66,6 +67,10 @@ class ApachePulsar(LocalCluster):
         self.initialised = False
         self.wiped: set[str] = set()
         self._versions: dict[str, str] = {}
+
+    @property
+    def lazy_hosts(self) -> tuple[str, ...]:
+        return (ZK, *self.bookies)
 
     # -- configuration -------------------------------------------------------------------
     def zk_url(self) -> str:
@@ -83,7 +88,8 @@ class ApachePulsar(LocalCluster):
             "bookiePort": port, "advertisedAddress": ip, "allowLoopback": "true",
             "useHostNameAsBookieID": "false", "journalDirectories": d / "journal", "ledgerDirectories": d / "ledgers",
             "metadataServiceUri": f"zk://{self.zk_url()}/ledgers", "zkTimeout": self.options.zk_session_timeout_ms,
-            "journalSyncData": "true", "gcWaitTime": 60_000, **self.autorecovery_conf(node),
+            "journalSyncData": str(self.options.journal_sync).lower(), "gcWaitTime": 60_000,
+            **self.autorecovery_conf(node),
         })
 
     def autorecovery_conf(self, node: str) -> dict:
@@ -134,11 +140,12 @@ class ApachePulsar(LocalCluster):
         self.cp = jvm.classpath("pulsar-4.0")  # a failed download stops here, before any process
         self.datadir.mkdir(parents=True, exist_ok=True)
         (self.datadir / "log4j2.properties").write_text(LOG4J2)
-        self.launch(ZK)  # the rest is staged in ready(): each stage waits for the one before
+        self.start_node(ZK)  # the rest is staged in ready(): each stage waits for the one before
 
     def launch(self, node: str) -> None:
         if node == ZK:
-            conf = jvm.zookeeper_conf(self.datadir / ZK, *self.address(ZK, "zk"))
+            conf = jvm.zookeeper_conf(self.datadir / ZK, *self.address(ZK, "zk"),
+                                      force_sync=self.options.zk_force_sync)
             self.spawn_node(ZK, self.java(jvm.ZOOKEEPER_MAIN, ZK_HEAP_MB, str(conf)))
         elif node in self.bookies:
             conf = self.bookie_conf(node)
@@ -189,7 +196,7 @@ class ApachePulsar(LocalCluster):
             # its first ledger (its health check), and its JVM start (~8 s on two cores)
             # overlaps theirs
             for n in (*self.bookies, *self.node_names):
-                self.launch(n)
+                self.start_node(n)
 
             async def bookies():
                 self._check_running()
@@ -222,6 +229,19 @@ class ApachePulsar(LocalCluster):
             if jars:
                 self._versions["bookkeeper"] = jars[0].stem.removeprefix("bookkeeper-server-")
         return dict(self._versions)
+
+    def settings(self) -> dict:
+        """Each bookie's journalSyncData as it printed its configuration at start, and
+        ZooKeeper's forceSync as its zoo.cfg says (it does not print it)."""
+        out = {}
+        for b in self.bookies:
+            said = jvm.log_version(self.log(b), r'"journalSyncData" : "(\w+)"')
+            if said is not None:
+                out[b] = {"journalSyncData": said}
+        cfg = jvm.log_version(self.datadir / ZK / "zoo.cfg", r"^forceSync=(\w+)")
+        if cfg is not None:
+            out[ZK] = {"forceSync (zoo.cfg)": cfg}
+        return out
 
     async def broker_version(self) -> Optional[str]:
         if "pulsar" not in self._versions:

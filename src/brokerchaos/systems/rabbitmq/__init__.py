@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import EVERY, STEPDOWN, System
+from ..base import EVERY, REPLICAS, STEPDOWN, System
 from ..registry import SYSTEMS
 from .client import RabbitClient, RabbitRoles
 from .cluster import SERVER, RabbitServers
@@ -38,8 +38,16 @@ class RabbitMQ(System):
     LocalCluster = RabbitServers
     Client = RabbitClient
     Roles = RabbitRoles
-    offers = frozenset({STEPDOWN, EVERY})  # draining a node (maintenance mode) moves every queue it leads
+    # draining a node (maintenance mode) moves every queue it leads; a quorum queue's members
+    # can be deleted and added (replicas)
+    offers = frozenset({STEPDOWN, EVERY, REPLICAS})
     external_services = ("mgmt",)  # queue leaders and health from the management API
+
+    @classmethod
+    def roles_offers(cls, scenario) -> frozenset[str]:
+        """Members are a quorum queue's: a classic queue has one node, a stream its own verbs."""
+        quorum = scenario.options.get("queue_type", "quorum") == "quorum"
+        return cls.offers if quorum else cls.offers - {REPLICAS}
 
     @classmethod
     def check(cls, scenario) -> None:

@@ -190,6 +190,25 @@ class RabbitRoles(Roles):
         if self.cluster.alive(node):
             await asyncio.to_thread(self.cluster.maintenance, node, "revive")
 
+    async def set_replicas(self, count: int) -> dict:
+        """A quorum queue's members changed to `count`: followers deleted one by one (the
+        last joined first), or nodes that hold no member added (`rabbitmq-queues
+        delete_member` / `add_member`, asked of the leader's node). New members catch up
+        from the leader's log."""
+        if not hasattr(self.cluster, "queue_member"):
+            raise LookupError("membership changes need a cluster the harness started (external: a `command` hook)")
+        q = self.ctx.stream_name
+        before = await self.replicas()
+        lead = before[0]
+        if count < len(before):
+            verb, changed = "delete_member", list(reversed(before[1:]))[:len(before) - count]
+        else:
+            verb, changed = "add_member", [n for n in self.cluster.node_names if n not in before][:count - len(before)]
+        for n in changed:
+            await asyncio.to_thread(self.cluster.queue_member, lead, verb, q, n)
+        return {"verb": f"rabbitmq-queues {verb} {' '.join(changed) or '(none)'}", "replicas_before": len(before),
+                "peers_before": before, "peers_after": await self.replicas()}
+
     async def stream_ready(self) -> bool:
         """The queue has a leader on a running node and every member is online."""
         info = await self.api.queue(self.ctx.stream_name)

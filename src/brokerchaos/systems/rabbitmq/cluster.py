@@ -19,12 +19,13 @@ import time
 import urllib.parse
 from typing import Optional
 
-from ..base import CLOCK, SystemError_
+from ..base import CLOCK, POWER, SystemError_
 from ..runtime import http_get, port_open
 from ..cluster import Cluster, LocalCluster
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 UPGRADE = "/usr/lib/rabbitmq/bin/rabbitmq-upgrade"
+QUEUES = "/usr/lib/rabbitmq/bin/rabbitmq-queues"
 CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 EPMD = "/usr/bin/epmd"
 AUTH = ("guest", "guest")
@@ -34,8 +35,9 @@ class RabbitServers(LocalCluster):
     """The local cluster; `plugins` and `joiners_together` differ for the MQTT plugin."""
 
     ports = {"client": 5672, "dist": 25672, "mgmt": 15672, "epmd": 4369, "mqtt": 1883}
-    # clock: the Erlang VM reads the OS clock through the C library, which libfaketime moves
-    extra_offers = frozenset({CLOCK})
+    # clock: the Erlang VM reads the OS clock through the C library, which libfaketime moves;
+    # power: each node's directory (its Mnesia, quorum queue WAL and segments, message store)
+    extra_offers = frozenset({CLOCK, POWER})
     plugins: tuple[str, ...] = ("rabbitmq_management",)
     # joiners boot side by side once the first node serves; the MQTT plugin's Raft cluster
     # needs them one by one
@@ -118,8 +120,13 @@ class RabbitServers(LocalCluster):
         # side, a joiner could fail the schema check while the first still enabled feature
         # flags, and the MQTT plugin's client-id Raft cluster stalled all three nodes for 80 s
         # (a CI run) in add_member calls to peers whose Raft servers were not up yet
-        self.launch(self.node_names[0])
+        self.start_node(self.node_names[0])
         self._unstarted = list(self.node_names[1:])
+
+    def _booted(self, node: str):
+        """Marks a node that has joined once, beside its directory: on the power-off layer a
+        marker inside it would go with the next cut."""
+        return self.datadir / f"{node}.booted"
 
     def launch(self, node: str) -> None:
         d = self.datadir / node
@@ -138,6 +145,15 @@ class RabbitServers(LocalCluster):
             return None
         said = out.read_text().strip()
         return float(said) if said.isdigit() else None
+
+    def queue_member(self, via: str, verb: str, queue: str, member: str, timeout: float = 60.0) -> None:
+        """`rabbitmq-queues add_member|delete_member` of `member`'s node for `queue`, asked of
+        `via` from its own namespace: a quorum queue's membership changed."""
+        argv = [QUEUES, "-n", self.erl_name(via), "-l", "-t", str(int(timeout)), verb, "-p", "/", queue,
+                self.erl_name(member)]
+        rc = self.run_tool(via, f"{via}-{verb}", argv, timeout + 10, env=self._env(via))
+        if rc != 0:
+            raise SystemError_(f"rabbitmq-queues {verb} {queue} {member} exited {rc}; see {self.log(f'{via}-{verb}')}")
 
     def maintenance(self, node: str, verb: str, timeout: float = 60.0) -> None:
         """`rabbitmq-upgrade drain|revive` against `node`, from its own namespace: drain moves
@@ -159,7 +175,7 @@ class RabbitServers(LocalCluster):
                 before = [n for n in self.node_names if n not in self._unstarted][-1]
                 if self.alive(before) and await port_open(self.address(before)):
                     for n in self._unstarted[:None if self.joiners_together else 1]:
-                        self.launch(n)
+                        self.start_node(n)
                         self._unstarted.remove(n)
                     deadline = max(deadline, time.monotonic() + timeout)
                     continue
@@ -167,7 +183,7 @@ class RabbitServers(LocalCluster):
             for n in self.node_names:
                 if n in self._unstarted or self.alive(n):
                     continue
-                if n == self.node_names[0] or n in retried or (self.datadir / n / "booted").exists():
+                if n == self.node_names[0] or n in retried or self._booted(n).exists():
                     raise self.exited(n)
                 # a joiner that exits while booting (seen here, when joiners booted beside the
                 # first node: table_attributes_mismatch) gets one more boot on empty data
@@ -181,7 +197,7 @@ class RabbitServers(LocalCluster):
                 ok, last = await api.running()
                 if ok:
                     for n in self.node_names:
-                        (self.datadir / n / "booted").touch()
+                        self._booted(n).touch()
                     return
             except Exception as e:  # still booting
                 last = f"{type(e).__name__}: {e}"

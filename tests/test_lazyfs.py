@@ -117,3 +117,17 @@ def test_what_was_written_before_a_settle_stays_and_only_what_came_after_goes(di
     assert not (disk.backing / "later").exists()
     assert account["settled_files"] == 2
     assert sorted(f["file"] for f in account["files"]) == ["later", "log"]
+
+
+def test_a_truncate_through_a_file_renamed_since_it_was_opened_is_undone(disk):
+    m = disk.mountpoint
+    _write(m / "seg.log", b"D" * 4000, sync=True)
+    fd = os.open(m / "seg.log", os.O_RDWR)
+    try:
+        os.rename(m / "seg.log", m / "seg.log.deleted")
+        os.ftruncate(fd, 1000)  # through the descriptor: the name it was opened by is gone
+    finally:
+        os.close(fd)
+    account = disk.power_cut()
+    assert (disk.backing / "seg.log.deleted").read_bytes() == b"D" * 4000
+    assert [f["file"] for f in account["files"]] == ["seg.log.deleted"]

@@ -111,23 +111,33 @@ func (l *layer) write(fd int, ino uint64, pinned bool, data []byte, off int64) (
 	return n, 0
 }
 
-// truncating saves what a truncate to `size` cuts off below the synced size.
+// truncating saves what a truncate to `size` cuts off below the synced size, by path (a
+// truncate(2), an open with O_TRUNC: the path is the file's now).
 func (l *layer) truncating(ino uint64, path string, size int64) syscall.Errno {
+	fd, err := syscall.Open(path, syscall.O_RDONLY, 0)
+	if err != nil {
+		return err.(syscall.Errno)
+	}
+	defer syscall.Close(fd)
+	return l.truncatingFd(ino, fd, size)
+}
+
+// truncatingFd: the same through an open descriptor (an ftruncate), whatever the file has
+// been renamed to since it was opened.
+func (l *layer) truncatingFd(ino uint64, fd int, size int64) syscall.Errno {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, now, ok := inoOf(path)
-	if !ok {
-		return syscall.ENOENT
+	_, now, errno := fdIno(fd)
+	if errno != 0 {
+		return errno
 	}
 	u := l.logOf(ino, now)
 	if u.size >= 0 && size < u.size {
-		f, err := os.Open(path)
-		if err != nil {
-			return syscall.EIO
-		}
-		defer f.Close()
 		old := make([]byte, u.size-size)
-		n, _ := f.ReadAt(old, size)
+		n, err := syscall.Pread(fd, old, size)
+		if err != nil {
+			return err.(syscall.Errno)
+		}
 		u.saved = append(u.saved, span{size, old[:n]})
 	}
 	return 0

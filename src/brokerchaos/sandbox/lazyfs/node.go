@@ -43,7 +43,7 @@ func (n *node) wrap(fh fs.FileHandle, flags uint32, path string, created bool) (
 		return nil, errno
 	}
 	n.l.known(ino, path, created)
-	return &file{lf: lf, fd: fd, ino: ino, path: path, pinned: flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0, l: n.l}, 0
+	return &file{lf: lf, fd: fd, ino: ino, pinned: flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0, l: n.l}, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -149,7 +149,6 @@ type file struct {
 	lf     *fs.LoopbackFile
 	fd     int
 	ino    uint64
-	path   string
 	pinned bool // opened O_SYNC / O_DSYNC: every write durable
 	l      *layer
 }
@@ -177,7 +176,7 @@ func (f *file) Statx(ctx context.Context, flags, mask uint32, out *fuse.StatxOut
 
 func (f *file) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if size, ok := in.GetSize(); ok {
-		if errno := f.l.truncating(f.ino, f.path, int64(size)); errno != 0 {
+		if errno := f.l.truncatingFd(f.ino, f.fd, int64(size)); errno != 0 {
 			return errno
 		}
 	}

@@ -9,6 +9,7 @@ in BENCHMARKS.md.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -37,8 +38,10 @@ def _go() -> Optional[str]:
     return shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
 
 
+@functools.cache
 def binary_path() -> Path:
-    """Where the layer built from this source lives: a new source, a new path."""
+    """Where the layer built from this source lives: a new source, a new path (hashed once
+    per process: every mount asks)."""
     h = hashlib.sha256()
     for name in SOURCE_FILES:
         h.update(name.encode() + b"\0" + (SOURCE / name).read_bytes())

@@ -2,12 +2,13 @@
 # make test       - install what is missing, then run the whole test suite
 # make test-fast  - the tests that need neither root nor a JVM (under a minute)
 # make lint       - ruff, as configured in pyproject.toml
+# make docs       - the documentation site into site/ (MkDocs, strict: a warning fails it)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 export JAVA_HOME ?= /usr/lib/jvm/java-17-openjdk-amd64
 
-.PHONY: setup system demo test test-unit test-fast lint clean-sandbox
+.PHONY: setup system demo test test-unit test-fast lint docs clean-sandbox
 
 # the Spark class archive: a faster JVM start, not a requirement (README, "Spark")
 setup: system $(VENV)/.installed
@@ -39,6 +40,10 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# NO_MKDOCS_2_WARNING: Material's end-of-life banner (May 2027; docs/guide/install.md)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 clean-sandbox:
 	$(VENV)/bin/brokerchaos clean

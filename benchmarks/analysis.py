@@ -208,7 +208,7 @@ def duckdb_query(directory: Path) -> dict | None:
 
 def cold_command(directory: Path, timing: bool, fast_start: bool = True) -> float:
     """What a user types: `brokerchaos analyze DIR`, JVM start and the written logs included;
-    `fast_start=False` without the class archive and the quick JIT (README, "Spark")."""
+    `fast_start=False` without the class archive and the quick JIT (docs/guide/spark.md, "Spark")."""
     exe = Path(sys.executable).with_name("brokerchaos")
     env = dict(os.environ, **({} if fast_start else {"BROKERCHAOS_SPARK_FAST_START": "0"}))
     with tempfile.TemporaryDirectory() as out:

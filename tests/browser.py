@@ -20,9 +20,12 @@ class Loaded:
 
 
 def open_report(path: Path, screenshot: Path) -> Loaded:
+    return open_page(Path(path).resolve().as_uri(), screenshot)
+
+
+def open_page(url: str, screenshot: Path) -> Loaded:
     from playwright.sync_api import sync_playwright
 
-    url = Path(path).resolve().as_uri()
     out = Loaded()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM)

@@ -20,15 +20,15 @@ from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
 from brokerchaos.systems.base import (CLOCK, COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK,
-                                      LOCAL_VERBS, NETNS, POWER, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client, Roles,
-                                      System)
+                                      LOCAL_VERBS, NETNS, POWER, REASSIGN, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client,
+                                      Roles, System)
 from brokerchaos.systems.cluster import LocalCluster
 
 CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,
-                              EVERY, LAMEDUCK, REPLICAS, CLOCK}
+                              EVERY, LAMEDUCK, REPLICAS, REASSIGN, CLOCK}
 # a role the roles can name -> the method of Roles that names it
 ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
-                ELECT: "elect_leaders", EVERY: "stepdown_every", REPLICAS: "set_replicas"}
+                ELECT: "elect_leaders", EVERY: "stepdown_every", REPLICAS: "set_replicas", REASSIGN: "reassign"}
 
 
 def _scenarios(name: str) -> list:

@@ -62,6 +62,11 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"system": "kafka", "fault": "power-off-all", "fault_param": ["lag=1"]}, "fault.params.lag"),
     ({"system": "pulsar", "option": ["broker=lite", "journal_sync=false"], "nodes": 1, "replicas": 1},
      "options.journal_sync"),
+    ({"system": "kafka", "fault": "reassign", "target": "leader"}, "fault.target"),
+    ({"system": "kafka", "fault": "reassign", "nodes": 4, "option": ["broker=tansu"]}, "fault"),
+    ({"system": "nats", "fault": "reassign", "nodes": 4}, "fault"),
+    ({"system": "kafka", "fault": "reassign", "nodes": 4, "fault_param": ["wait=0"]}, "fault.params.wait"),
+    ({"system": "rabbitmq", "option": ["queue_type=stream", "message_ttl=60"]}, "options.message_ttl"),
 ])
 def test_bad_fault_settings_name_the_field(flags, field):
     with pytest.raises(sc.ScenarioError) as e:

@@ -1,9 +1,16 @@
-"""The clock fault on real Kafka brokers (libfaketime in each JVM): every broker's wall clock
-jumps while the producers write. Time-based retention is judged by the broker's clock
-against the records' timestamps (the producers'), so a jump past log.retention.hours (7
-days) deletes acknowledged messages on the leader and the followers alike: the positive
-control. A jump of an hour breaches nothing: the negative. Both check that the jump reached
-the brokers themselves: what their JVMs say the time is."""
+"""The clock fault on real brokers (libfaketime in each process), while the producers write.
+
+Kafka (in each JVM): time-based retention is judged by the broker's clock against the
+records' timestamps (the producers'), so a jump past log.retention.hours (7 days) deletes
+acknowledged messages on the leader and the followers alike: the positive control. A jump
+of an hour breaches nothing: the negative.
+
+RabbitMQ (in the Erlang VM): a classic queue stamps a message's expiry (x-message-ttl) by
+the OS clock, so a step back longer than the TTL stamps what arrives meanwhile as already
+expired once the clock is true again: acknowledged and never delivered. A step shorter
+than the TTL loses nothing.
+
+Each checks that the step reached the brokers themselves: what they say the time is."""
 import os
 import shutil
 
@@ -19,6 +26,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
     pytest.mark.skipif(shutil.which("java") is None, reason="java not installed (make setup)"),
 ]
+TWO_HOURS_BACK, TEN_MINUTES_BACK = -7_200, -600
 EIGHT_DAYS, ONE_HOUR = 691_200, 3_600
 
 
@@ -59,3 +67,29 @@ def test_a_clock_jump_past_retention_deletes_acked_messages_and_an_hour_deletes_
     v, logs = _jump(tmp_path, ONE_HOUR)
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
     assert not any(b"log retention time" in (logs / f"n{i}.log").read_bytes() for i in (1, 2, 3))
+
+
+def _step_back(tmp_path, offset: int):
+    s = sc.load("scenarios/rabbitmq-clock-ttl.yaml", {"runs": 1, "name": f"it-rabbitmq-clock{offset}",
+                                                      "messages": 3000, "rate": 300, "after_acks": 1000,
+                                                      "duration": 4, "fault_param": [f"offset={offset}"]})
+    result = Session(s, tmp_path / str(offset), observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    e = w["effect"]
+    # the node's Erlang VM said (os:system_time) its clock was moved, and true after the heal
+    assert w["nodes"] == ["n1"] and abs(e["seen_offset_s"]["n1"] - offset) <= 2, e
+    assert abs(e["seen_after_heal_s"]["n1"]) <= 2, e
+    assert v["read_complete"] is True and v["pos_ack_count"] == 3000, v
+    return v
+
+
+@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
+def test_a_clock_step_back_past_a_classic_queue_s_ttl_expires_acked_messages_and_a_short_one_none(tmp_path, spark):
+    v = _step_back(tmp_path, TWO_HOURS_BACK)
+    # what was enqueued during the 4 s step (~1,200 at 300 msg/s) was stamped already expired
+    assert v["acked_missing"] >= 600 and v["result"] == "fail", v
+    assert v["acked_missing"] <= 2000, v  # and only that: the messages before and after it kept their hour
+
+    v = _step_back(tmp_path, TEN_MINUTES_BACK)
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v

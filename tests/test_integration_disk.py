@@ -218,3 +218,27 @@ def test_redis_power_cut_of_every_node_loses_what_the_aof_had_not_fsynced_and_no
     assert cut["n1"]["fsyncs_seen"] > 0, cut["n1"]
     assert v["acked_missing"] == 0, v
     assert mounts.mounted_under(Path("/tmp/brokerchaos")) == []
+
+
+@pytest.mark.integration
+@ROOT
+def test_kafka_corrupt_flips_bits_in_a_stopped_follower_s_segments_and_loses_nothing_acked(tmp_path, spark):
+    s = sc.load("scenarios/kafka-corrupt-follower.yaml", {"runs": 1, "name": "it-kafka-corrupt"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    window = meta["faults"][0]["windows"][0]
+    (node,) = window["nodes"]
+    changes = window["effect"]["changes"][node]
+    assert len(changes) == 64
+    for c in changes:
+        # the run's topic's segment files on that broker, each byte recorded before and after
+        assert c["file"].startswith(f"data/{meta['stream']}-0/") and c["file"].endswith(".log"), c
+        assert c["after"] == c["before"] ^ (1 << c["bit"]) and c["offset"] >= 0, c
+    # the follower's log recovery drops the batches whose CRC no longer matches and fetches
+    # them again from the leader (back in the ISR before the read): nothing acknowledged goes
+    log = (result.dir / "run-001" / "logs" / f"{node}.log").read_text(errors="replace")
+    assert "Corruption found in segment" in log, "the broker's recovery did not see the flipped bits"
+    assert meta["stream_ready_before_read"] is True, "the corrupted follower did not rejoin the ISR"
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["pos_ack_count"] == 4000 and v["acked_missing"] == 0 and v["result"] == "pass", v

@@ -47,7 +47,7 @@ def test_pulsars_java_client_in_transactions_through_an_owner_kill(tmp_path, spa
     # the owner stays down past its metadata session (10 s), so another broker takes the
     # topic's bundle: restarted within its old session (the scenario's 5 s of 30 s), it
     # re-acquired its stale bundle lock while starting and served the topic only after
-    # ~50 s, or (a CI run) never in 13 minutes (README, Transactions)
+    # ~50 s, or (a CI run) never in 13 minutes (docs/findings/transactions.md)
     v, meta = _run(tmp_path, "scenarios/pulsar-txn-kill-owner.yaml", "it-java-pulsar-txn", messages=1200,
                    after_acks=400, options=("zk_session_timeout_ms=10000",), down_s=15)
     assert meta["client"]["library"] == "java" and meta["client"]["version"] == "4.0.7", meta["client"]

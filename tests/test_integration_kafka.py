@@ -324,3 +324,29 @@ def test_kraft_leader_kill_moves_the_producer_and_loses_nothing(tmp_path, spark)
     after = {r["node"] for r in rows if r["type"] == "ack" and r["t_ns"] > t_fault + 500_000_000}
     assert after and killed not in after, f"acks after the kill came from {after}"
     assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]
+
+
+def test_a_reassignment_moves_the_leader_s_replica_to_a_spare_broker_and_back_losing_nothing(tmp_path, spark):
+    """A membership change under load (Kafka 4.1, KRaft): the leader's replica moved to the
+    broker that held none mid-write by alterPartitionReassignments, the leadership with it, and moved
+    back at the heal; acks=all, min ISR 2."""
+    s = sc.load("scenarios/kafka-reassign-leader.yaml",
+                {"runs": 1, "messages": 6000, "after_acks": 2000, "name": "it-kafka-reassign"})
+    s = s.model_copy(update={"cluster": s.cluster.model_copy(update={"version": "4.1"})})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    e, before = w["effect"], w["roles_before"]
+    (moved,) = w["nodes"]
+    (spare,) = {"n1", "n2", "n3", "n4"} - set(before["replicas"])  # the broker that held none
+    assert moved == before["leader"] and e["moved"] == {moved: spare}, e
+    assert e["replicas_before"] == before["replicas"], (e, before)
+    # the spare took the leader's place in the assignment, so it leads once in sync
+    assert e["replicas_after"] == [spare if n == moved else n for n in e["replicas_before"]], e
+    assert sorted(e["isr_after"]) == sorted(e["replicas_after"]) and e["leader_after"] == spare, e
+    assert w["roles_during"]["replicas"] == e["replicas_after"], w["roles_during"]
+    # the heal moved it back, and the cluster's metadata says so
+    assert e["back"]["replicas_after"] == e["replicas_before"], e
+    assert w["roles_after"]["replicas"] == e["replicas_before"], w["roles_after"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["pos_ack_count"] == 6000 and v["acked_missing"] == 0 and v["result"] == "pass", v

@@ -3,7 +3,7 @@ lame-duck exit followed by a step-down of every stream a server leads, and a Kaf
 restart followed by a preferred-leader election, over three topics; every verdict
 per topic, and each topic's outage taken apart into parts that add up to it
 (analysis/parts.py). (Pulsar's namespace unload is not here: in 1 of 3 runs of 10 topics it
-left 9 topics unserved for 40 s, a broker-side hang, README "Many topics".)"""
+left 9 topics unserved for 40 s, a broker-side hang, docs/findings/topics.md.)"""
 import json
 import os
 import shutil

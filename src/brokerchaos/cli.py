@@ -26,9 +26,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+class _Version(argparse.Action):
+    """--version: the project's and the servers' it runs, as resolved here."""
+
+    def __init__(self, option_strings, dest, **kw) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and the server versions it runs")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from .doctor import versions
+
+        print("\n".join(versions()))
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="brokerchaos", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a scenario: N runs, each with a fresh cluster, a fault and a verdict",
                        description="Run a scenario file, flags, or both (flags win). Results go to "
@@ -51,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "from the session's one analysis at its end (long sessions); auto (default): each up to "
                         "20 runs, else end")
     r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="check the scenario and this machine, print what would run, start nothing")
     _expect_flags(r)
 
     a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
@@ -97,13 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
+    from .cli_tools import add_parsers
 
-    c = sub.add_parser("clean", help="remove namespaces, processes and state left by crashed sessions")
-    c.add_argument("--all", action="store_true", help="also remove those of sessions still running")
+    add_parsers(sub)
 
-    c = sub.add_parser("fetch", help="resolve the Java servers (Kafka, ZooKeeper, Pulsar, BookKeeper) from Maven "
-                                     "Central into the cache, once (make setup does)")
-    c.add_argument("sets", nargs="*", help="server sets (default all): kafka-3.9, kafka-4.1, pulsar-4.0")
     return p
 
 
@@ -301,6 +314,11 @@ def cmd_soak(args) -> int:
                       "--resume" if resume is not None else "--out")
     if bad is not None:
         return bad
+    from .cli_tools import machine_lacks
+
+    bad = machine_lacks([scenario])
+    if bad is not None:
+        return bad
     from .runner import Session
 
     result = _guarded([scenario], args.spark_master, "soak",
@@ -417,6 +435,11 @@ def cmd_run(args) -> int:
     bad = _unwritable(args.out, args.junit)
     if bad is not None:
         return bad
+    from .cli_tools import dry_run, machine_lacks
+
+    lacks = machine_lacks([scenario])
+    if lacks is not None or args.dry_run:
+        return lacks if lacks is not None else dry_run(scenario, args.out)
     from .runner import Session
 
     bars = _observer()
@@ -457,6 +480,10 @@ def cmd_campaign(args) -> int:
             return EXIT_BAD_INPUT
     bad = _unwritable(str(resume) if resume is not None else args.out, args.junit,
                       "--resume" if resume is not None else "--out")
+    if bad is None:
+        from .cli_tools import machine_lacks
+
+        bad = machine_lacks(scenarios)
     if bad is not None:
         return bad
     bars = _observer()
@@ -577,34 +604,18 @@ def _print_fields(model) -> None:
         print(f"  {'':<16}   {key}: {finfo.description} ({req})")
 
 
-def cmd_clean(args) -> int:
-    from .sandbox.sandbox import clean
-
-    removed = clean(all_sessions=args.all)
-    for line in removed:
-        print(f"removed {line}")
-    if not removed:
-        print("nothing to clean")
-    return 0
-
-
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     # as typed, for the report's header (the session's scenario.json is what reproduces it)
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
+    from .cli_tools import cmd_clean, cmd_doctor, cmd_fetch, cmd_new
+
     return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "faults": cmd_faults,
-            "clean": cmd_clean, "fetch": cmd_fetch}[args.command](args)
-
-
-def cmd_fetch(args) -> int:
-    from .systems import jvm
-
-    unknown = [n for n in args.sets if n not in jvm.sets()]
-    if unknown:
-        print(f"brokerchaos: error: unknown server set {unknown[0]!r} (known: {', '.join(jvm.sets())})",
-              file=sys.stderr)
-        return 2
-    return jvm.fetch(args.sets)
+            "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor, "new": cmd_new}[args.command](args)
 
 
 if __name__ == "__main__":

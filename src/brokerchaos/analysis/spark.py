@@ -35,7 +35,7 @@ def _java_home() -> str:
     return java
 
 
-# The class archive analysis/cds.py builds (README, "Spark"): where it is, and when a JVM may
+# The class archive analysis/cds.py builds (docs/guide/spark.md, "Spark"): where it is, and when a JVM may
 # map it. An archive cut short crashes the JVM that maps it (measured: SIGSEGV in
 # FileMapInfo::relocate_pointers_in_core_regions), so it is used only while the stamp beside
 # it matches its size and time and names this JVM and these jars: a JDK or PySpark upgraded

@@ -1,6 +1,7 @@
 """Membership changes: a stream's set of replicas changed while it is written, where Jepsen
-found loss in other systems (stale and lost messages under kills plus membership changes).
-The change is an operator's verb, asked of the cluster's API; the heal changes it back."""
+found loss in other systems (stale and lost messages under kills plus membership changes):
+its replica count (`replicas`) or the nodes that hold it (`reassign`). The change is an
+operator's verb, asked of the cluster's API; the heal changes it back."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..systems.base import REPLICAS
+from ..systems.base import REASSIGN, REPLICAS
 from .base import Fault, Target
 from .registry import FAULTS
 from .targets import TargetError
@@ -65,3 +66,52 @@ class Replicas(Fault):
                 pass
             await asyncio.sleep(0.1)
         return None
+
+
+class ReassignParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    back: bool = Field(True, description="heal: move the replicas back to the nodes they were on")
+    wait: float = Field(60.0, gt=0, le=600, description="seconds the move may take, new replicas in sync included")
+
+
+@FAULTS.register("reassign")
+class Reassign(Fault):
+    description = ("a membership change under load: the target's replicas of the stream moved to nodes that "
+                   "hold none, each in its place in the assignment (Kafka: alterPartitionReassignments, what "
+                   "kafka-reassign-partitions does; the new replicas fetch the log, join the ISR, the old are "
+                   "dropped; the leader's replica moved moves the leadership). Needs more nodes than replicas; "
+                   "heal moves them back. The effect names the replicas before and after")
+    Params = ReassignParams
+    needs = frozenset({REASSIGN})
+    opens_window_first = True  # the outage starts with the request
+
+    @classmethod
+    def check(cls, params, node_names: list[str], offers: frozenset[str], scenario) -> None:
+        c = scenario.cluster
+        if c.replicas >= c.nodes:
+            raise TargetError(f"{c.replicas} replicas on {c.nodes} nodes leave no node to move a replica to; "
+                              "add nodes (cluster.nodes)")
+
+    def inject_bound(self, n_nodes: int) -> float:
+        return self.p.wait + 40.0  # the JVM's start and the controller's answer beside the move
+
+    async def inject(self, target: Target) -> None:
+        before = await self.ctx.roles.assignment()
+        moved = [n for n in target.nodes if n in before]
+        if not moved:
+            raise TargetError(f"{','.join(target.nodes)} holds no replica of the stream (it is on "
+                              f"{','.join(before)})")
+        spare = [n for n in self.ctx.cluster.node_names if n not in before]
+        if len(spare) < len(moved):
+            raise TargetError(f"{len(moved)} replicas to move and {len(spare)} nodes holding none")
+        to = dict(zip(moved, spare))
+        self.nodes.extend(moved)
+        self.effect["moved"] = to
+        self.effect.update(await self.ctx.roles.reassign([to.get(n, n) for n in before], self.p.wait))
+
+    async def heal(self) -> None:
+        before = self.effect.get("replicas_before")
+        if self.p.back and before and "back" not in self.effect:
+            back = await self.ctx.roles.reassign(before, self.p.wait)
+            self.effect["back"] = {k: back[k] for k in ("replicas_after", "isr_after", "leader_after", "done_s")}
+        self.nodes.clear()

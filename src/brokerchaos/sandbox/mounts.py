@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import process
+from . import gotool, process
 from .process import Proc
 
 SOURCE = Path(__file__).with_name("lazyfs")
@@ -32,10 +32,6 @@ BUILD_TIMEOUT_S = 600
 
 class MountError(RuntimeError):
     pass
-
-
-def _go() -> Optional[str]:
-    return shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
 
 
 @functools.cache
@@ -54,9 +50,10 @@ def build() -> Path:
     out = binary_path()
     if out.exists():
         return out
-    go = _go()
-    if go is None:
-        raise MountError("the lazy layer needs Go to be built once: run `make setup` (Go from go.dev in PATH)")
+    try:
+        go = gotool.ensure()
+    except gotool.GoError as e:
+        raise MountError(f"the lazy layer needs Go to be built once: {e}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"lazyfs.{os.getpid()}.part")
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=readonly")
@@ -78,7 +75,7 @@ def available() -> Optional[str]:
         return "no /dev/fuse (the kernel's FUSE)"
     if not shutil.which("fusermount3"):
         return "fusermount3 is missing: run `make setup` (Debian fuse3)"
-    if not binary_path().exists() and _go() is None:
+    if not binary_path().exists() and gotool.find() is None:
         return "the lazy layer is not built and there is no Go to build it: run `make setup`"
     return None
 
@@ -207,10 +204,7 @@ class LazyDisk:
 
 
 def setup() -> int:
-    """make setup: build the layer once, where Go is."""
-    if _go() is None:
-        print("lazy layer: not built (no Go); the power-off fault will need it")
-        return 0
+    """make setup: build the layer once (Go fetched first where the machine has none)."""
     try:
         print(f"lazy layer: {build()}")
     except MountError as e:

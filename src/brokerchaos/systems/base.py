@@ -63,6 +63,7 @@ ELECT = "elect"  # the roles can move every partition's leadership back to its p
 EVERY = "stepdown-every"  # the roles can move every leadership a node holds off it at once (NATS, RabbitMQ)
 LAMEDUCK = "lame-duck"  # the cluster can put a node in lame-duck mode: it hands over, sheds clients, exits (NATS)
 REPLICAS = "replicas"  # the roles can change the stream's replica count under load (a membership change: NATS)
+REASSIGN = "reassign"  # the roles can move the stream's replicas to other nodes under load (Kafka)
 CLOCK = "clock"  # the cluster can move a node's wall clock for the processes it starts there (libfaketime)
 
 
@@ -459,6 +460,16 @@ class Roles:
         returns the verb, the count it had (`replicas_before`) and the peers before and
         after (run.json). Needs `replicas`."""
         raise LookupError("this system cannot change a stream's replica count")
+
+    async def assignment(self) -> list[str]:
+        """The nodes holding the stream's replicas, in their assigned order. Needs `reassign`."""
+        raise LookupError("this system cannot move a stream's replicas")
+
+    async def reassign(self, replicas: list[str], timeout: float) -> dict:
+        """Move the stream's replicas to `replicas` under load and wait until they are in sync
+        (within `timeout`); returns the verb, `replicas_before`, `replicas_after`,
+        `leader_after` and `done_s` (run.json). Needs `reassign`."""
+        raise LookupError("this system cannot move a stream's replicas")
 
     async def step_back(self, node: str) -> None:
         """Undo what `stepdown` left in place (RabbitMQ: the node leaves maintenance mode);

@@ -101,6 +101,21 @@ def jar_version(server_set: str, artifact: str) -> Optional[str]:
     return None
 
 
+def run_once(main: str, server_set: str, args: list[str], log: Path, timeout: float) -> list[str]:
+    """Run `main` (a one-shot program in java/) to its end and return the fields of the one
+    line it printed: ["E", NAME, reason] when it failed, or could not say within `timeout`."""
+    argv = jvm.argv(classpath(server_set, main), main, 128, *args, props=log_configs(log))
+    with open(log, "ab") as err:
+        try:
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return ["E", "REQUEST_TIMED_OUT", f"{main} did not end within {timeout:.0f}s; see {log}"]
+    lines = r.stdout.decode("utf-8", "replace").strip().splitlines()
+    if not lines:
+        return ["E", "UNKNOWN", f"{main} ended ({r.returncode}) without an answer; see {log}"]
+    return lines[-1].split("\t")
+
+
 class Bridge:
     """One client process: lines in, lines out. `on_lines(batch)` runs on the reader
     thread with the lines read together, but the answers to `call`s."""

@@ -68,6 +68,12 @@ def classpath(name: str) -> str:
     return str(root / "lib" / "*")
 
 
+def fetched(name: str) -> bool:
+    """Whether set `name`'s jars are in the cache, resolved from its pom as it is now."""
+    pom = POMS / f"{name}.xml"
+    return pom.exists() and _current(cache_root() / name / "pom.sha256", hashlib.sha256(pom.read_bytes()).hexdigest())
+
+
 def _current(stamp: Path, digest: str) -> bool:
     try:
         return stamp.read_text().strip() == digest

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ScenarioError
+from ..sandbox import gotool
 from .base import SystemError_
 from .runtime import cache_dir
 
@@ -115,10 +116,10 @@ def _from_pypi(version: str, tmp: Path) -> Optional[str]:
 
 
 def _from_go(version: str, tmp: Path) -> None:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
-    if go is None:
-        raise SystemError_(f"nats-server {version}: not on PyPI and `go` is not installed to build it "
-                           "(run `make setup`)")
+    try:
+        go = gotool.ensure()
+    except gotool.GoError as e:
+        raise SystemError_(f"nats-server {version}: not on PyPI, and no Go to build it: {e}") from None
     rc, err = _run([go, "install", f"github.com/nats-io/nats-server/v2@v{version}"],
                    f"{version} with go install", env={"GOBIN": str(tmp), "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
     if rc == 0 and (tmp / "nats-server").exists():

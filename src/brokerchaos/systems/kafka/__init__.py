@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ELECT, System
+from ..base import COORDINATOR, ELECT, REASSIGN, System
 from ..registry import SYSTEMS
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient, KafkaRoles, outcome_of
@@ -79,7 +79,7 @@ class Kafka(System):
     LocalCluster = ZooKeeperKafka
     Client = KafkaClient
     Roles = ApacheKafkaRoles
-    offers = frozenset({COORDINATOR, ELECT})
+    offers = frozenset({COORDINATOR, ELECT, REASSIGN})
 
     @classmethod
     def versions(cls, scenario) -> tuple[str, ...]:
@@ -94,7 +94,7 @@ class Kafka(System):
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
         tansu = KafkaOptions.model_validate(scenario.options).broker == "tansu"
-        return cls.offers - {ELECT} if tansu else cls.offers  # tansu: one store, no replicas to lead
+        return cls.offers - {ELECT, REASSIGN} if tansu else cls.offers  # tansu: one store, no replicas
 
     @classmethod
     def roles_class(cls, scenario) -> type[KafkaRoles]:

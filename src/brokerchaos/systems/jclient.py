@@ -49,7 +49,9 @@ def classpath(server_set: str, main: str) -> str:
     h = hashlib.sha256()
     for f in sources + [Path(p) for p in sorted(glob.glob(jars))]:
         h.update(f.name.encode() + (f.read_bytes() if f.suffix == ".java" else str(f.stat().st_size).encode()))
-    root = jvm.cache_root() / "bridges" / f"{server_set}-{h.hexdigest()[:16]}"
+    # one directory per program: each compiles its own source (and the protocol's) alone, so
+    # two programs of one set (KafkaBridge, KafkaReassign) must not share a `done` mark
+    root = jvm.cache_root() / "bridges" / f"{server_set}-{main.rsplit('.', 1)[-1]}-{h.hexdigest()[:16]}"
     if not (root / "done").exists():
         root.parent.mkdir(parents=True, exist_ok=True)
         with open(root.parent / f".{root.name}.lock", "w") as lock:

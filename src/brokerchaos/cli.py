@@ -567,7 +567,7 @@ def cmd_faults(args) -> int:
     from .systems import SYSTEMS
     from .systems.base import HOOKS, LOCAL_VERBS, NETNS
 
-    local = {name: LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers() for name, cls in SYSTEMS.items()}
+    local = {name: cls.local_capabilities() for name, cls in SYSTEMS.items()}
     print("Fault actions (--fault ACTION or ACTION-TARGET, e.g. kill-leader; settings with --fault-param K=V):")
     for name, cls in FAULTS.items():
         systems = [s for s, offers in local.items() if supported(cls, offers)]

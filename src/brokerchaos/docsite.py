@@ -29,9 +29,8 @@ FAMILIES = (
 
 def _offers() -> dict[str, frozenset[str]]:
     from brokerchaos.systems import SYSTEMS
-    from brokerchaos.systems.base import LOCAL_VERBS, NETNS
 
-    return {name: frozenset(LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers()) for name, cls in SYSTEMS.items()}
+    return {name: cls.local_capabilities() for name, cls in SYSTEMS.items()}
 
 
 def matrix() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -86,20 +87,14 @@ def _ss_kill() -> Optional[str]:
     return None if "--kill" in helped.stdout + helped.stderr else "this ss has no -K (--kill)"
 
 
-def _java() -> Optional[str]:
-    try:
-        jvm.java()
-    except Exception as e:
-        return str(e).split(":")[0]
-    return None
-
-
-def _javac() -> Optional[str]:
-    try:
-        jvm.tool("javac", "openjdk-17-jdk-headless")
-    except Exception as e:
-        return str(e).split(":")[0]
-    return None
+def _jdk(name: str, package: str) -> Callable[[], Optional[str]]:
+    def probe() -> Optional[str]:
+        try:
+            jvm.tool(name, package)
+        except Exception as e:
+            return str(e).split(":")[0]
+        return None
+    return probe
 
 
 def _server_set(name: str) -> Callable[[], Optional[str]]:
@@ -164,8 +159,10 @@ NEEDS: dict[str, Need] = {n.name: n for n in (
     Need("fuse", "power-off and its layer", "make setup (fuse3, and the layer built with Go)", _layer),
     Need("go", "building the power-off layer", "make setup (fetches Go from the Go module proxy)", _go),
     Need("libfaketime", "the clock fault", APT.format("libfaketime"), _faketime),
-    Need("java", "Spark, Kafka, ZooKeeper, Pulsar", APT.format("openjdk-17-jre-headless"), _java),
-    Need("javac", "the Java clients (options.client: java)", APT.format("openjdk-17-jdk-headless"), _javac),
+    Need("java", "Spark, Kafka, ZooKeeper, Pulsar", APT.format("openjdk-17-jre-headless"),
+         _jdk("java", "openjdk-17-jre-headless")),
+    Need("javac", "the Java clients (options.client: java)", APT.format("openjdk-17-jdk-headless"),
+         _jdk("javac", "openjdk-17-jdk-headless")),
     Need("spark", "the analysis", "make setup (pip install -e .), and free memory", _spark),
     Need("kafka-3.9", "Kafka 3.9 and ZooKeeper", "brokerchaos fetch kafka-3.9", _server_set("kafka-3.9")),
     Need("kafka-4.1", "Kafka 4.1 (KRaft)", "brokerchaos fetch kafka-4.1", _server_set("kafka-4.1")),
@@ -274,8 +271,6 @@ def report() -> tuple[bool, list[str]]:
 
 
 def _pom_version(server_set: str, artifact: str) -> Optional[str]:
-    import re
-
     text = (jvm.POMS / f"{server_set}.xml").read_text()
     m = re.search(rf"<artifactId>{re.escape(artifact)}</artifactId>\s*<version>([^<]+)</version>", text)
     return m.group(1) if m else None
@@ -295,8 +290,6 @@ def _debian(package: str) -> str:
 def versions() -> list[str]:
     """The servers this harness runs, as resolved here: pinned poms, Debian packages, the
     VerneMQ release."""
-    import re
-
     from . import __version__
 
     from .systems.mqtt.vernemq import RELEASE_ENV, SHARED

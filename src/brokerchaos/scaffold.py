@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from .errors import ScenarioError
 from .faults.registry import FAULTS
+from .scenario import Scenario
 from .systems.registry import SYSTEMS
 
 # example values for the fault settings that have no default
@@ -20,7 +21,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 # a target each action takes where `leader` is not one of them
 TARGETS = {"majorities-ring": "all", "none": "leader", "command": "all", "elect-leaders": "all"}
 NODES = {"reassign": 4}  # a replica moved needs a node that holds none
-CLIENT_PORTS = {"nats": 4222, "redis": 6379, "rabbitmq": 5672, "mqtt": 1883, "kafka": 9092, "pulsar": 6650}
 
 
 def _comment(text: str, width: int = 96) -> list[str]:
@@ -95,9 +95,9 @@ def cluster_text(system: str, nodes: int = 3) -> str:
     """An external cluster file: each node's address and hooks, the services its roles ask."""
     if system not in SYSTEMS:
         raise ScenarioError(f"scenario field 'system': unknown system {system!r} (known: {', '.join(SYSTEMS.names())})")
-    port = CLIENT_PORTS[system]
-    services = {"nats": ["monitor"], "redis": ["sentinel"], "rabbitmq": ["mgmt"], "mqtt": ["mqtt", "mgmt"],
-                "pulsar": ["admin"]}.get(system, [])
+    cls, scenario = SYSTEMS.get(system), Scenario(system=system)
+    port = cls.local_cluster(scenario).ports["client"]
+    services = cls.services_needed(scenario)  # what its roles ask besides the client port
     lines = [f"# A cluster file written by `brokerchaos new {system} --external`: the addresses of a",
              "# cluster you run, and the shell commands (hooks) that act on its nodes (docs/external.md).",
              f"#   brokerchaos run --system {system} --external {system}-cluster.yaml --fault kill-leader",

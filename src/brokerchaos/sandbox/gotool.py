@@ -17,6 +17,8 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from .cache import cache_dir
+
 MIN_VERSION = (1, 22)
 TOOLCHAIN = "go1.26.8"
 ZIP = f"v0.0.1-{TOOLCHAIN}.linux-amd64"
@@ -30,8 +32,7 @@ class GoError(RuntimeError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "go" / TOOLCHAIN
+    return cache_dir("go") / TOOLCHAIN
 
 
 def _cached() -> Path:
@@ -51,17 +52,21 @@ def _version(go: str) -> Optional[tuple[int, int]]:
         return None
 
 
+def _machine_gos() -> list[str]:
+    return [g for g in (shutil.which("go"), "/usr/local/go/bin/go") if g and os.path.exists(g)]
+
+
 def find() -> Optional[str]:
     """A Go that builds the project's sources: the machine's, or the one fetched before."""
-    for go in (shutil.which("go"), "/usr/local/go/bin/go"):
-        if go and os.path.exists(go) and (_version(go) or (0, 0)) >= MIN_VERSION:
+    for go in _machine_gos():
+        if (_version(go) or (0, 0)) >= MIN_VERSION:
             return go
     return str(_cached()) if _cached().exists() else None
 
 
 def machine_go() -> Optional[str]:
     """The machine's own go, whatever its version (doctor names it when it is too old)."""
-    return shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    return next(iter(_machine_gos()), None)
 
 
 def ensure() -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import gotool, process
+from .cache import cache_dir
 from .process import Proc
 
 SOURCE = Path(__file__).with_name("lazyfs")
@@ -41,8 +42,7 @@ def binary_path() -> Path:
     h = hashlib.sha256()
     for name in SOURCE_FILES:
         h.update(name.encode() + b"\0" + (SOURCE / name).read_bytes())
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / "lazyfs" / h.hexdigest()[:16] / "lazyfs"
+    return cache_dir("lazyfs") / h.hexdigest()[:16] / "lazyfs"
 
 
 def build() -> Path:

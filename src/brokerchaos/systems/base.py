@@ -608,6 +608,11 @@ class System:
         return getattr(getattr(cls, "LocalCluster", None), "extra_offers", frozenset())
 
     @classmethod
+    def local_capabilities(cls) -> frozenset[str]:
+        """Everything a local cluster of this system offers faults, in the namespace sandbox."""
+        return frozenset(LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers())
+
+    @classmethod
     def service_hosts(cls, scenario: "Scenario") -> tuple[str, ...]:
         return cls.local_cluster(scenario).service_hosts
 

@@ -56,7 +56,7 @@ def classpath(name: str) -> str:
     pom = POMS / f"{name}.xml"
     if not pom.exists():
         raise SystemError_(f"no pinned pom for {name!r} (known: {', '.join(sets())})")
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+    digest = _digest(pom)
     root = cache_root() / name
     stamp = root / "pom.sha256"
     if not _current(stamp, digest):
@@ -71,7 +71,11 @@ def classpath(name: str) -> str:
 def fetched(name: str) -> bool:
     """Whether set `name`'s jars are in the cache, resolved from its pom as it is now."""
     pom = POMS / f"{name}.xml"
-    return pom.exists() and _current(cache_root() / name / "pom.sha256", hashlib.sha256(pom.read_bytes()).hexdigest())
+    return pom.exists() and _current(cache_root() / name / "pom.sha256", _digest(pom))
+
+
+def _digest(pom: Path) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
 
 
 def _current(stamp: Path, digest: str) -> bool:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..sandbox.cache import cache_dir  # noqa: F401  (the broker modules' name for it)
 from .base import Hopeless, SystemError_
 
 
@@ -53,13 +53,6 @@ class Handoff:
                 fn(*args)
             except Exception as e:  # one callback's error must not strand the rest
                 self.loop.call_exception_handler({"message": f"callback {fn!r} failed", "exception": e})
-
-
-def cache_dir(kind: str) -> Path:
-    """Where fetched servers are kept, outside the work tree: `$BROKERCHAOS_CACHE/<kind>`,
-    else `~/.cache/brokerchaos/<kind>`."""
-    base = os.environ.get("BROKERCHAOS_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "brokerchaos") / kind
 
 
 def quiet_logger(name: str):

@@ -68,5 +68,38 @@ def spark_analyze(spark):
         last.pop().release()
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "effects(states, why): the fault-window effect states (besides observed) this test's sessions "
+                   "may show, and why: a positive control of the evidence checks, or a fault no look can see")
+
+
+@pytest.fixture(autouse=True)
+def every_window_seen_in_effect(request, monkeypatch):
+    """Every session a test runs shows each of its fault windows' effect as observed and its
+    cluster whole before the read (issue 60's negative controls, all of make test), unless
+    the test says which other states it shows and why (`@pytest.mark.effects`)."""
+    from brokerchaos.runner import session as session_mod
+
+    marker = request.node.get_closest_marker("effects")
+    allowed = {"observed", *(marker.args[0] if marker else ())}
+    real = session_mod.Session.run
+    seen: list = []
+
+    def run(self):
+        result = real(self)
+        seen.append(result)
+        return result
+
+    monkeypatch.setattr(session_mod.Session, "run", run)
+    yield
+    for result in seen:
+        for v in result.verdicts:
+            odd = [e["detail"] for e in v.get("effects") or [] if e["state"] not in allowed]
+            assert not odd, f"{v['run']}: a fault window not seen in effect: {odd}"
+            assert not v.get("not_whole") or "not whole" in allowed, \
+                f"{v['run']}: the cluster was not whole before the read: {v.get('whole_detail')}"
+
+
 def needs_root():
     return pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")

@@ -138,7 +138,9 @@ def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
                "group_nonmonotonic": 0, "group_commit_backwards": 0}
     txns = {"txns": 3, "aborted_reads": 0, "torn_txns": 0, "offset_conflicts": 0}
     eos = {"eos_outputs": 1, "eos_read_complete": True, "eos_duplicates": 0, "eos_missing": 0, "eos_nacked": 0}
-    su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0, **grouped, **txns, **eos)}])
+    evidence = {"faults_not_in_effect": 0, "not_whole": 0, "mechanisms_missing": 0}
+    su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0, **grouped, **txns, **eos,
+                                            **evidence)}])
     assert list(su["verdicts"]) == [c.name for c in CHECKS]
     # a cluster's own check is a rate only where some run had it, a group's where a run had a
     # group, a transaction's where a run had transactions, an exactly-once one where a run

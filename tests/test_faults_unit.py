@@ -200,6 +200,30 @@ def test_faults_command_lists_every_fault_with_its_systems():
     assert "needs: hooks" in lines[i + 1] and "external" in lines[i + 1], lines[i + 1]
     for flag in ("probability", "delay_ms", "from"):
         assert f"{flag}:" in out.stdout
+    # and what the harness sees each one do
+    for name, cls in FAULTS.items():
+        i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [name])
+        assert lines[i + 2].strip() == f"seen by: {cls.observes}", (name, lines[i + 2])
+
+
+def test_every_fault_action_says_what_effect_it_checks_and_looks_for_it():
+    from brokerchaos.faults.base import Fault
+
+    for name, cls in FAULTS.items():
+        assert len(cls.observes) > 20, f"{name}: no `observes` (the effect it checks, in words)"
+        assert cls.observe is not Fault.observe, f"{name}: no look of its own (Fault.observe)"
+
+
+def test_a_window_s_effect_is_its_worst_look_with_every_look_s_evidence():
+    from brokerchaos.faults import effect
+
+    seen = effect.combine([effect.observed("gone: n2"), effect.not_healed("not running again: n2")])
+    assert seen.state == "not healed" and seen.evidence == "gone: n2; not running again: n2" and seen.value == 0
+    assert effect.combine([effect.observed("a"), effect.not_known("b")]).value is None
+    assert effect.combine([effect.observed("a"), None]).detail() == "observed: a"
+    assert effect.combine([]) is None
+    assert effect.judge(False, "x", effect.HEALED).state == "not healed"
+    assert effect.judge(False, "x").state == "not observed"
 
 
 def test_unsupported_or_bad_fault_stops_the_cli_before_anything_starts(tmp_path):

@@ -36,6 +36,10 @@ def _refused(capsys, argv, *words):
     (b"system: nats\nname: \xff\xfe\n", ["not a text file", "byte 19"]),
     ("system: nats\nworkload:\n  messages: 10\n   in_flight: 5\n", ["invalid YAML at line 4, column 13"]),
     ("fault: [kill\n", ["invalid YAML at line 2, column 1"]),
+    # YAML keeps the last of a key given twice and says nothing: the run would use another value
+    ("system: nats\nworkload:\n  messages: 1000\n  messages: 2000\n",
+     ["line 4, column 3", "key 'messages' given twice (first at line 3)"]),
+    ("system: nats\nruns: 1\nsystem: kafka\n", ["key 'system' given twice"]),
 ])
 def test_a_file_that_is_not_a_scenario_is_one_line(tmp_path, capsys, content, words):
     f = tmp_path / "s.yaml"
@@ -77,6 +81,10 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsy
     _refused(capsys, ["run", s, "--out", "/proc/brokerchaos-results"], "--out", "cannot write there")
     _refused(capsys, ["soak", s, "--runs", "1", "--out", str(plain)], "--out", "not a directory")
     _refused(capsys, ["campaign", "campaigns/nats-dedup.yaml", "--out", str(plain)], "--out", "not a directory")
+    # an empty --out (a shell variable not set) names no directory: refused, not the current one
+    for cmd in (["run", s], ["soak", s, "--runs", "1"], ["campaign", "campaigns/nats-dedup.yaml"],
+                ["analyze", str(tmp_path)], ["new", "nats"]):
+        _refused(capsys, [*cmd, "--out", ""], "--out: empty")
 
 
 def test_a_junit_file_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):

@@ -350,3 +350,52 @@ def test_a_reassignment_moves_the_leader_s_replica_to_a_spare_broker_and_back_lo
     assert w["roles_after"]["replicas"] == e["replicas_before"], w["roles_after"]
     assert v["read_complete"] is True, v["read_status"]
     assert v["pos_ack_count"] == 6000 and v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+# -- the evidence a PASS rests on (issue 60) ---------------------------------------------------
+
+def test_a_leader_killed_for_two_seconds_on_zookeeper_comes_back_because_the_harness_waits(tmp_path, spark):
+    """Kafka 3.9: a broker started again within its old ZooKeeper session exits at once
+    (NodeExists). The restart waits for the registration to expire, and the run checks that
+    every broker serves before the read: the killed leader is back, the run passes on it."""
+    s = sc.load("scenarios/kafka-kill-leader-briefly.yaml", {"messages": 12_000, "after_acks": 3000,
+                                                               "name": "it-kafka-kill-briefly"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    (killed,) = w["nodes"]
+    assert "waited" in w["effect"]["start_waited"][killed], w["effect"]
+    assert w["observed"]["state"] == "observed" and f"running again: {killed} as pid" in w["observed"]["evidence"]
+    whole = result.metas["run-001"]["whole"]
+    assert whole["whole"] is True and "every broker registered and answering" in whole["detail"], whole
+    assert v["not_whole"] == 0 and v["faults_not_in_effect"] == 0 and v["result"] == "pass", v
+    # its log says it started for good: no second "Fatal error during KafkaServer startup"
+    log = (result.dir / "run-001" / "logs" / f"{killed}.log").read_text(errors="replace")
+    assert "NodeExistsException" not in log
+
+
+@pytest.mark.effects(("not observed", "failed"), "the positive controls of the evidence checks")
+def test_faults_with_no_effect_a_failed_inject_and_a_mechanism_that_never_happened_are_not_a_pass(tmp_path, spark,
+                                                                                                   capsys):
+    """Kafka 4.1 (scenarios/kafka-no-effect-controls.yaml): followers cut off from each other
+    (no packet of the cluster's crosses: no effect), the leader cut off from itself (nothing to
+    cut: the inject fails), a follower killed while the scenario requires the owner to move
+    (it never does). The run is unknown with each reason, `--expect no-loss` exits 4."""
+    from brokerchaos import cli
+
+    out = tmp_path / "out"
+    code = cli.main(["run", "scenarios/kafka-no-effect-controls.yaml", "--out", str(out), "--expect", "no-loss"])
+    assert code == 4, capsys.readouterr().out[-3000:]
+    (session,) = list(out.iterdir())
+    v = json.loads((session / "summary.json").read_text())["runs"][0]
+    assert v["result"] == "unknown" and v["acked_missing"] == 0, v
+    states = {e["detail"].split(": ")[1]: e["state"] for e in v["effects"]}
+    assert states == {"isolate-from follower": "not observed", "isolate-from leader": "failed",
+                      "kill follower": "observed"}, v["effects"]
+    cut = next(e["detail"] for e in v["effects"] if "isolate-from follower" in e["detail"])
+    assert "across the cut silent" in cut and "(0 dropped)" in cut and "which stays open answered" in cut, cut
+    assert v["faults_not_in_effect"] == 2 and v["mechanisms_missing"] == 1 and v["not_whole"] == 0, v
+    assert any("the mechanism under test did not occur: owner-moved" in w for w in v["result_why"]), v["result_why"]
+    printed = capsys.readouterr().out
+    assert "UNDECIDED kafka-no-effect-controls run-001: no-loss: 0 acked messages missing, but the run did not " \
+           "test what it names" in printed, printed[-2000:]

@@ -405,6 +405,7 @@ def _leftover(port: int, n: int) -> None:
     asyncio.run(put())
 
 
+@pytest.mark.effects(("failed",), "a `command` hook that exits 1: the positive control of a failed inject")
 def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark, monkeypatch):
     """docs/external/nats-by-hand as the docs run it: server names not ours (nats-a, ...), an
     `alive` hook that lies (always 0: the heal must still start the killed leader, whose
@@ -422,11 +423,12 @@ def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark, 
     def lying(doc):
         for n in doc["nodes"].values():
             n["alive"] = "true"
+            n["hooks"] = {"broken": "echo 'iptables: no such chain' >&2; exit 1"}  # breaks, as after an upgrade
 
     d = by_hand(tmp_path, "nats-by-hand", lying)
     f = d / "cluster.yaml"
-    ext = load(f)
     try:
+        ext = load(f)
         s = sc.build({"name": "it-nats-external", "system": "nats", "runs": 2, "external": str(f),
                       "workload": {"messages": 6000, "in_flight": 2000, "retries": 20},
                       "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 2000},
@@ -463,6 +465,19 @@ def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark, 
         (v,) = Session(s2, tmp_path / "out2", observer=Quiet(), report=False).run().verdicts
         assert (v["send_count"], v["pos_ack_count"], v["received"]) == (3000, 3000, 3000), v
         assert (v["msgs_with_dups"], v["received_no_ack"], v["stowaways"], v["acked_missing"]) == (0, 0, 0, 0), v
+
+        # a fault whose hook fails tested nothing: the run is unknown, and `--expect no-loss` says so (exit 4)
+        from brokerchaos import cli
+
+        code = cli.main(["run", "--system", "nats", "--external", str(f), "--runs", "1", "--messages", "2000",
+                         "--fault", "command", "--target", "n2", "--fault-param", "inject=broken",
+                         "--after-acks", "500", "--out", str(tmp_path / "out3"), "--expect", "no-loss"])
+        assert code == 4
+        (session,) = list((tmp_path / "out3").iterdir())
+        v3 = json.loads((session / "summary.json").read_text())["runs"][0]
+        (eff,) = v3["effects"]
+        assert eff["state"] == "failed" and "exit" in eff["detail"] and v3["result"] == "unknown", v3
+        assert v3["acked_missing"] == 0 and v3["read_complete"] is True
 
         # the docs' own `alive` hook says down as soon as the killed server is gone, reaped or not
         alive = yaml.safe_load((DOCS_EXTERNAL / "nats-by-hand" / "cluster.yaml").read_text())["nodes"]["n1"]["alive"]

@@ -23,6 +23,7 @@ class FakeCluster:
         self.host_names = self.node_names
         self.up = set(self.node_names)
         self.log = []
+        self.start_notes = {}
 
     def _did(self, verb, node):
         self.log.append((round(time.monotonic(), 3), verb, node))
@@ -44,6 +45,12 @@ class FakeCluster:
 
     def down_why(self, node):
         return None if node in self.up else "not running"
+
+    def pid_of(self, node):  # no process held: the faults' looks ask down_why
+        return None
+
+    def address(self, node, service="client"):
+        raise LookupError("no ports in memory")
 
     def pause(self, node):
         self._did("pause", node)
@@ -147,8 +154,12 @@ def test_overlapping_kills_are_two_windows_each_healed_by_its_own_id(tmp_path):
 def test_ack_trigger_and_a_window_healed_at_the_end(tmp_path):
     specs = [{"action": "pause", "target": "leader", "trigger": {"after_acks": 5}}]
     dep, nems, rows, lines = _run(tmp_path, specs, acks=5)
-    assert [(r["type"], r["node"]) for r in rows if r["type"] != "ready"] == [("fault", "n2"), ("heal", "n2")]
+    assert [(r["type"], r["node"]) for r in rows if r["type"] != "ready"] == [("fault", "n2"), ("heal", "n2"),
+                                                                                ("effect", "n2")]
     assert "end of run" in [r for r in rows if r["type"] == "heal"][0]["detail"]
+    # a pause on a cluster that holds no pid cannot be seen from outside: not known, said so
+    (eff,) = [r for r in rows if r["type"] == "effect"]
+    assert eff["value"] is None and eff["detail"].startswith("not known: pause leader: no pid held for n2"), eff
     w = nems[0].windows[0]
     assert w["acks_at_effect"] == 5 and w["nodes"] == ["n2"] and w["healed_ms"] >= w["t_ms"]
     assert [verb for _, verb, _ in dep.cluster.log] == ["pause", "resume"]
@@ -183,9 +194,13 @@ def test_repeated_windows_follow_the_plan(tmp_path):
     dep, nems, rows, _ = _run(tmp_path, specs, extra=1.0)
     assert nems[0].schedule == [0.0, 0.3, 0.6]
     kinds = [r["type"] for r in rows if r["type"] != "ready"]
-    assert kinds == ["fault", "heal"] * 3
+    assert kinds == ["fault", "heal", "effect"] * 3
     ids = [r["window"] for r in rows if r["type"] == "fault"]
     assert len(set(ids)) == 3
+    # each window's kill seen (the node stopped answering) and undone (it answers again)
+    effects = [r for r in rows if r["type"] == "effect"]
+    assert [r["window"] for r in effects] == ids and all(r["value"] == 1 for r in effects), effects
+    assert "gone: " in effects[0]["detail"] and "running again: " in effects[0]["detail"], effects[0]
     starts = [w["t_ms"] for w in nems[0].windows]
     assert all(250 < b - a < 400 for a, b in zip(starts, starts[1:])), starts
 
@@ -196,6 +211,30 @@ def test_a_failed_injection_is_reported_and_healed_without_a_fault_row(tmp_path)
     assert [r for r in rows if r["type"] in ("fault", "heal")] == []
     assert "no such process" in nems[0].state["error"]
     assert any("FAILED" in line for line in lines)
+    # … and its window's effect row says it failed: the policy will not let the run pass
+    (eff,) = [r for r in rows if r["type"] == "effect"]
+    assert eff["value"] == 0 and eff["detail"].startswith("failed: kill n1: inject: RuntimeError: no such process")
+
+
+def test_a_trigger_never_reached_by_the_end_of_the_write_is_an_effect_row_that_failed(tmp_path):
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate = AckGate()
+        nem = _nemesis(0, FaultSpec(action="kill", target="leader", trigger={"after_acks": 50}), FakeDeployment(),
+                       rec, gate, [])
+        nem.start()
+        for _ in range(10):
+            gate.on_first_ack()
+        await asyncio.sleep(0.2)
+        await nem.end_of_write()
+        rec.close()
+        return nem
+
+    nem = asyncio.run(body())
+    rows = ds.dataset(str(tmp_path)).to_table().to_pylist()
+    assert [r["type"] for r in rows] == ["effect"] and rows[0]["value"] == 0, rows
+    assert rows[0]["detail"] == "failed: kill leader: never injected: trigger not reached (acks: 10)"
+    assert nem.state["why"] == "trigger not reached (acks: 10)"
 
 
 class _UnloadingRoles(FakeRoles):

@@ -152,7 +152,8 @@ def _unwritable(out: Optional[str], junit: Optional[str], out_flag: str = "--out
     a run must not find out at its end that it cannot write what it found."""
     from .inputs import directory_error, file_error
 
-    why = (directory_error(out, out_flag) if out else None) or (file_error(junit, "--junit") if junit else None)
+    why = (directory_error(out, out_flag) if out is not None else None) or \
+        (file_error(junit, "--junit") if junit is not None else None)
     if why:
         print(f"brokerchaos: error: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -520,8 +521,9 @@ def cmd_analyze(args) -> int:
     if isinstance(exps, int):
         return exps
     root = path if path.is_dir() else path.parent
-    bad = _unwritable(None if args.no_write else (args.out or str(root)), args.junit,
-                      "--out" if args.out else "path (where its files are written; --out elsewhere, or --no-write)")
+    bad = _unwritable(None if args.no_write else (str(root) if args.out is None else args.out), args.junit,
+                      "--out" if args.out is not None else "path (where its files are written; --out elsewhere, "
+                                                           "or --no-write)")
     if bad is not None:
         return bad
     try:
@@ -544,7 +546,8 @@ def cmd_analyze(args) -> int:
         df = metrics.read_history(spark, *checked.paths)
         analysis = metrics.analyze(spark, df, timing=not args.no_timing)
         metas = files.load_metas(root)
-        done = finish(spark, df, analysis, metas, None if args.no_write else Path(args.out) if args.out else root)
+        out = None if args.no_write else Path(args.out) if args.out is not None else root
+        done = finish(spark, df, analysis, metas, out)
     finally:
         checked.cleanup()
     if args.format == "json":
@@ -576,6 +579,7 @@ def cmd_faults(args) -> int:
         where = ", ".join(systems) or ("external clusters (--external) of any system" if HOOKS in cls.needs
                                        else "-")
         print(f"  {'':<16} needs: {needs}; systems: {where}")
+        print(f"  {'':<16} seen by: {cls.observes}")
         if cls.Params is not NoParams:
             _print_fields(cls.Params)
     print("\nTargets (--target), resolved when the fault fires:")

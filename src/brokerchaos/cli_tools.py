@@ -83,6 +83,9 @@ def cmd_new(args) -> int:
     from .errors import ScenarioError
     from .systems.external import load as load_cluster
 
+    if args.out is not None and not args.out.strip():
+        print("brokerchaos: error: --out: empty (give a file)", file=sys.stderr)
+        return 2
     if args.external:
         out = Path(args.out or f"{args.system}-cluster.yaml")
         make, check = (lambda: scaffold.cluster_text(args.system)), load_cluster

@@ -114,7 +114,7 @@ def faults_page() -> str:
     for name, cls in FAULTS.items():
         where = ", ".join(s for s, o in offers.items() if supported(cls, o)) or "external clusters (hooks)"
         out += [f"- **`{name}`**: {cls.description}", f"    - needs: {', '.join(sorted(cls.needs)) or 'nothing'}; "
-                f"systems: {where}", *_params(cls.Params)]
+                f"systems: {where}", f"    - seen by: {cls.observes}", *_params(cls.Params)]
     out += ["", "## Targets", ""] + [f"- **`{n}`**: {(fn.__doc__ or '').strip()}" for n, fn in TARGETS.items()]
     out += ["", "## Systems and their options", ""]
     for name, cls in SYSTEMS.items():
@@ -127,10 +127,13 @@ def verdicts_page() -> str:
     from brokerchaos.analysis.policy import CHECKS
 
     out = ["# Verdicts", "", "Each check a run is held to, from the policy table (`analysis/policy.py`): "
-           "what a violation is, whether it fails the run, and its `--expect` name.", "",
-           "| check | reads | kind | fails the run | a violation is | `--expect` |", "|---|---|---|---|---|---|"]
+           "what a violation is, what it does to the run's result (fails it, or leaves it unknown: the run did "
+           "not test what it names), and its `--expect` name.", "",
+           "| check | reads | kind | a violation makes the run | a violation is | `--expect` |",
+           "|---|---|---|---|---|---|"]
     for c in CHECKS:
-        out.append(f"| {c.name} | `{c.key}` | {c.kind} | {'yes' if c.fails_run else 'no'} | {c.meaning} | "
+        does = "unknown" if c.undecides else "fail" if c.fails_run else "— (counted)"
+        out.append(f"| {c.name} | `{c.key}` | {c.kind} | {does} | {c.meaning} | "
                    f"{'`' + c.expect + '`' if c.expect else '—'} |")
     return "\n".join(out) + "\n"
 

@@ -17,6 +17,28 @@ import yaml
 from .errors import ScenarioError
 
 
+class _Unique(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping: YAML keeps the last
+    and says nothing, and a run would silently use another value than the one read first."""
+
+
+def _mapping(loader: _Unique, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first at line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        except TypeError:  # an unhashable key: the constructor says so below
+            pass
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Unique.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
 def read_yaml(path: str | Path, what: str, empty_ok: bool = False) -> Any:
     """The YAML document in `path`; `what` names it in the error ("scenario file"). An empty
     document (nothing, or only comments) is refused unless `empty_ok`."""
@@ -37,7 +59,7 @@ def read_yaml(path: str | Path, what: str, empty_ok: bool = False) -> Any:
     except UnicodeDecodeError as e:
         raise ScenarioError(f"{where}: not a text file (byte {e.start} is not UTF-8 text)") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Unique)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -52,6 +74,8 @@ def read_yaml(path: str | Path, what: str, empty_ok: bool = False) -> Any:
 def directory_error(path: str | Path, flag: str) -> Optional[str]:
     """Why results cannot be written below `path` (None if they can): it is tried, and what
     the trial created is removed again."""
+    if not str(path).strip():
+        return f"{flag}: empty (give a directory)"
     p = Path(path)
     where = f"{flag} '{p}'"
     if p.exists() and not p.is_dir():
@@ -84,6 +108,8 @@ def directory_error(path: str | Path, flag: str) -> Optional[str]:
 def file_error(path: str | Path, flag: str) -> Optional[str]:
     """Why a file cannot be written at `path` (None if it can): tried, and removed again if
     the trial created it."""
+    if not str(path).strip():
+        return f"{flag}: empty (give a file)"
     p = Path(path)
     where = f"{flag} '{p}'"
     if p.is_dir():

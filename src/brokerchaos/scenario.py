@@ -237,6 +237,11 @@ class Scenario(_Strict):
         default_factory=list,
         description="one of these faults per run, drawn with the seed (instead of `fault`): a soak's mix of "
                     "graceful and crash faults")
+    requires: list[str] = Field(
+        default_factory=list,
+        description="what must happen in a run for its question to be asked at all (owner-moved, "
+                    "unsynced-dropped, duplicates, unknown-outcomes; docs/history-format.md): a run where one did not "
+                    "is unknown, `the mechanism under test did not occur`")
 
     @model_validator(mode="after")
     def _fault_or_faults(self) -> "Scenario":

@@ -15,6 +15,7 @@ from .errors import ScenarioError, first_error
 from .faults import FAULTS, TARGETS
 from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
 from .faults.targets import parse as parse_target
+from .history.schema import MECHANISMS
 from .scenario import Scenario, build as build_model, check_cross_fields, load_document, split_fault
 from .systems import SYSTEMS
 from .systems.base import LOCAL_VERBS, NETNS, Roles, node_names
@@ -57,6 +58,10 @@ def check(s: Scenario) -> None:
             raise ScenarioError(
                 f"scenario field '{path}.action': unknown fault {f.action!r} (known: {', '.join(FAULTS.names())})"
             )
+    for i, name in enumerate(s.requires):
+        if name not in MECHANISMS:
+            raise ScenarioError(f"scenario field 'requires.{i}': unknown mechanism {name!r} "
+                                f"(known: {', '.join(MECHANISMS)})")
     check_cross_fields(s)
     system = SYSTEMS.get(s.system)
     try:

@@ -8,11 +8,12 @@ from typing import Any, Optional
 
 from ..history.schema import LEFT, read_finished
 from .frames import MS
+from .evidence import figures as evidence_figures
 from .groups import GROUP_KEYS, Groups
 from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
 from .latency import pct
 from .parts import marks_of, split
-from .policy import result_of
+from .policy import reasons, result_of
 from .transactions import EOS_NONE, TXN_KEYS
 from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
 
@@ -57,7 +58,9 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
     v["topics"] = {}  # a run of several topics: each one's verdicts (topics.py attaches them)
+    v.update(evidence_figures(p.rows.evidence.get(run, []), v))
     v["result"] = result_of(v)
+    v["result_why"] = reasons(v)
     v["facts"] = _facts(p, run, position, run_windows)
     return v
 

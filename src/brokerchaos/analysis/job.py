@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..history.schema import ACKED, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
+from ..history.schema import ACKED, EVIDENCE_TYPES, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
 from .availability import Windows, ack_facts, ack_gap_facts, fault_windows, gap_facts, gaps, outage
 from .counts import (block_rollup, duplicates, lost_bits, lost_messages, losses, message_blocks, message_counts,
                      message_table, unplain_filter, unplain_rows, value_ranges)
@@ -92,6 +92,9 @@ class Rows:
     output_ends: dict[str, list] = field(default_factory=dict)  # per run, each of those reads' read_end (or None)
     marks: list[dict] = field(default_factory=list)  # the owner and reconnect rows: the outages' parts (parts.py)
     topics: dict[str, list] = field(default_factory=dict)  # per run of several topics, the topics its reads name
+    # per run, its effect, whole and mechanism rows in time order (format 1.9): the evidence
+    # that it tested what it names (evidence.py)
+    evidence: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
     def checked(self) -> DataFrame:
@@ -160,10 +163,13 @@ def topics_read(small: list[dict]) -> dict[str, list]:
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     """Faults, heals, read ends, observers' and members' subscribes: a handful of rows, collected."""
     small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check",
-                                                             OWNER, "reconnect"))
+                                                             OWNER, "reconnect", *EVIDENCE_TYPES))
              .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group", "topic").collect()]
     marks = [r for r in small if r["type"] in (OWNER, "reconnect")]
-    small = [r for r in small if r["type"] not in (OWNER, "reconnect")]
+    evidence: dict[str, list[dict]] = {}
+    for r in sorted((r for r in small if r["type"] in EVIDENCE_TYPES), key=lambda r: r["t_ns"]):
+        evidence.setdefault(r["run"], []).append(r)
+    small = [r for r in small if r["type"] not in (OWNER, "reconnect", *EVIDENCE_TYPES)]
     observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER
                  and r["group"] is None}
     outputs = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
@@ -211,7 +217,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
                 first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends,
-                taken(members, takes) if takes else None, out_recv, output_ends, marks, topics_read(small))
+                taken(members, takes) if takes else None, out_recv, output_ends, marks, topics_read(small), evidence)
 
 
 def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:

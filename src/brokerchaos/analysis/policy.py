@@ -22,6 +22,13 @@ is outside them (`NA`): neither in their rates nor in its result. The transactio
 whose producers wrote in transactions; and the exactly-once checks, `eos-seen` and
 `eos-missing` over the read of a consume-transform-produce group's output (the missing kind
 needs that read, the group's and the checking read to have finished).
+
+And the evidence that the run tested what it names (format 1.9), kind `evidence`: its fault
+windows did what they name and were undone, the cluster was whole before the read, the
+mechanisms the scenario requires happened. A run without such rows (no fault, an older
+history) is outside them; a run short of them is `unknown` with the reason in words, never a
+pass (`undecides`: the check's violation leaves the run undecided rather than failed), and
+counted in the check's rate like any other violation.
 """
 from __future__ import annotations
 
@@ -30,7 +37,8 @@ from typing import Callable, Optional
 
 PASS, FAIL, UNDECIDED, NA = "pass", "fail", "undecided", "n/a"
 # the kinds a run can be outside of: a rate of them only where some run had what they read
-OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing", "eos-seen", "eos-missing")
+OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing", "eos-seen", "eos-missing",
+                  "evidence")
 
 
 def read_decides(v: dict) -> bool:
@@ -50,6 +58,9 @@ class Check:
     expect: Optional[str] = None  # its --expect name
     holds: str = ""  # what --expect asks, in words
     detail: Optional[Callable[[dict], str]] = None  # the figures behind a judgement
+    # a violation leaves the run unknown, not failed: the run did not test what it names
+    undecides: bool = False
+    absent: str = ""  # why a run is outside the check (n/a), in words: "no consumer group in this run"
 
     def count(self, v: dict) -> int:
         if self.kind == "read":
@@ -65,6 +76,8 @@ class Check:
                                       v.get("group_read_complete") is True and read_decides(v))
         if self.kind.startswith("txn-"):
             return self._judge_scoped(v, "txns", read_decides(v), True)
+        if self.kind == "evidence":
+            return NA if v.get(self.key) is None else FAIL if v[self.key] else PASS
         n = self.count(v)
         if self.kind == "read":
             return FAIL if n else PASS
@@ -91,6 +104,21 @@ class Check:
 
     def why(self, v: dict) -> str:
         return self.detail(v) if self.detail is not None else f"{self.count(v)} {self.meaning}"
+
+    @property
+    def outside(self) -> str:
+        """Why a run can be outside this check, in words."""
+        return self.absent or {"group": "no consumer group in this run", "txn": "no transactions in this run",
+                               "eos": "no consume-transform-produce group in this run",
+                               "cluster": "no end check in this run"}.get(self.kind.split("-")[0], "not in this run")
+
+
+def _evidence(key: str, none: str) -> Callable[[dict], str]:
+    def detail(v: dict) -> str:
+        from .evidence import words
+
+        return words(v).get(key) or none
+    return detail
 
 
 CHECKS: tuple[Check, ...] = (
@@ -146,6 +174,23 @@ CHECKS: tuple[Check, ...] = (
     Check("exactly-once nacked", "eos_nacked", "eos-seen", True,
           "nacked (aborted) messages in a consume-transform-produce group's output", expect="eos-committed-only",
           holds="no message of a nacked or aborted write in a consume-transform-produce group's output"),
+    Check("fault not in effect", "faults_not_in_effect", "evidence", True,
+          "fault windows whose effect the harness did not see (failed, never fired, not observed or not undone)",
+          expect="fault-in-effect", holds="every fault window did what its action names, as the harness saw it "
+                                          "(brokerchaos faults: what each action is seen by), and its heal undid it",
+          detail=_evidence("faults_not_in_effect", "every fault window's effect observed"), undecides=True,
+          absent="no fault window in this run"),
+    Check("cluster not whole", "not_whole", "evidence", True,
+          "runs not whole again before the read (a node down, the cluster or the stream short)",
+          expect="cluster-whole", holds="before the read, every node the faults did not mean to leave down serves, "
+                                        "and the cluster says it and the stream are whole",
+          detail=_evidence("not_whole", "whole before the read"), undecides=True,
+          absent="no whole check in this history"),
+    Check("mechanism missing", "mechanisms_missing", "evidence", True,
+          "mechanisms the scenario requires that did not occur", expect="mechanism",
+          holds="every mechanism the scenario `requires` happened in the run (its question was asked)",
+          detail=_evidence("mechanisms_missing", "every required mechanism occurred"), undecides=True,
+          absent="the scenario requires no mechanism"),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 
@@ -158,12 +203,35 @@ def reported(rate_tables: list[dict]) -> list[Check]:
 
 
 def result_of(v: dict) -> str:
-    """pass / fail / unknown: the checks that fail a run; one that cannot decide makes the
-    run unknown (never a pass), unless another already failed it."""
-    judged = [c.judge(v) for c in CHECKS if c.fails_run]
-    if FAIL in judged:
+    """pass / fail / unknown: the checks that fail a run; one that cannot decide, or whose
+    violation says the run did not test what it names (`undecides`), makes the run unknown
+    (never a pass), unless another already failed it."""
+    judged = [(c, c.judge(v)) for c in CHECKS if c.fails_run]
+    if any(j == FAIL and not c.undecides for c, j in judged):
         return "fail"
-    return "unknown" if UNDECIDED in judged else "pass"
+    return "unknown" if any(j == UNDECIDED or (j == FAIL and c.undecides) for c, j in judged) else "pass"
+
+
+def reasons(v: dict) -> list[str]:
+    """Why the run is not a pass, in words: each check that fails it or leaves it undecided."""
+    out = []
+    for c in CHECKS:
+        if not c.fails_run:
+            continue
+        j = c.judge(v)
+        if j == FAIL:
+            out.append(f"{c.name}: {c.why(v)}")
+        elif j == UNDECIDED:
+            out.append(f"{c.name}: undecided, " + (f"the read did not finish ({v.get('read_status')})"
+                                                   if not read_decides(v) else c.why(v)))
+    return out
+
+
+def evidence_short(v: dict) -> Optional[str]:
+    """What the run's evidence lacks, in words (None when it tested what it names): a data
+    expectation it passes is then undecided."""
+    bad = [f"{c.name}: {c.why(v)}" for c in CHECKS if c.kind == "evidence" and c.judge(v) == FAIL]
+    return "; ".join(bad) or None
 
 
 def rates(verdicts: list[dict], wilson) -> dict[str, dict]:

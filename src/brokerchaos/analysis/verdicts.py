@@ -239,5 +239,18 @@ class Verdict(TypedDict, total=False):
     max_send_lag_ms: Optional[float]
     # what the VerneMQ seed's table is made of (report/session_table.py)
     facts: dict[str, Any]
-    # pass / fail / unknown (policy.result_of)
+    # the evidence that the run tested what it names (format 1.9; evidence.py): each fault
+    # window's effect as the harness saw it (window, node, state, detail), how many windows
+    # were not seen in effect or not undone and how many could not be told (None: no window
+    # rows), what was short of a whole cluster before the read (None: no check), and the
+    # mechanisms the scenario requires (name, occurred, evidence) and how many did not occur
+    effects: list[dict]
+    faults_not_in_effect: Optional[int]
+    effects_not_known: Optional[int]
+    not_whole: Optional[int]
+    whole_detail: Optional[str]
+    mechanisms: list[dict]
+    mechanisms_missing: Optional[int]
+    # pass / fail / unknown (policy.result_of), and why it is not a pass, in words
     result: str
+    result_why: list[str]

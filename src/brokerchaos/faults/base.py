@@ -83,11 +83,16 @@ class Fault:
     opens_window_first: ClassVar[bool] = False
     # inject records the fault's windows itself (ctx.record, ctx.sub_window), one per step
     own_windows: ClassVar[bool] = False
+    # the effect the action must have and how the harness sees it, in words (`brokerchaos
+    # faults`, the docs): every action says, and `observe` looks for it (faults/effect.py)
+    observes: ClassVar[str] = ""
 
     def __init__(self, ctx: FaultContext) -> None:
         self.ctx = ctx
         self.p: Any = ctx.params
         self.nodes: list[str] = []
+        # the target as resolved when it fired (set before inject): what the looks check
+        self.target: Optional[Target] = None
         # what the fault measured or did, for run.json (e.g. connections reset, method used)
         self.effect: dict[str, Any] = {}
         # the fault wrote its window's `ready` row itself: the heal adds no second one
@@ -119,6 +124,13 @@ class Fault:
 
     async def heal(self) -> None:
         raise NotImplementedError
+
+    async def observe(self, stage: str) -> Any:
+        """The harness's own look for this fault's effect at one stage of its window
+        (effect.py: `injected`, `healing`, `healed`): an effect.Seen, or None where there is
+        nothing to look at then (a window no look saw is "not known"). Every action writes
+        it (tests/test_faults_unit.py)."""
+        return None
 
 
 def needs_of(scenario: "Scenario") -> frozenset[str]:

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..sandbox.clock import SEEN_WITHIN_S
 from ..systems.base import CLOCK
+from . import effect
 from .base import Fault, Target
+from .effect import HEALED, INJECTED
 from .registry import FAULTS
 
 TEN_YEARS_S = 10 * 365 * 86_400
@@ -42,8 +44,21 @@ class Clock(Fault):
     description = ("jump the target's wall clock by params.offset seconds (or strobe it back and forth) for "
                    "the processes the harness started there; monotonic clocks stay true, as under an NTP step; "
                    "heal sets it true again. Seen by each process within two seconds (libfaketime)")
+    observes = ("each target's process saying its wall clock is off by the offset (to the second) during the "
+                "window and true after the heal; not known where the system cannot say its clock")
     Params = ClockParams
     needs = frozenset({CLOCK})
+
+    async def observe(self, stage: str):
+        said = self.effect.get("seen_offset_s" if stage == INJECTED else "seen_after_heal_s")
+        if stage not in (INJECTED, HEALED) or said is None:
+            return None
+        want = self.p.offset if stage == INJECTED else 0
+        if all(v is None for v in said.values()):
+            return effect.not_known(f"set {want:+d} s on {', '.join(said)}; its processes cannot say their clocks")
+        off = {n: v for n, v in said.items() if v is not None and abs(v - want) > 2}
+        words = ", ".join(f"{n} says {v:+d} s" if v is not None else f"{n} cannot say" for n, v in said.items())
+        return effect.judge(not off, f"{words} (set {want:+d} s)", stage)
 
     _strobe: Optional[asyncio.Task] = None
 

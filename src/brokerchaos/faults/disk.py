@@ -11,7 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import effect
 from .base import Target
+from .effect import INJECTED
 from .process import _Restarting, kill
 from .registry import FAULTS
 
@@ -35,8 +37,21 @@ class PowerOff(_Restarting):
     description = ("power cut: SIGKILL the target (`all`: every node at once; params.stagger: one after another) "
                    "and drop every write it had not fsynced (its data directory sits on a layer that holds them "
                    "apart); heal remounts and starts it again")
+    observes = ("the target's processes gone at the cut, what the layer dropped (files and bytes; nothing "
+                "unsynced said as such), and after the heal new processes running")
     Params = PowerOffParams
     needs = frozenset({"power", "start"})
+
+    async def observe(self, stage: str):
+        seen = await super().observe(stage)
+        if stage != INJECTED or seen is None:
+            return seen
+        dropped = self.effect.get("bytes_dropped") or {}
+        cuts = self.effect.get("power_cut") or {}
+        words = [f"{n}: keeps no data" if d.get("keeps_no_data") else
+                 f"{n}: {dropped.get(n, 0):,} unsynced bytes dropped from {len(d.get('files') or [])} files"
+                 if dropped.get(n) else f"{n}: nothing unsynced to drop" for n, d in cuts.items()]
+        return effect.combine([seen, effect.observed("; ".join(words))])
 
     async def inject(self, target: Target) -> None:
         nodes = list(target.nodes)
@@ -46,7 +61,7 @@ class PowerOff(_Restarting):
         for i, wave in enumerate(waves):
             if i:
                 await asyncio.sleep(self.p.stagger)
-            self.nodes.extend(wave)
+            self.hold(wave)
             t = time.monotonic_ns()
             self.effect["power_cut"].update(await asyncio.to_thread(self.ctx.cluster.power_off, wave))
             if self.p.stagger:
@@ -102,25 +117,60 @@ def corrupt_files(files: list[Path], bits: int, cut: int, rng: random.Random, ro
     return changes
 
 
+def read_back(changes: list[dict], root: Path) -> int:
+    """How many of the recorded changes the files hold now: each flipped byte read back as its
+    `after`, each cut file at its recorded size."""
+    held = 0
+    for c in changes:
+        f = root / c["file"]
+        try:
+            if "size" in c:
+                held += f.stat().st_size == c["size"]
+                continue
+            with open(f, "rb") as fh:
+                fh.seek(c["offset"])
+                held += fh.read(1) == bytes([c["after"]])
+        except OSError:
+            continue
+    return held
+
+
 @FAULTS.register("corrupt")
 class Corrupt(_Restarting):
     description = ("SIGKILL the target, then flip params.bits random bits in its data files or cut params.bytes off "
                    "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files), "
                    "and start it again; run.json keeps each change (file, offset, bit)")
+    observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "
+                "(a file cut to its recorded size), and a new process running after it")
     Params = CorruptParams
     needs = frozenset({"corrupt", "kill", "start"})
 
     async def inject(self, target: Target) -> None:
         cluster = self.ctx.cluster
         self.effect["changes"] = {}
-        self.nodes.extend(target.nodes)
+        self.hold(target.nodes)
         await kill(self, target.nodes)
         for n in target.nodes:
             files = cluster.data_files(n)
             self.effect["changes"][n] = corrupt_files(files, self.p.bits, self.p.bytes, self.ctx.rng,
                                                       cluster.datadir / n)
+            self.effect.setdefault("read_back", {})[n] = read_back(self.effect["changes"][n], cluster.datadir / n)
             if not files:
                 self.effect.setdefault("no_data_files", []).append(n)
+        self.gone = await effect.exited(self, list(self.pids_before), self.pids_before)
         if self.p.down:
             await asyncio.sleep(self.p.down)
         await self.heal()
+
+    gone: effect.Seen | None = None
+
+    async def observe(self, stage: str):
+        if stage != INJECTED:
+            return None
+        back = await effect.restarted(self, list(self.pids_before), self.pids_before, INJECTED)
+        changed = {n: self.effect.get("read_back", {}).get(n, 0) for n in self.effect.get("changes", {})}
+        none = [n for n, k in changed.items() if not k]
+        what = effect.judge(not none, "changed: " + ", ".join(f"{n} {k} of {len(self.effect['changes'][n])}"
+                                                             for n, k in changed.items())
+                            + (f"; nothing changed on {', '.join(none)}" if none else ""))
+        return effect.combine([self.gone or effect.not_known("not looked at"), what, back])

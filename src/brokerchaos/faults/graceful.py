@@ -10,7 +10,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..systems.base import COORDINATOR, ELECT, EVERY, LAMEDUCK, STEPDOWN, UNLOAD
+from . import effect
 from .base import Fault, Target
+from .effect import INJECTED
 from .process import _Restarting
 from .registry import FAULTS
 
@@ -30,10 +32,24 @@ class Stepdown(Fault):
     description = ("move leadership off the target without a crash (NATS: leader step-down; RabbitMQ: drain "
                    "the node into maintenance mode; Redis: SENTINEL FAILOVER; Pulsar: topic unload, the owner "
                    "stays); heal undoes what stays (RabbitMQ: revive)")
+    observes = ("the role held by another node once the operation is done; where the system's step-down keeps "
+                "the holder (Pulsar's topic unload), the stream's description changed (a new ledger: closed and "
+                "opened again)")
     Params = StepdownParams
     needs = frozenset({STEPDOWN})
     # the outage starts with the operation, not when it has finished (a drain takes seconds)
     opens_window_first = True
+
+    async def observe(self, stage: str):
+        if stage != INJECTED:
+            return None
+        moved, target = self.effect.get("moved_to"), ",".join(self.target.nodes if self.target else [])
+        if moved:
+            return effect.observed(f"{self.p.role} {target} -> {moved} in {self.effect.get('moved_s')} s")
+        before, after = self.effect.get("described_before"), self.effect.get("described_after")
+        if not getattr(self.ctx.roles, "stepdown_moves", True):
+            return effect.judge(before != after, f"the stream's description {before} -> {after}")
+        return effect.not_observed(f"the {self.p.role} stayed on {target} for {self.effect.get('moved_s')} s")
 
     @classmethod
     def needs_for(cls, params) -> frozenset[str]:
@@ -46,6 +62,9 @@ class Stepdown(Fault):
 
     async def inject(self, target: Target) -> None:
         self.effect["verbs"] = []
+        keeps = not getattr(self.ctx.roles, "stepdown_moves", True)
+        if keeps:
+            self.effect["described_before"] = await _described(self.ctx.roles)
         for n in target.nodes:
             self.nodes.append(n)
             if self.p.every and self.p.role == "leader":
@@ -69,6 +88,8 @@ class Stepdown(Fault):
             await asyncio.sleep(0.1)
         self.effect["moved_to"] = holder if holder not in target.nodes else None
         self.effect["moved_s"] = round(time.monotonic() - t0, 3)
+        if keeps:
+            self.effect["described_after"] = await _described(self.ctx.roles)
         back = not moves and holder is not None  # the holder took its clients back
         # the end of the seeds' downtime: here, not after the heal (which only undoes a drain)
         # (briefly: a drained RabbitMQ node leaves its queues short of a member until revived,
@@ -96,6 +117,8 @@ class LameDuck(_Restarting):
     description = ("NATS lame-duck mode, the operator's way out before an upgrade: the target hands its stream "
                    "leaderships over, stops taking clients, closes its own over lame_duck_duration (options) "
                    "and exits; heal starts it again on the same data")
+    observes = ("the target's process gone on its own (lame duck: it exits after handing over), and after the "
+                "heal a new process running")
     Params = LameDuckParams
     needs = frozenset({LAMEDUCK, "start"})
 
@@ -110,11 +133,19 @@ class LameDuck(_Restarting):
         for n in target.nodes:
             if led is not None:  # what it hands over (NATS: the streams it leads)
                 self.effect.setdefault("led", {})[n] = await _led(led, n)
-            self.nodes.append(n)
+            self.hold([n])
             self.effect_ns = self.effect_ns or time.monotonic_ns()
             clean.append(await asyncio.to_thread(self.ctx.cluster.lame_duck, n, self.p.timeout))
         self.effect["clean_exit"] = clean
         self.effect["exit_ms"] = round((time.monotonic_ns() - self.effect_ns) / 1e6, 1)
+
+
+async def _described(roles) -> dict:
+    """The stream's description now (bounded; what went wrong, if it did not answer)."""
+    try:
+        return await asyncio.wait_for(roles.describe(), 5.0)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:120]}
 
 
 async def _led(led_by, node: str):
@@ -139,12 +170,28 @@ class Unload(Fault):
     description = ("close every topic of a group at once, to be served again where the cluster puts them: "
                    "Pulsar's namespace-bundle unload, split or namespace unload (load balancing, a broker's "
                    "graceful shutdown); asked of the target's admin API. Nothing to heal")
+    observes = ("the first topic closed and opened again (another owner, or the same with a new ledger in its "
+                "description), and served again within params.wait")
     Params = UnloadParams
     needs = frozenset({UNLOAD})
     opens_window_first = True  # the outage starts with the request, which returns once all is closed
 
+    async def observe(self, stage: str):
+        if stage != INJECTED:
+            return None
+        e = self.effect
+        if "owner_after" not in e:
+            return effect.not_healed(f"not served again within {self.p.wait:.0f} s (owner before: "
+                                     f"{e.get('owner_before')})")
+        moved = e["owner_before"] != e["owner_after"]
+        changed = e.get("described_before") != e.get("described_after")
+        return effect.judge(moved or changed, f"owner {e['owner_before']} -> {e['owner_after']}"
+                            + ("" if moved else f", the stream's description {e.get('described_before')} -> "
+                                                f"{e.get('described_after')}"))
+
     async def inject(self, target: Target) -> None:
         roles = self.ctx.roles
+        self.effect["described_before"] = await _described(roles)
         self.effect["owner_before"] = await _serving(roles)
         self.effect["verb"] = await roles.unload(target.nodes[0], self.p.scope, self.p.split)
         self.nodes.append(target.nodes[0])
@@ -154,7 +201,8 @@ class Unload(Fault):
         while time.monotonic() - t0 < self.p.wait:
             after = await _serving(roles)
             if not after.startswith("none"):
-                self.effect.update(owner_after=after, served_s=round(time.monotonic() - t0, 3))
+                self.effect.update(owner_after=after, served_s=round(time.monotonic() - t0, 3),
+                                   described_after=await _described(roles))
                 self.ctx.record("ready", target.nodes[0], f"unload {self.p.scope}: first topic served by {after}",
                                 self.ctx.uid)
                 self.ready_recorded = True
@@ -182,9 +230,19 @@ class ElectLeaders(Fault):
     description = ("a preferred-leader election over every topic of the run (Kafka: each partition led again by "
                    "its first replica, what an operator runs after a rolling restart); the target is where the "
                    "window is recorded. Nothing to heal")
+    observes = ("some partition led again by its preferred replica (what the controller moved; none moved: "
+                "every one was led by it already, no effect)")
     Params = ElectParams
     needs = frozenset({ELECT})
     opens_window_first = True
+
+    async def observe(self, stage: str):
+        if stage != INJECTED:
+            return None
+        moved, errors = self.effect.get("moved") or {}, self.effect.get("errors") or {}
+        words = (f"moved: {', '.join(f'{k} {v}' for k, v in moved.items())}" if moved else
+                 f"nothing moved: each of {self.effect.get('partitions')} partitions was led by its preferred replica")
+        return effect.judge(bool(moved), words + (f"; errors: {errors}" if errors else ""))
 
     async def inject(self, target: Target) -> None:
         self.effect.update(await self.ctx.roles.elect_leaders())
@@ -208,10 +266,24 @@ class RollingRestart(_Restarting):
     description = ("every target node in turn (target order; `all` by default in scenarios): graceful stop, "
                    "start, wait until the cluster and the stream are whole (bounded), next. One window per "
                    "node in the history; a node that does not come back whole ends the round")
+    observes = ("each target node's process replaced by a new one in turn (its pid before the stop gone, "
+                "another running after the start) and the cluster whole again after each step")
     Params = RollingParams
     needs = frozenset({"stop", "start"})
     # the fault records a window per node itself, not one for the whole round
     own_windows = True
+
+    async def observe(self, stage: str):
+        if stage != INJECTED:
+            return None
+        steps = self.effect.get("steps") or []
+        looks = [effect.judge(s.get("pid_after") is not None and s.get("pid_after") != s.get("pid_before"),
+                              f"{s['node']} pid {s.get('pid_before')} -> {s.get('pid_after')}") for s in steps]
+        looks += [effect.not_healed(f"{s['node']} not whole: {s['not_whole']}") for s in steps if "not_whole" in s]
+        left = [n for n in (self.target.nodes if self.target else []) if n not in {s["node"] for s in steps}]
+        if left:
+            looks.append(effect.not_observed(f"the round stopped before {', '.join(left)}"))
+        return effect.combine(looks) or effect.not_observed("no step taken")
 
     _open: tuple | None = None  # the step whose node is down: (node, label, window)
 
@@ -234,8 +306,10 @@ class RollingRestart(_Restarting):
             t_stop = self.ctx.record("fault", n, label, wid)
             self.nodes.append(n)
             self._open = (n, label, wid)
+            step["pid_before"] = effect.pid_of(self, n)
             step["clean_exit"] = await asyncio.to_thread(cluster.stop_node, n, self.p.timeout)
             await asyncio.to_thread(cluster.start_node, n)
+            step["pid_after"] = effect.pid_of(self, n)
             self.nodes.remove(n)
             self._open = None
             t_start = self.ctx.record("heal", n, f"{label}: started", wid)

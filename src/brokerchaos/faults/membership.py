@@ -11,7 +11,9 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..systems.base import REASSIGN, REPLICAS
+from . import effect
 from .base import Fault, Target
+from .effect import HEALED, INJECTED
 from .registry import FAULTS
 from .targets import TargetError
 
@@ -29,9 +31,21 @@ class Replicas(Fault):
                    "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up; RabbitMQ "
                    "quorum queue: rabbitmq-queues delete_member / add_member); heal changes it back. The target "
                    "is where the window is recorded; the effect names the peers before and after")
+    observes = ("the stream's peers, as the cluster names them, changed by the update, and after the heal the "
+                "count back (with params.back)")
     Params = ReplicasParams
     needs = frozenset({REPLICAS})
     opens_window_first = True  # the outage starts with the request
+
+    async def observe(self, stage: str):
+        e = self.effect
+        if stage == INJECTED:
+            b, a = e.get("peers_before"), e.get("peers_after")
+            return effect.judge(b is not None and a is not None and sorted(b) != sorted(a), f"peers {b} -> {a}")
+        if stage == HEALED and "back" in e:
+            back = e["back"].get("peers_after") or []
+            return effect.judge(len(back) == e.get("replicas_before"), f"peers back: {back}", HEALED)
+        return None
 
     @classmethod
     def check(cls, params, node_names: list[str], offers: frozenset[str], scenario) -> None:
@@ -81,9 +95,21 @@ class Reassign(Fault):
                    "kafka-reassign-partitions does; the new replicas fetch the log, join the ISR, the old are "
                    "dropped; the leader's replica moved moves the leadership). Needs more nodes than replicas; "
                    "heal moves them back. The effect names the replicas before and after")
+    observes = ("the stream's replicas, as the controller names them, on the new nodes, and after the heal back "
+                "where they were (with params.back)")
     Params = ReassignParams
     needs = frozenset({REASSIGN})
     opens_window_first = True  # the outage starts with the request
+
+    async def observe(self, stage: str):
+        e = self.effect
+        if stage == INJECTED:
+            b, a = e.get("replicas_before"), e.get("replicas_after")
+            return effect.judge(bool(b) and bool(a) and b != a, f"replicas {b} -> {a}")
+        if stage == HEALED and "back" in e:
+            back = e["back"].get("replicas_after")
+            return effect.judge(back == e.get("replicas_before"), f"replicas back: {back}", HEALED)
+        return None
 
     @classmethod
     def check(cls, params, node_names: list[str], offers: frozenset[str], scenario) -> None:

@@ -1,11 +1,14 @@
 """One fault of a scenario, carried out during a run: wait for the trigger, then for each
-planned window resolve the target, inject, record, and heal after the duration.
+planned window resolve the target, inject, look for the effect, record, and heal after the
+duration.
 
 Every injected window is healed: after its duration, at the scenario's `heal` point, or in
 the runner's `finally` (heal_active) whatever happened. The `fault`, `heal` and `ready`
 rows go to the history with the resolved nodes and the window's id (its `window` column),
 so the analysis pairs each heal with its own fault; run.json gets the precision of each window (trigger
-to fault in effect, and the ack count at that moment).
+to fault in effect, and the ack count at that moment). Every window also gets one `effect`
+row, what the harness saw the fault do (effect.py): a window that failed, never fired, or
+whose effect was not seen is said so, and the policy does not let the run pass on it.
 """
 from __future__ import annotations
 
@@ -14,23 +17,16 @@ import time
 from typing import Awaitable, Callable, Optional
 
 from ..history import Recorder
+from ..history.schema import EFFECT
 from ..scenario import FaultSpec
 from .base import Fault, FaultContext
+from .effect import HEALED, HEALING, INJECTED, LOOK_S, Seen, combine, failed, look, not_known, serving
 from .owners import OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
-from .targets import parse, resolve
+from .view import RoleView
 
-# Roles a target is resolved from with no random choice: the background view may answer for
-# them (a seeded choice, `follower` or `random`, is drawn once, when the fault fires)
-VIEWED = frozenset({"leader", "coordinator", "followers"})
-VIEW_EVERY = 0.5  # seconds between two looks of the background view
-VIEW_MAX_AGE_NS = 2_000_000_000  # an older view is not used: the fault waits for its lookup
-FRESH_WAIT = 0.03  # how long a fault waits for its own lookup before it takes the view
-# how long after the trigger a fault waits for the description asked then, before it takes
-# the background look's: a description only says what the cluster was (Kafka's, on
-# ZooKeeper under load, never answers this fast: it cost every Kafka window 30 ms)
-ROLES_WAIT_NS = 10_000_000
+READY_S = 120.0  # how long after a heal the cluster has to be whole again for its `ready` row
 
 
 class AckGate:
@@ -92,29 +88,32 @@ class Nemesis:
         }
         self._uid = 0
         self.task: Optional[asyncio.Task] = None  # start()
-        self._watchers: list[asyncio.Task] = []
         self._owner_watch: Optional[OwnerWatch] = None  # the roles watched through the write (owners.py)
         self._owner_task: Optional[asyncio.Task] = None
         self._healing: Optional[asyncio.Future] = None
-        # (target, when asked, the cluster's description then): kept current while the
-        # nemesis waits for its trigger, so that a lookup slowed by the load (a stream-info
-        # request behind thousands of acks) does not delay the fault
-        self._view: Optional[tuple] = None
-        # (when asked, the description): the same look for every target, so that the
-        # window's `roles_before` does not hold the fault back either
-        self._seen: Optional[tuple] = None
-        self._viewer: Optional[asyncio.Future] = None
+        self._looks: dict[int, list[Seen]] = {}  # per window id: what the harness saw (effect.py)
+        # per window id, its `injected` look: taken beside the window, not in its time (a
+        # probe across a cut takes a few hundred ms); the heal waits for it before undoing
+        self._injected: dict[int, asyncio.Future] = {}
+        self.view = RoleView(deployment, spec.target, self.cls.takes_groups, self._context, self.label, line)
 
     @property
     def label(self) -> str:
         return f"{self.spec.action} {self.spec.target}"
 
+    @property
+    def owner_moves(self) -> dict[int, str]:
+        """Per window id, where the stream's owner moved during it (owners.py)."""
+        return self._owner_watch.moves if self._owner_watch is not None else {}
+
+    def _context(self, uid: int = 0) -> FaultContext:
+        return FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
+                            uid=uid, record=self._record, group=self.group,
+                            watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
+
     def _new_fault(self) -> Fault:
         self._uid += 1
-        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                           uid=self.index * 1000 + self._uid, record=self._record, group=self.group,
-                           watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
-        return self.cls(ctx)
+        return self.cls(self._context(self.index * 1000 + self._uid))
 
     async def _prepared(self) -> Optional[Fault]:
         fault = self._new_fault()
@@ -124,6 +123,7 @@ class Nemesis:
         except Exception as e:
             self.state["error"] = f"prepare: {type(e).__name__}: {e}"
             self.line(f"Fault: {self.label} FAILED to prepare: {self.state['error']}")
+            self._effect_row(fault.ctx.uid, self.spec.target, failed(self.state["error"]))
             await self._release()
             return None
         return fault
@@ -136,39 +136,6 @@ class Nemesis:
             except Exception as e:
                 self.state["release_error"] = f"{type(e).__name__}: {e}"
 
-    def _viewable(self) -> bool:
-        try:
-            terms = [t for part in parse(self.spec.target, self.cls.takes_groups) for t in part]
-        except ValueError:
-            return False
-        names = set(self.deployment.cluster.host_names)
-        return (any(n in VIEWED for n, _ in terms)
-                and all(c is None and (n in VIEWED or n in names) for n, c in terms))
-
-    async def _keep_view(self) -> None:
-        ctx = FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                           group=self.group)
-        viewable = self._viewable()
-        # the flag as well as the cancel: Python 3.11's wait_for (in _roles) can swallow a
-        # cancel that lands as its inner call completes, and the loop would go on for ever
-        while self._viewer is not None:
-            t = time.monotonic_ns()
-            target = None
-            if viewable:
-                try:
-                    async with asyncio.timeout(5):
-                        target = await resolve(self.spec.target, ctx, groups=self.cls.takes_groups)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # the next look may answer; a view too old is not used
-                    pass
-            roles = await self._roles()
-            if target is not None:
-                self._view = (target, t, roles)
-            if roles and "error" not in roles:
-                self._seen = (t, roles)
-            await asyncio.sleep(VIEW_EVERY)
-
     def start(self) -> asyncio.Task:
         """The nemesis as a task of the write phase (end_of_write() ends it)."""
         self.task = asyncio.create_task(self.run())
@@ -178,7 +145,8 @@ class Nemesis:
         """The write phase is over, and how this nemesis ends is its own rule: an operation
         under way finishes (a rolling restart, bounded by its inject bound); a window under
         way lasts its configured duration (no new window starts); anything else is
-        cancelled now, and a trigger never reached is said in run.json."""
+        cancelled now, and a trigger never reached is said in run.json and in an effect row
+        (the fault never happened: the run tested nothing)."""
         task = self.task
         if task is None:
             return
@@ -189,27 +157,23 @@ class Nemesis:
             self.stopping = True
             await asyncio.wait([task], timeout=(self.spec.duration or 0) + 5)
         if not task.done():
-            if not self.windows:
+            if not self.windows and self.spec.action != "none" and "error" not in self.state:
                 self.state["why"] = f"trigger not reached (acks: {self.gate.acks})"
+                self._effect_row(self.index * 1000 + max(self._uid, 1), self.spec.target,
+                                 failed(f"never injected: {self.state['why']}"))
             task.cancel()
 
     async def run(self) -> None:
         if self.spec.action == "none":
             return
-        self._viewer = asyncio.ensure_future(self._keep_view())
+        self.view.start()
         self._owner_watch = self._watch_owners()
         self.state["owner_looks"] = self._owner_watch.stats
         self._owner_task = asyncio.ensure_future(self._owner_watch.run())
         try:
             await self._run()
         finally:
-            await self._stop_view()
-
-    async def _stop_view(self) -> None:
-        viewer, self._viewer = self._viewer, None
-        if viewer is not None:
-            viewer.cancel()
-            await asyncio.gather(viewer, return_exceptions=True)
+            await self.view.stop()
 
     async def _run(self) -> None:
         t_begin = time.monotonic()
@@ -241,7 +205,7 @@ class Nemesis:
             self.pending = None
             ok = await self._window(k, t_start, fault)
             if k == len(self.schedule) - 1:
-                await self._stop_view()  # no window left to aim
+                await self.view.stop()  # no window left to aim
             if self.spec.duration is not None and self.active is not None:
                 await asyncio.sleep(self.spec.duration)
                 await self.heal_active("after duration")
@@ -254,17 +218,18 @@ class Nemesis:
         if self.spec.trigger.jitter:
             w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
+        self._looks[w["id"]] = []
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (OwnerWatch.own_window)
             self._owner_watch.arm(w)
         first = self.cls.opens_window_first or self.cls.own_windows
-        described = asyncio.ensure_future(self._roles())  # asked at the trigger, with the target
+        described = asyncio.ensure_future(self.view.roles())  # asked at the trigger, with the target
         try:
-            target, view = await self._target(fault, w, t_start)
+            target, view = await self.view.target_of(fault.ctx, w, t_start)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             await self.before_fault(self.deployment, target.nodes)
             if view is None:
-                await self._roles_before(w, described, t_start)
+                await self.view.roles_before(w, described, t_start)
             elif view[2]:
                 w["roles_before"] = view[2]  # as the view saw the cluster (view_age_ms)
             if first:
@@ -273,6 +238,7 @@ class Nemesis:
             # rest of delay_ms is the action's)
             w["inject_at_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
             self.injecting = fault.inject_bound(len(target.nodes))
+            fault.target = target
             try:
                 await fault.inject(target)
             finally:
@@ -283,63 +249,27 @@ class Nemesis:
             if k == 0:
                 self.state["error"] = w["error"]
             self.line(f"Fault: {self.label} FAILED: {w['error']}")
+            self._looks[w["id"]].append(failed(f"inject: {w['error']}"))
             await self.heal_active("inject failed")
             return False
         described.cancel()
         if not first:
             self._opened(k, w, fault, target, t_start)
         w["effect"] = fault.effect
+        self._injected[w["id"]] = asyncio.ensure_future(look(fault, INJECTED))
         if not self.cls.recoverable:
             self.active = None
+            self.view.watchers.append(asyncio.ensure_future(self._seen_once_looked(w)))
         return True
 
-    async def _target(self, fault: Fault, w: dict, t_start: int) -> tuple:
-        """The target, from the cluster when it answers within FRESH_WAIT, else from the
-        background view (at most VIEW_MAX_AGE_NS old); the lookup then goes on, and what it
-        answers confirms the view or says it was stale (`target_confirmed` in run.json)."""
-        fresh = asyncio.ensure_future(resolve(self.spec.target, fault.ctx, groups=self.cls.takes_groups))
-        view = self._view
-        if view is None or time.monotonic_ns() - view[1] > VIEW_MAX_AGE_NS:
-            return await fresh, None
-        done, _ = await asyncio.wait({fresh}, timeout=FRESH_WAIT)
-        if done:
-            return fresh.result(), None
-        w["target_by"] = "view"
-        w["view_age_ms"] = round((t_start - view[1]) / 1e6, 3)
-        self._watchers.append(asyncio.ensure_future(self._confirm(fresh, view[0], w)))
-        return view[0], view
+    async def _seen_once_looked(self, w: dict) -> None:
+        await self._took_injected_look(w)
+        self._window_seen(w)
 
-    async def _confirm(self, fresh: asyncio.Future, viewed, w: dict) -> None:
-        try:
-            got = await asyncio.wait_for(fresh, 10)
-        except asyncio.CancelledError:
-            fresh.cancel()
-            raise
-        except Exception as e:  # asked before the fault; a node it hit may never answer
-            w["target_confirmed"] = None
-            w["confirm_error"] = f"{type(e).__name__}: {e}"[:200]
-            return
-        w["target_confirmed"] = got.nodes == viewed.nodes and got.groups == viewed.groups
-        if not w["target_confirmed"]:
-            w["target_when_asked"] = got.nodes
-            self.line(f"Fault: {self.label}: the background view named {viewed.label()}, the cluster "
-                      f"answered {got.label()} (asked at the trigger)")
-
-    async def _roles_before(self, w: dict, described: asyncio.Future, t_start: int) -> None:
-        """The description asked at the trigger, if it answers within ROLES_WAIT_NS of it;
-        else the background look (at most VIEW_MAX_AGE_NS old, its age in
-        `roles_before_age_ms`); with neither, the fault waits for its answer."""
-        seen = self._seen
-        if seen is not None and time.monotonic_ns() - seen[0] <= VIEW_MAX_AGE_NS:
-            left = (t_start + ROLES_WAIT_NS - time.monotonic_ns()) / 1e9
-            done = described.done() or (await asyncio.wait({described}, timeout=max(0.0, left)))[0]
-            if not done:
-                w["roles_before"] = seen[1]
-                w["roles_before_age_ms"] = round((time.monotonic_ns() - seen[0]) / 1e6, 3)
-                return
-        got = await described
-        if got:
-            w["roles_before"] = got
+    async def _took_injected_look(self, w: dict) -> None:
+        task = self._injected.pop(w["id"], None)
+        if task is not None:
+            self._looks.setdefault(w["id"], []).append(await asyncio.shield(task))
 
     def _opened(self, k: int, w: dict, fault: Fault, target, t_start: int) -> None:
         """The window is in effect: its fault row (unless the fault records its own windows),
@@ -360,6 +290,38 @@ class Nemesis:
                 self.state[key] = w.get(key)
         self.line(f"Fault: {self.label} -> {target.label()} at ack {self.gate.acks} "
                   f"({w['delay_ms']:.0f} ms after the trigger)")
+
+    def _window_seen(self, w: dict) -> None:
+        """The window's effect, from its looks (effect.combine), written once: its `effect`
+        row and `observed` in run.json; the console says so when it was not seen."""
+        if "observed" in w:
+            return
+        seen = combine(self._looks.get(w["id"], ())) or not_known(
+            f"no look saw this window ({self.spec.action} has none for what happened in it)")
+        w["observed"] = {"state": seen.state, "evidence": seen.evidence}
+        moved = self.owner_moves.get(w["id"])
+        if moved:
+            w["owner_moved"] = moved
+        self._effect_row(w["id"], w.get("label") or self.spec.target, seen)
+
+    def _effect_row(self, window: int, node: str, seen: Seen) -> None:
+        detail = f"{seen.state}: {self.label}: {seen.evidence}"[:2000]
+        self.rec.record(EFFECT, node=node, value=seen.value, detail=detail, window=window)
+        self.rec.flush()
+        if seen.state != "observed":
+            self.line(f"Effect: {self.label}: {seen.detail()}")
+
+    async def finish_effects(self) -> None:
+        """Every window left without its effect row (the run ended in its middle) gets one;
+        where the owner moved after a heal (a look after it), run.json says so too."""
+        for w in self.windows:
+            if w["id"] in self._injected:
+                await asyncio.wait([self._injected[w["id"]]], timeout=LOOK_S + 1)
+                if self._injected[w["id"]].done():
+                    await self._took_injected_look(w)
+            self._window_seen(w)
+            if self.owner_moves.get(w["id"]):
+                w["owner_moved"] = self.owner_moves[w["id"]]
 
     def _watch_owners(self) -> OwnerWatch:
         """Each topic's owner watched through the write (owners.py)."""
@@ -401,25 +363,45 @@ class Nemesis:
             return
         fault, w = self.active
         self.active = None
+        await self._took_injected_look(w)
+        looks = self._looks.setdefault(w["id"], [])
         if "t_ms" in w:
             await self._describe(w, "roles_during")
+            if "error" not in w:
+                looks.append(await look(fault, HEALING))
         try:
             await fault.heal()
         except Exception as e:
             w["heal_error"] = f"{type(e).__name__}: {e}"
             why += f"; heal FAILED: {w['heal_error']}"
             self.line(f"Heal: {self.label} FAILED: {w['heal_error']}")
+            looks.append(failed(f"heal: {w['heal_error']}"))
         if "t_ms" in w and not self.cls.own_windows:  # only windows recorded as in effect get a heal row
             t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})", window=w["id"])
             self.rec.flush()
             w["healed_ms"] = round(t / 1e6, 3)
             if "heal_error" not in w and not fault.ready_recorded:
-                self._watchers.append(asyncio.ensure_future(self._ready_after(w)))
+                self.view.watchers.append(asyncio.ensure_future(self._ready_after(w)))
+        if "t_ms" in w and "error" not in w and "heal_error" not in w:
+            looks.append(await look(fault, HEALED))
         w["effect"] = fault.effect
+        self._window_seen(w)
 
     async def _ready_after(self, w: dict) -> None:
-        """Record when the cluster is whole again after a heal (the seeds' end of downtime)."""
-        if await self.deployment.roles.wait_stream_ready(timeout=120):
+        """Record when the cluster is whole again after a heal (the seeds' end of downtime):
+        every node the window hit serving again (its process running, its client port
+        answering: a metadata view can still name a node that never came back), then the
+        stream ready."""
+        deadline = time.monotonic() + READY_S
+        while True:
+            down = [n for n in w["nodes"] if await serving(self.deployment.cluster, self.group(), n)]
+            if not down:
+                break
+            if time.monotonic() >= deadline:
+                w["not_ready"] = f"not serving {READY_S:.0f} s after the heal: {', '.join(down)}"
+                return
+            await asyncio.sleep(0.25)
+        if await self.deployment.roles.wait_stream_ready(timeout=max(1.0, deadline - time.monotonic())):
             t = self.rec.record("ready", node=w["label"], detail=f"{self.label}: cluster whole again",
                                 window=w["id"])
             self.rec.flush()
@@ -427,17 +409,9 @@ class Nemesis:
             await self._describe(w, "roles_after")
 
     async def _describe(self, w: dict, key: str) -> None:
-        got = await self._roles()
+        got = await self.view.roles()
         if got:
             w[key] = got
-
-    async def _roles(self) -> dict:
-        """The stream as the cluster describes it (the seed's topic details), bounded: a
-        cluster in the middle of a fault may not answer, and that is what gets kept."""
-        try:
-            return await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
-        except Exception as e:
-            return {"error": f"{type(e).__name__}: {e}"[:200]}
 
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left; the owners'
@@ -446,9 +420,10 @@ class Nemesis:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._watchers:
-            await asyncio.wait(self._watchers, timeout=timeout)
-        for t in self._watchers:
+        watchers = self.view.watchers
+        if watchers:
+            await asyncio.wait(watchers, timeout=timeout)
+        for t in watchers:
             t.cancel()
-        await asyncio.gather(*self._watchers, return_exceptions=True)
-        self._watchers.clear()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        watchers.clear()

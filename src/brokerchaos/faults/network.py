@@ -22,12 +22,20 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..sandbox import netfilter, process
+from ..sandbox import netfilter, probe, process
+from . import effect
 from .base import Fault, Target
+from .effect import HEALED, HEALING, INJECTED
 from .registry import FAULTS
 from .targets import TargetError, check_expression, parse, resolve_set
 
 DEV = "eth0"
+# a rule that only the harness's own probes match, so that their packets are counted apart
+# from the cluster's (the cut's evidence is what the cluster sent into it)
+PROBE = f"-p tcp --dport {probe.PROBE_PORT} -m comment --comment bc-probe"
+PROBE_IN = f"-p tcp --sport {probe.PROBE_PORT} -m comment --comment bc-probe"
+COUNT = "-m comment --comment bc-count"  # a rule without a target: it only counts
+CUT_PROBE_S = 0.3  # a probe across a cut waits this long for an answer
 
 
 class NetFault(Fault):
@@ -71,6 +79,28 @@ class NetFault(Fault):
             nodes, clients = await self.from_set(expr, targeted)
         return [self.ip(n) for n in nodes] + ([self.sb.client.ip] if clients else [])
 
+    def probe_ns(self, host: str) -> str:
+        return self.sb.client.ns if host == "clients" else self.ns(host)
+
+    def probe_ip(self, host: str) -> str:
+        return self.sb.client.ip if host == "clients" else self.ip(host)
+
+    async def reach(self, src: str, dst: str, timeout: float = CUT_PROBE_S) -> probe.Reach:
+        return await asyncio.to_thread(probe.reach, self.probe_ns(src), self.probe_ip(dst), probe.PROBE_PORT, timeout)
+
+    def counted(self) -> dict[str, int]:
+        """Packets the fault's rules matched so far, the harness's probes apart: per target
+        (its rule's jump: DROP, NFQUEUE, REJECT, or the counting rules' "count")."""
+        out: dict[str, int] = {}
+        for c in self.chains:
+            for chain in (c.cin, c.cout):
+                for packets, _, text in probe.chain_counters(c.ns, chain):
+                    if "bc-probe" in text:
+                        continue
+                    kind = "count" if "bc-count" in text else text.split()[2] if len(text.split()) > 2 else "?"
+                    out[kind] = out.get(kind, 0) + packets
+        return out
+
     def load(self, per_node: dict[str, tuple[list[str], list[str]]]) -> None:
         """Load every node's rules at once, so the fault lands in one step."""
         todo = []
@@ -94,7 +124,20 @@ class NetFault(Fault):
 
 
 class Cut(NetFault):
-    """Drop every packet on a set of links, in both directions, at both ends."""
+    """Drop every packet on a set of links, in both directions, at both ends.
+
+    Its look: a probe across one cut link gets no answer while the cut holds (and one
+    across a link that stays open does), the cluster's own packets were dropped by it
+    (none: the cut had nothing to cut), and the probe is answered again after the heal."""
+
+    observes = ("a probe across a cut link silent during the window (one across a link that stays open "
+                "answered), the cluster's own packets dropped by the cut (none dropped: no effect), and the "
+                "probe answered again after the heal")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.cut_pair: Optional[tuple[str, str]] = None  # (from, to) probed across the cut
+        self.open_pair: Optional[tuple[str, str]] = None  # (from, to) that must stay open
 
     def links(self, target: Target) -> set[tuple[str, str]]:
         raise NotImplementedError
@@ -110,12 +153,45 @@ class Cut(NetFault):
                 yip = self.sb.client.ip if y == "clients" else self.ip(y)
                 rin, rout = per_node.setdefault(x, ([], []))
                 rin.append(f"-s {yip} -j DROP")
-                rout.append(f"-d {yip} -j DROP")
+                rout += [f"-d {yip} {PROBE} -j DROP", f"-d {yip} -j DROP"]
         self.effect["links_cut"] = sorted(f"{a}-{b}" for a, b in links)
+        self.cut_pair, self.open_pair = probe_pairs(links, target.nodes, self.ctx.cluster.host_names)
         self.load(per_node)
+
+    async def observe(self, stage: str):
+        if self.cut_pair is None:
+            return effect.not_observed("no link to cut") if stage == INJECTED else None
+        a, b = self.cut_pair
+        if stage == INJECTED:
+            cut = await self.reach(a, b)
+            looks = [effect.judge(not cut.answered, cut.words(f"probe {a} -> {b} across the cut"))]
+            if self.open_pair is not None:
+                x, y = self.open_pair
+                kept = await self.reach(x, y, 2.0)
+                looks.append(effect.judge(kept.answered, kept.words(f"probe {x} -> {y}, which stays open")))
+            return effect.combine(looks)
+        if stage == HEALING:
+            dropped = sum(self.counted().values())
+            self.effect["packets_dropped"] = dropped
+            return effect.judge(dropped > 0, f"{dropped:,} of the cluster's packets dropped by the cut" if dropped
+                                else "none of the cluster's packets crossed the cut (0 dropped)")
+        back = await self.reach(a, b, 2.0)
+        return effect.judge(back.answered, back.words(f"probe {a} -> {b} after the heal"), HEALED)
 
     async def compute_links(self, target: Target) -> set[tuple[str, str]]:
         return self.links(target)
+
+
+def probe_pairs(links: set[tuple[str, str]], targeted: list[str],
+                hosts: list[str]) -> tuple[Optional[tuple[str, str]], Optional[tuple[str, str]]]:
+    """A cut link to probe (from a host with a namespace: never from the clients, whose
+    packets the far end's INPUT would count as the cluster's) and a link that stays open,
+    one with a target first where there is one."""
+    cut = next(((b, a) if a == "clients" else (a, b) for a, b in sorted(links)), None)
+    closed = {frozenset(x) for x in links}
+    pairs = [(x, y) for x in hosts for y in [*hosts, "clients"] if x != y and frozenset((x, y)) not in closed]
+    pairs.sort(key=lambda p: (p[0] not in targeted and p[1] not in targeted, p[1] == "clients"))
+    return cut, (pairs[0] if pairs else None)
 
 
 @FAULTS.register("partition")
@@ -214,14 +290,24 @@ class LossParams(BaseModel):
 @FAULTS.register("loss")
 class Loss(NetFault):
     description = "drop each packet entering or leaving the target with params.probability"
+    observes = "packets of the cluster's dropped by the rule during the window (none dropped: no effect), of those seen"
     Params = LossParams
 
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)
         stat = f"-m statistic --mode random --probability {self.p.probability:.6f} -j DROP"
         ips = await self.endpoints(self.p.from_, target.nodes)
-        rules = ([f"-i {DEV} -s {ip} {stat}" for ip in ips], [f"-o {DEV} -d {ip} {stat}" for ip in ips])
+        rules = ([r for ip in ips for r in (f"-i {DEV} -s {ip} {COUNT}", f"-i {DEV} -s {ip} {stat}")],
+                 [r for ip in ips for r in (f"-o {DEV} -d {ip} {COUNT}", f"-o {DEV} -d {ip} {stat}")])
         self.load({n: rules for n in target.nodes})
+
+    async def observe(self, stage: str):
+        if stage != HEALING:
+            return None
+        got = self.counted()
+        dropped, seen = got.get("DROP", 0), got.get("count", 0)
+        self.effect.update(packets_dropped=dropped, packets_seen=seen)
+        return effect.judge(dropped > 0, f"{dropped:,} of {seen:,} packets dropped")
 
 
 class DelayParams(BaseModel):
@@ -263,12 +349,33 @@ NFQDELAY = Path(__file__).with_name("nfqdelay.py")
 class Delay(NetFault):
     description = ("add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer), "
                    "or arriving at it (direction: in)")
+    observes = ("a probe's round trip from the target across the delayed link at least the delay during the "
+                "window and short again after the heal; the cluster's packets delayed (none: no effect)")
     Params = DelayParams
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.qdisc: list[str] = []
         self.delayers: dict = {}
+        self.probed: Optional[tuple[str, str]] = None  # (target, a host on the delayed link)
+
+    async def observe(self, stage: str):
+        if self.probed is None:
+            return effect.not_observed("no link delayed") if stage == INJECTED else None
+        src, dst = self.probed
+        if stage in (INJECTED, HEALED):
+            r = await self.reach(src, dst, 2 * self.p.delay_ms / 1e3 + 1.0)
+            words = r.words(f"probe {src} -> {dst}" + (" after the heal" if stage == HEALED else ""))
+            if stage == INJECTED:
+                return effect.judge(r.answered and r.ms >= 0.7 * self.p.delay_ms, words)
+            return effect.judge(r.answered and r.ms < 0.5 * self.p.delay_ms, words, HEALED)
+        if self.qdisc:
+            sent = sum((probe.qdisc_counters(self.ns(n), DEV) or {}).get("packets", 0) for n in self.qdisc)
+        else:
+            sent = self.counted().get("NFQUEUE", 0)
+        self.effect["packets_delayed"] = sent
+        return effect.judge(sent > 0, f"{sent:,} of the cluster's packets delayed" if sent
+                            else "none of the cluster's packets crossed the delayed link")
 
     def _use_netem(self) -> bool:
         p = self.p
@@ -303,6 +410,7 @@ class Delay(NetFault):
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)
         p = self.p
+        self.probed = await self._probed(target.nodes)
         if self._use_netem():
             spec = ["netem", "delay", f"{p.delay_ms}ms"] + ([f"{p.jitter_ms}ms"] if p.jitter_ms else [])
             for n in target.nodes:
@@ -317,9 +425,20 @@ class Delay(NetFault):
         ips = await self.endpoints(p.from_, target.nodes)
         way, peer = ("-i", "-s") if p.direction == "in" else ("-o", "-d")
         match = [f"{peer} {ip} " for ip in ips] if p.from_ is not None else [""]
-        rules = [f"{way} {DEV} {m}-j NFQUEUE --queue-num {self.ctx.uid} --queue-bypass" for m in match]
+        jump = f"-j NFQUEUE --queue-num {self.ctx.uid} --queue-bypass"
+        mark = PROBE_IN if p.direction == "in" else PROBE
+        rules = [r for m in match for r in (f"{way} {DEV} {m}{mark} {jump}", f"{way} {DEV} {m}{jump}")]
         self.load({n: (rules, []) if p.direction == "in" else ([], rules) for n in target.nodes})
         self.effect.update(method="nfqueue", direction=p.direction)
+
+    async def _probed(self, targeted: list[str]) -> Optional[tuple[str, str]]:
+        """The target and a host on its delayed link (in `from`, else any other host)."""
+        if self.p.from_ is None:
+            others = [n for n in self.ctx.cluster.host_names if n not in targeted] + ["clients"]
+        else:
+            nodes, clients = await self.from_set(self.p.from_, targeted)
+            others = nodes + (["clients"] if clients else [])
+        return (targeted[0], others[0]) if targeted and others else None
 
     async def heal(self) -> None:
         errors = []
@@ -378,7 +497,20 @@ class BandwidthParams(BaseModel):
 @FAULTS.register("bandwidth")
 class Bandwidth(NetFault):
     description = "limit the rate of packets leaving the target (tc tbf) to params.rate"
+    observes = "packets held back or dropped by the rate limit (the qdisc's overlimits; none: nothing exceeded it)"
     Params = BandwidthParams
+
+    async def observe(self, stage: str):
+        if stage != HEALING:
+            return None
+        got = {n: probe.qdisc_counters(self.ns(n), DEV) for n in self.nodes}
+        missing = [n for n, c in got.items() if c is None]
+        if missing:
+            return effect.not_observed(f"no rate limit in place on {', '.join(missing)}")
+        held = sum(c["overlimits"] + c["dropped"] for c in got.values())
+        self.effect["qdisc"] = got
+        return effect.judge(held > 0, ", ".join(f"{n}: {c['packets']:,} packets sent, {c['overlimits']:,} held back, "
+                                                f"{c['dropped']:,} dropped" for n, c in got.items()))
 
     async def inject(self, target: Target) -> None:
         for n in target.nodes:
@@ -403,11 +535,18 @@ class TcpKillParams(BaseModel):
 @FAULTS.register("tcp-kill")
 class TcpKill(NetFault):
     description = "reset every client TCP connection to the target (ss -K), once or repeatedly until healed"
+    observes = "client connections to the target reset (ss -K's count over every round; none: nothing to reset)"
     Params = TcpKillParams
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.task: Optional[asyncio.Task] = None
+
+    async def observe(self, stage: str):
+        if stage != HEALING:
+            return None
+        n = self.effect.get("connections_reset", 0)
+        return effect.judge(n > 0, f"{n} client connections reset in {self.effect.get('rounds', 0)} rounds")
 
     async def _kill_all(self) -> int:
         return netfilter.kill_tcp([self.ns(n) for n in self.nodes], self.sb.client.ip)
@@ -441,6 +580,14 @@ class TcpReject(NetFault):
 
     description = "the target resets every client TCP connection and refuses new ones until healed " \
                   "(REJECT with tcp-reset); its peers still reach it"
+    observes = "client connections reset and client packets refused by the rule during the window (none: no effect)"
+
+    async def observe(self, stage: str):
+        if stage != HEALING:
+            return None
+        refused, reset = self.counted().get("REJECT", 0), self.effect.get("connections_reset", 0)
+        self.effect["packets_refused"] = refused
+        return effect.judge(refused + reset > 0, f"{reset} connections reset, {refused:,} client packets refused")
 
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)

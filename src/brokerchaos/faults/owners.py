@@ -36,6 +36,9 @@ class OwnerWatch:
         self.pending: set = set()
         # per topic: looks answered with an owner, answered "none", the last why (run.json)
         self.stats: dict = {str(t): {"owner": 0, "none": 0, "why": None} for t in roles}
+        # per window id: where the first topic's owner moved to during it ("n1 -> n2"), the
+        # owner-moved mechanism's evidence (another node than before the fault, not none)
+        self.moves: dict[int, str] = {}
 
     @classmethod
     def of(cls, dep, topics: int, record: Callable[..., int]) -> "OwnerWatch":
@@ -97,6 +100,8 @@ class OwnerWatch:
         if st is None or st["done"]:
             return
         took = f"answered in {(t_answer - t) / 1e6:.0f} ms"
+        if owner is not None and st["base"] is not None and owner != st["base"]:
+            self.moves.setdefault(w["id"], f"{st['base']} -> {owner}" + (f" ({topic})" if topic else ""))
         if not st["changed"] and owner != st["base"]:
             self.record("owner", owner, f"changed: {st['base'] or 'none'} -> {owner or 'none'}"
                         + (f" ({why})" if why else "") + f"; {took}", w["id"], topic, t)

@@ -8,14 +8,20 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import effect
 from .base import Fault, Target
+from .effect import HEALED, INJECTED
 from .registry import FAULTS
 
 
 @FAULTS.register("none")
 class NoFault(Fault):
     description = "control run: no fault"
+    observes = "nothing: a control run has no fault window"
     recoverable = False
+
+    async def observe(self, stage: str):
+        return None
 
     async def inject(self, target: Target) -> None:
         pass
@@ -27,7 +33,30 @@ class NoFault(Fault):
 class _Restarting(Fault):
     """Heal = start every node this fault took down that is not up (the cluster's own look,
     `down_why`: an external node must also answer at its address, whatever its hook says);
-    a node the start did not bring up fails the heal (the cluster's `start_node` raises)."""
+    a node the start did not bring up fails the heal (the cluster's `start_node` raises).
+
+    Its look: the processes held before the inject are gone (an external node no longer
+    answers), and after the heal each node runs again as a new process."""
+
+    observes = ("the target's process gone (its pid no longer running; an external node no longer answering), "
+                "and after the heal a new process running")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.pids_before: dict[str, Optional[int]] = {}  # the processes the inject took down
+
+    def hold(self, nodes: list[str]) -> None:
+        """Before taking them down: the nodes the heal starts again, and their processes now."""
+        self.nodes.extend(nodes)
+        self.pids_before.update(effect.pids(self, nodes))
+
+    async def observe(self, stage: str):
+        hit = list(self.pids_before)
+        if stage == INJECTED:
+            return await effect.exited(self, hit, self.pids_before)
+        if stage == HEALED:
+            return await effect.restarted(self, hit, self.pids_before)
+        return None
 
     async def heal(self) -> None:
         cluster, group = self.ctx.cluster, self.ctx.group()
@@ -38,6 +67,9 @@ class _Restarting(Fault):
                     await group.start_member(n)
             elif await asyncio.to_thread(cluster.down_why, n):
                 await asyncio.to_thread(cluster.start_node, n)
+                note = cluster.start_notes.pop(n, None)
+                if note:
+                    self.effect.setdefault("start_waited", {})[n] = note
             self.nodes.pop(0)
 
 
@@ -81,7 +113,7 @@ class Kill(_Restarting):
     needs = frozenset({"kill", "start"})
 
     async def inject(self, target: Target) -> None:
-        self.nodes.extend(target.nodes)  # heal starts those not running, whatever happened
+        self.hold(target.nodes)  # heal starts those not running, whatever happened
         await kill(self, target.nodes)
 
 
@@ -92,7 +124,7 @@ class KillWipe(_Restarting):
     needs = frozenset({"kill", "start", "wipe"})
 
     async def inject(self, target: Target) -> None:
-        self.nodes.extend(target.nodes)
+        self.hold(target.nodes)
         await kill(self, target.nodes)
         for n in target.nodes:
             self.ctx.cluster.wipe(n)
@@ -110,14 +142,21 @@ class Stop(_Restarting):
     needs = frozenset({"stop", "start"})
 
     async def inject(self, target: Target) -> None:
-        self.nodes.extend(target.nodes)
+        self.hold(target.nodes)
         self.effect["clean_exit"] = await stop(self, target.nodes, self.p.timeout)
 
 
 @FAULTS.register("pause")
 class Pause(Fault):
     description = "SIGSTOP the target's process group (alive but silent); heal sends SIGCONT"
+    observes = ("the target's process stopped (state T in /proc) during the window and running after the heal; "
+                "not known on an external cluster (a paused process still accepts connections)")
     needs = frozenset({"pause"})
+
+    async def observe(self, stage: str):
+        if stage in (INJECTED, HEALED) and self.target is not None:
+            return effect.stopped(self, self.target.nodes, stage)
+        return None
 
     async def inject(self, target: Target) -> None:
         group = self.ctx.group()
@@ -150,15 +189,21 @@ class RestartParams(BaseModel):
 @FAULTS.register("restart")
 class Restart(_Restarting):
     description = "kill (or params.graceful: stop) the target, then start it again on the same data at once"
+    observes = "the target's process replaced by a new one (another pid; an external node answering again)"
     Params = RestartParams
     needs = frozenset({"kill", "start"})
+
+    async def observe(self, stage: str):
+        if stage == INJECTED:
+            return await effect.restarted(self, list(self.pids_before), self.pids_before, INJECTED)
+        return None
 
     @classmethod
     def needs_for(cls, params) -> frozenset[str]:
         return frozenset({"stop", "start"}) if getattr(params, "graceful", False) else cls.needs
 
     async def inject(self, target: Target) -> None:
-        self.nodes.extend(target.nodes)
+        self.hold(target.nodes)
         if self.p.graceful:
             await stop(self, target.nodes, self.p.timeout)
         else:
@@ -172,14 +217,31 @@ class CommandParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     inject: str = Field(..., description="hook of the external cluster file run on each target node")
     heal: Optional[str] = Field(None, description="hook run on each of them to heal (none: nothing to heal)")
+    takes_down: bool = Field(False, description="the inject hook takes the node down: the harness checks that it "
+                                                "stops answering at its address, and answers again after the heal "
+                                                "hook (else what a hook does is not known to the harness)")
 
 
 @FAULTS.register("command")
 class Command(Fault):
     description = ("external clusters: run the target nodes' hook params.inject from the cluster file "
                    "(an iptables snippet, docker network disconnect, …); heal runs params.heal")
+    observes = ("with params.takes_down, the node no longer answering at its address during the window and "
+                "answering after the heal; otherwise not known (only the hook knows what it did)")
     Params = CommandParams
     needs = frozenset({"hooks"})
+
+    async def observe(self, stage: str):
+        nodes = self.target.nodes if self.target is not None else []
+        if not self.p.takes_down:
+            return effect.not_known(f"hook {self.p.inject!r} ran on {', '.join(nodes)}; what it did is the "
+                                    f"hook's to know (params.takes_down: the harness checks a node it takes down)"
+                                    ) if stage == INJECTED else None
+        if stage == INJECTED:
+            return await effect.exited(self, nodes, {})
+        if stage == HEALED and self.p.heal:
+            return await effect.restarted(self, nodes, {})
+        return None
 
     @classmethod
     def check(cls, params, node_names, offers, scenario) -> None:

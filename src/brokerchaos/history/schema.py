@@ -1,4 +1,4 @@
-"""History format 1.8: the only contract between the workload/nemesis and the analysis.
+"""History format 1.9: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 8)
+FORMAT_VERSION = (1, 9)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -86,8 +86,27 @@ GROUP_TYPES = ("commit", "assign", "revoke")
 # (another owner, or none), `serving` at the first answer after it where the topic is served
 # again; `node` the owner then. The outage's parts (analysis/parts.py) start from these
 OWNER = "owner"
+# The evidence that a run tested what it names (1.9, optional, nemesis; docs/history-format.md):
+# effect: one per fault window (its `window`), what the harness saw the fault do: `value` 1
+# observed, 0 not (the detail says which of EFFECT_STATES), null not known; `detail`
+# "<state>: <evidence>". whole: once, before the read, whether every node the faults did not
+# mean to leave down serves and the cluster says the stream is whole: `value` how many things
+# were short (0: whole), null when it could not be asked; `detail` what was seen. mechanism:
+# one per mechanism the scenario `requires` (MECHANISMS): `detail` "<name>: <evidence>",
+# `value` 1 it occurred, 0 it did not, null the analysis judges it from the messages
+EFFECT, WHOLE, MECHANISM = "effect", "whole", "mechanism"
+EVIDENCE_TYPES = (EFFECT, WHOLE, MECHANISM)
+EFFECT_STATES = ("observed", "not observed", "not healed", "failed", "not known")
+# what a scenario may require to have happened for its question to be asked at all: judged by
+# the run (owner-moved, unsynced-dropped) or, their rows' value null, by the analysis
+MECHANISMS = {
+    "owner-moved": "in a fault window, the stream's owner (leader) as the cluster names it moved to another node",
+    "unsynced-dropped": "a power cut dropped writes the servers had not fsynced",
+    "duplicates": "the read found some message more than once",
+    "unknown-outcomes": "some message's send had no answer (its outcome unknown)",
+}
 EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
-               + GROUP_TYPES + (OWNER,))
+               + GROUP_TYPES + (OWNER,) + EVIDENCE_TYPES)
 OBSERVER = "observer"
 COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
 ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no position order)

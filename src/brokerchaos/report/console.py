@@ -91,6 +91,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         rows.append(("Live consumers (observing)", f"{v['live_consumers']}: {v['live_recv_rows']:,} deliveries, "
                      f"{v['live_duplicates']:,} duplicates ({v['live_redeliveries']:,} redelivered), "
                      f"{v.get('live_read_status')}"))
+    rows += _evidence_rows(v)
     if v.get("downtime_s") is not None:
         rows.append(("Downtime (fault to cluster whole)", f"{v['downtime_s']:.1f} s"))
     if v.get("rx_downtime_s") is not None:
@@ -101,8 +102,26 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
         lines.append(f"Read INCOMPLETE: {v['read_status']}  (missing messages are unproven, not lost)")
     if meta.get("write_stopped_early"):
         lines.append(f"Write phase stopped early: {meta['write_stopped_early']}")
-    lines.append(f"Result: {v['result'].upper()}")
+    why = v.get("result_why") if v["result"] != "pass" else None
+    lines.append(f"Result: {v['result'].upper()}" + (f"  ({'; '.join(why)})" if why else ""))
     return "\n".join(lines)
+
+
+def _evidence_rows(v: dict) -> list[tuple[str, str]]:
+    """What the harness saw the faults do, whether the cluster was whole before the read, and
+    the mechanisms the scenario requires (history format 1.9)."""
+    rows = []
+    effects = v.get("effects") or []
+    if effects:
+        seen = [e for e in effects if e["state"] == "observed"]
+        rows.append(("Fault effect", effects[0]["detail"] if len(effects) == 1 else
+                     f"observed in {len(seen)} of {len(effects)} windows"
+                     + "".join(f"; window {e['window']}: {e['detail']}" for e in effects if e["state"] != "observed")))
+    if v.get("whole_detail"):
+        rows.append(("Cluster before the read", v["whole_detail"]))
+    for m in v.get("mechanisms") or []:
+        rows.append((f"Required: {m['name']}", ("occurred: " if m["occurred"] else "DID NOT OCCUR: ") + m["evidence"]))
+    return rows
 
 
 def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..analysis.policy import CHECKS, NA, UNDECIDED, Check, read_decides
+from ..analysis.policy import CHECKS, NA, PASS, UNDECIDED, Check, evidence_short, read_decides
 
 EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
 
@@ -29,7 +29,10 @@ def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
     def check(v, _arg) -> Outcome:
         status = c.judge(v)
         if status == NA:
-            return UNDECIDED, "no consumer group in this run"
+            return UNDECIDED, c.outside
+        short = evidence_short(v) if c.kind != "evidence" else None
+        if status == PASS and short:  # a pass is only as good as the evidence that the run tested it
+            return UNDECIDED, f"{c.why(v)}, but the run did not test what it names: {short}"
         if status == UNDECIDED and c.kind.startswith("group-") and read_decides(v):
             return status, "a consumer group's read did not finish (" + "; ".join(
                 f"{g}: {x.get('read_status') or 'no read_end'}" for g, x in (v.get("consumer_groups") or {}).items()
@@ -43,6 +46,9 @@ def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
 def _max_outage(v, limit_s: float) -> Outcome:
     if not v.get("timing", True):
         return "undecided", "outages not computed (--no-timing)"
+    short = evidence_short(v)
+    if short:
+        return "undecided", f"the run did not test what it names: {short}"
     gaps = v.get("fault_ack_gaps_ms") or []
     if not gaps:
         return "pass", "no fault window"

@@ -26,6 +26,7 @@ EXTRA_COLUMNS = [
     "read_complete", "max_ack_gap_ms", "max_recv_gap_ms", "fault_outages_ms", "fault_nodes", "ack_p50_ms",
     "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
     "fault_recv_gaps_ms", "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries",
+    "result_why",
 ]
 # every figure a check of the policy reads is a column (the seed's, or one of ours)
 EXTRA_COLUMNS += [c.key for c in policy.CHECKS
@@ -71,6 +72,7 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     for p in ("p50", "p99", "max"):
         row[f"e2e_{p}_ms"] = e2e.get(p)
     row["fault_recv_gaps_ms"] = " ".join("none" if g is None else f"{g:.1f}" for g in v.get("fault_recv_gaps_ms") or [])
+    row["result_why"] = "; ".join(v.get("result_why") or [])
     return row
 
 

@@ -28,6 +28,7 @@ from .endcheck import end_check
 from .observe import Observer, progress_line
 from .record import RunRecord
 from .topics import bounded_gather
+from .whole import WHOLE_S, mechanisms, whole_before_read
 
 
 @dataclass
@@ -152,7 +153,7 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         await c.quiet()
         switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
         await write(c, rec, readers, nemeses, gate, producers)
-        await heal_before_read(c, rec, nemeses)
+        await heal_before_read(c, rec, nemeses, readers, nem_rec)
         await read(c, rec, readers)
     finally:
         switches.close()
@@ -293,18 +294,19 @@ async def _progress(c: RunContext, producers: list[ProducerLoop]) -> None:
         c.observer.progress("messages", sum(p.acct.sent for p in producers), total)
 
 
-async def heal_before_read(c: RunContext, rec: RunRecord, nemeses: list[Nemesis]) -> None:
-    """The faults healed at `before-read`; the stream ready again (bounded), and who leads it."""
+async def heal_before_read(c: RunContext, rec: RunRecord, nemeses: list[Nemesis], readers: Readers,
+                           nem_rec: Recorder) -> None:
+    """The faults healed at `before-read`; the cluster whole again (bounded: every node the
+    faults did not mean to leave down serving, the stream ready; a `whole` row), and who
+    leads it."""
     for n in reversed(nemeses):
         if n.spec.heal == "before-read":
             await n.heal_active("before read")
-    if any(w.get("heal_error") for n in nemeses for w in n.windows):
-        # a node the heal did not bring back: the stream cannot be whole, no use waiting
-        rec.stream_ready_before_read = "not waited for: a heal failed"
-    elif any(n.windows for n in nemeses):
-        rec.stream_ready_before_read = await c.dep.roles.wait_stream_ready(timeout=30)
-        for n in nemeses:
-            await n.settle(5)
+    # a node a heal could not bring back will not come back by waiting long
+    failed = any(w.get("heal_error") for n in nemeses for w in n.windows)
+    await whole_before_read(c.dep, nemeses, readers.group, rec, nem_rec, c.line, bound=10.0 if failed else WHOLE_S)
+    for n in nemeses:
+        await n.settle(5)
     if any(n.windows and n.spec.target == "leader" for n in nemeses):
         try:
             rec.leader_before_read = await c.dep.roles.leader()
@@ -369,6 +371,8 @@ async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis
             await n.heal_active("end of run")
         for n in nemeses:
             await n.settle(0)
+            await n.finish_effects()
+        mechanisms(c.scenario.requires, nemeses, nem_rec)
         await end_check(c.dep, rec, nem_rec, c.line)  # before check_health drops the stream
         await check_health(c, rec)
     finally:

@@ -40,6 +40,8 @@ class RunRecord:
     late_sends: Optional[int] = None
     # after the write: heals, the stream ready again, the read
     stream_ready_before_read: Any = None
+    # the cluster whole again before the read (whole.py): whether, what was seen, how long it took
+    whole: Optional[dict] = None
     leader_before_read: Optional[str] = None
     live_read_status: Optional[str] = None
     group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid

@@ -149,6 +149,9 @@ class Cluster(abc.ABC):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.node_names = ctx.node_names
+        # what a node's last start had to wait for, by node (a Kafka 3.9 broker restarted
+        # within its old ZooKeeper session): the fault that started it says so (run.json)
+        self.start_notes: dict[str, str] = {}
 
     @property
     def host_names(self) -> list[str]:
@@ -238,6 +241,11 @@ class Cluster(abc.ABC):
 
     def run_hook(self, node: str, hook: str) -> None:
         raise LookupError(f"no hook {hook!r}: hooks come from an external cluster file")
+
+    def pid_of(self, node: str) -> Optional[int]:
+        """The pid of the node's process where the harness holds it (a local cluster's, while
+        it runs); None elsewhere (an external cluster's nodes are seen at their addresses)."""
+        return None
 
     def versions(self) -> dict[str, str]:
         """Server versions as the servers report them (kept in run.json); {} if unknown."""

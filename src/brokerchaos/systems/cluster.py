@@ -258,6 +258,10 @@ class LocalCluster(Cluster):
         p = self.procs.get(node)
         return p is not None and p.alive()
 
+    def pid_of(self, node: str) -> Optional[int]:
+        p = self.procs.get(node)
+        return p.pid if p is not None and p.alive() else None
+
     def stop(self) -> None:
         """The whole cluster gone, its data deleted: nothing a graceful shutdown would save is
         kept, so no grace (a JVM broker never exited within the 2 s it had: every Kafka,

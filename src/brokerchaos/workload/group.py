@@ -209,6 +209,11 @@ class ConsumerGroup:
     def owns(self, name: str) -> bool:
         return name in self.slots
 
+    def pid_of(self, name: str) -> Optional[int]:
+        """The pid of the slot's running process (None: none runs)."""
+        inc = self.slots[name].now
+        return inc.proc.pid if inc is not None and inc.proc.is_alive() else None
+
     def pids(self) -> dict[str, int]:
         """Every incarnation's pid, by its client name."""
         return {inc.client: inc.proc.pid for s in self.slots.values() for inc in s.runs}

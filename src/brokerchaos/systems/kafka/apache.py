@@ -212,9 +212,40 @@ class ZooKeeperKafka(ApacheKafka):
             return
         o = self.options
         zip_, zport = self.address(ZK, "zk")
+        if node in self.procs:  # a restart: never within the killed process's ZooKeeper session
+            self.wait_registration_gone(node)
         self.launch_broker(node, {"zookeeper.connect": f"{zip_}:{zport}",
                                   "zookeeper.session.timeout.ms": o.zk_session_timeout_ms,
                                   "zookeeper.connection.timeout.ms": max(o.zk_session_timeout_ms, 10_000)})
+
+    def wait_registration_gone(self, node: str) -> None:
+        """Until the broker's registration (`/brokers/ids/<id>`, an ephemeral node of its
+        previous process's session) is gone: a broker started while it is there exits at once
+        ("NodeExists"), and a kill shorter than the session (6 s here) would leave it down for
+        the rest of the run. Bounded by the session and a margin; a ZooKeeper that cannot be
+        asked is not waited for (the start then says what it finds)."""
+        from kazoo.client import KazooClient
+
+        if not self.alive(ZK):
+            return
+        t0 = time.monotonic()
+        bound = self.options.zk_session_timeout_ms / 1000 + 10
+        zk = KazooClient(hosts="{}:{}".format(*self.address(ZK, "zk")), timeout=3.0, logger=quiet_logger("kazoo"))
+        try:
+            zk.start(timeout=3.0)
+            path = f"/brokers/ids/{broker_id(node)}"
+            while zk.exists(path) and time.monotonic() - t0 < bound:
+                time.sleep(0.1)
+            waited = time.monotonic() - t0
+            if zk.exists(path):
+                self.start_notes[node] = f"its ZooKeeper registration still there after {waited:.1f} s"
+            elif waited >= 0.2:
+                self.start_notes[node] = f"waited {waited:.1f} s for its previous session's registration to expire"
+        except Exception as e:  # ZooKeeper itself down (another fault): the start says what follows
+            self.start_notes[node] = f"ZooKeeper not asked ({type(e).__name__})"
+        finally:
+            zk.stop()
+            zk.close()
 
     async def ready(self, timeout: float) -> None:
         async def zk():

@@ -1,0 +1,134 @@
+"""A nemesis's view of the roles: the target and the cluster's description kept current while
+it waits for its trigger, so that a lookup slowed by the load (a stream-info request behind
+thousands of acks) does not delay the fault; and at the trigger, the target from the cluster
+when it answers at once, else from that view, confirmed afterwards."""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Optional
+
+from .base import FaultContext
+from .targets import parse, resolve
+
+# Roles a target is resolved from with no random choice: the background view may answer for
+# them (a seeded choice, `follower` or `random`, is drawn once, when the fault fires)
+VIEWED = frozenset({"leader", "coordinator", "followers"})
+VIEW_EVERY = 0.5  # seconds between two looks of the background view
+VIEW_MAX_AGE_NS = 2_000_000_000  # an older view is not used: the fault waits for its lookup
+FRESH_WAIT = 0.03  # how long a fault waits for its own lookup before it takes the view
+# how long after the trigger a fault waits for the description asked then, before it takes
+# the background look's: a description only says what the cluster was (Kafka's, on
+# ZooKeeper under load, never answers this fast: it cost every Kafka window 30 ms)
+ROLES_WAIT_NS = 10_000_000
+
+
+class RoleView:
+    def __init__(self, deployment, target: str, groups: bool, ctx: Callable[[], FaultContext],
+                 label: str, line: Callable[[str], None]) -> None:
+        self.deployment, self.target, self.groups = deployment, target, groups
+        self.ctx, self.label, self.line = ctx, label, line
+        # (target, when asked, the cluster's description then)
+        self._view: Optional[tuple] = None
+        # (when asked, the description): the same look for every target, so that the
+        # window's `roles_before` does not hold the fault back either
+        self._seen: Optional[tuple] = None
+        self._viewer: Optional[asyncio.Future] = None
+        self.watchers: list[asyncio.Task] = []
+
+    def viewable(self) -> bool:
+        try:
+            terms = [t for part in parse(self.target, self.groups) for t in part]
+        except ValueError:
+            return False
+        names = set(self.deployment.cluster.host_names)
+        return (any(n in VIEWED for n, _ in terms)
+                and all(c is None and (n in VIEWED or n in names) for n, c in terms))
+
+    def start(self) -> None:
+        self._viewer = asyncio.ensure_future(self._keep())
+
+    async def stop(self) -> None:
+        viewer, self._viewer = self._viewer, None
+        if viewer is not None:
+            viewer.cancel()
+            await asyncio.gather(viewer, return_exceptions=True)
+
+    async def _keep(self) -> None:
+        ctx = self.ctx()
+        viewable = self.viewable()
+        # the flag as well as the cancel: Python 3.11's wait_for (in roles()) can swallow a
+        # cancel that lands as its inner call completes, and the loop would go on for ever
+        while self._viewer is not None:
+            t = time.monotonic_ns()
+            target = None
+            if viewable:
+                try:
+                    async with asyncio.timeout(5):
+                        target = await resolve(self.target, ctx, groups=self.groups)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the next look may answer; a view too old is not used
+                    pass
+            roles = await self.roles()
+            if target is not None:
+                self._view = (target, t, roles)
+            if roles and "error" not in roles:
+                self._seen = (t, roles)
+            await asyncio.sleep(VIEW_EVERY)
+
+    async def roles(self) -> dict:
+        """The stream as the cluster describes it (the seed's topic details), bounded: a
+        cluster in the middle of a fault may not answer, and that is what gets kept."""
+        try:
+            return await asyncio.wait_for(self.deployment.roles.describe(), 5.0)
+        except Exception as e:
+            return {"error": f"{type(e).__name__}: {e}"[:200]}
+
+    async def target_of(self, ctx: FaultContext, w: dict, t_start: int) -> tuple:
+        """The target, from the cluster when it answers within FRESH_WAIT, else from the
+        background view (at most VIEW_MAX_AGE_NS old); the lookup then goes on, and what it
+        answers confirms the view or says it was stale (`target_confirmed` in run.json)."""
+        fresh = asyncio.ensure_future(resolve(self.target, ctx, groups=self.groups))
+        view = self._view
+        if view is None or time.monotonic_ns() - view[1] > VIEW_MAX_AGE_NS:
+            return await fresh, None
+        done, _ = await asyncio.wait({fresh}, timeout=FRESH_WAIT)
+        if done:
+            return fresh.result(), None
+        w["target_by"] = "view"
+        w["view_age_ms"] = round((t_start - view[1]) / 1e6, 3)
+        self.watchers.append(asyncio.ensure_future(self._confirm(fresh, view[0], w)))
+        return view[0], view
+
+    async def _confirm(self, fresh: asyncio.Future, viewed, w: dict) -> None:
+        try:
+            got = await asyncio.wait_for(fresh, 10)
+        except asyncio.CancelledError:
+            fresh.cancel()
+            raise
+        except Exception as e:  # asked before the fault; a node it hit may never answer
+            w["target_confirmed"] = None
+            w["confirm_error"] = f"{type(e).__name__}: {e}"[:200]
+            return
+        w["target_confirmed"] = got.nodes == viewed.nodes and got.groups == viewed.groups
+        if not w["target_confirmed"]:
+            w["target_when_asked"] = got.nodes
+            self.line(f"Fault: {self.label}: the background view named {viewed.label()}, the cluster "
+                      f"answered {got.label()} (asked at the trigger)")
+
+    async def roles_before(self, w: dict, described: asyncio.Future, t_start: int) -> None:
+        """The description asked at the trigger, if it answers within ROLES_WAIT_NS of it;
+        else the background look (at most VIEW_MAX_AGE_NS old, its age in
+        `roles_before_age_ms`); with neither, the fault waits for its answer."""
+        seen = self._seen
+        if seen is not None and time.monotonic_ns() - seen[0] <= VIEW_MAX_AGE_NS:
+            left = (t_start + ROLES_WAIT_NS - time.monotonic_ns()) / 1e9
+            done = described.done() or (await asyncio.wait({described}, timeout=max(0.0, left)))[0]
+            if not done:
+                w["roles_before"] = seen[1]
+                w["roles_before_age_ms"] = round((time.monotonic_ns() - seen[0]) / 1e6, 3)
+                return
+        got = await described
+        if got:
+            w["roles_before"] = got

@@ -518,9 +518,12 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
     rows = _rows(result.dir / "run-001" / "history")
     nem = [(r["type"], r["detail"].split(" (")[0].split(":")[0]) for r in sorted(rows, key=lambda r: r["t_ns"])
            if r["client"] == "nemesis"]
-    assert [x for x in nem if x[0] != "ready"] == [
+    assert [x for x in nem if x[0] not in ("ready", "effect", "whole")] == [
         ("fault", "delay all"), ("fault", "isolate-from leader"), ("heal", "isolate-from leader"),
         ("heal", "delay all")], nem
+    # each window's effect seen: the probe's round trip delayed, the cut dropping the cluster's packets
+    effects = [r["detail"] for r in rows if r["type"] == "effect"]
+    assert len(effects) == 2 and all(d.startswith("observed: ") for d in effects), effects
     # after each heal, once the cluster is whole again, a ready row for that fault
     for action in ("isolate-from leader", "delay all"):
         assert nem.index(("ready", action)) > nem.index(("heal", action)), nem
@@ -557,8 +560,8 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
     assert result.metas["run-001"]["write_s"] > 4.5, "the write phase outlasted the schedule"
     rows = _rows(result.dir / "run-001" / "history")
     kinds = [r["type"] for r in sorted(rows, key=lambda r: r["t_ns"]) if r["client"] == "nemesis"]
-    assert [k for k in kinds if k != "ready"] == ["fault", "heal"] * 3
-    assert "ready" in kinds
+    assert [k for k in kinds if k not in ("ready", "effect", "whole")] == ["fault", "heal"] * 3
+    assert "ready" in kinds and kinds.count("effect") == 3
     starts = [w["t_ms"] for w in f["windows"]]
     assert all(1000 < b - a < 2000 for a, b in zip(starts, starts[1:])), starts
     assert len(v["fault_outages_ms"]) == 3

@@ -51,7 +51,7 @@ def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
         assert w["effect"]["verbs"] == [f"$JS.API.STREAM.LEADER.STEPDOWN.bc-{v['run']}"]
         rows = _rows(result.dir / v["run"])
         kinds = [r["type"] for r in rows if r["window"] == w["id"] and r["type"] != "owner"]
-        assert sorted(kinds) == ["fault", "heal", "ready"]
+        assert sorted(kinds) == ["effect", "fault", "heal", "ready"]
         # the roles' watch saw the leader change and the new one serve (faults/owners.py)
         owner = sorted((r["t_ns"], r["detail"], r["node"]) for r in rows if r["type"] == "owner")
         assert [d.split(":")[0].split(";")[0] for _, d, _ in owner] == ["changed", "serving"], owner

@@ -79,6 +79,8 @@ def _primary_port() -> int:
         return int(r.sentinel_get_master_addr_by_name("mymaster")[1])
 
 
+@pytest.mark.effects(("failed", "not whole"), "its third session's heal fails on purpose (a start hook that brings "
+                                              "nothing back)")
 def test_external_redis_with_sentinels_by_hand(tmp_path, spark, monkeypatch, capsys):
     """docs/external/redis-by-hand as the docs run it, with an `alive` hook that lies
     (always 0): the heal must still start the killed primary (its port is closed). A second
@@ -158,5 +160,9 @@ def test_external_redis_with_sentinels_by_hand(tmp_path, spark, monkeypatch, cap
         assert f"Run refused: {why}" in out and f"brokerchaos: run stopped: {why}" in err, (out, err)
         summary = json.loads((sess / "summary.json").read_text())["summary"]
         assert summary["runs"] == 1 and summary["refused"].startswith("run-002 not started"), summary
+        # and the run whose heal failed is no pass: its fault was never undone, its cluster not whole
+        (v,) = json.loads((sess / "summary.json").read_text())["runs"]
+        assert v["result"] == "unknown" and v["faults_not_in_effect"] == 1 and v["not_whole"] >= 1, v
+        assert "n3: nothing answers" in v["whole_detail"], v["whole_detail"]
     finally:
         stop_by_hand(d, "redis")

@@ -373,6 +373,8 @@ async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis
             await n.settle(0)
             await n.finish_effects()
         mechanisms(c.scenario.requires, nemeses, nem_rec)
+        if c.dep.cluster.restarts:  # the supervisor's, during this run (a reused cluster's are the next run's)
+            rec.restarts, c.dep.cluster.restarts = list(c.dep.cluster.restarts), []
         await end_check(c.dep, rec, nem_rec, c.line)  # before check_health drops the stream
         await check_health(c, rec)
     finally:

@@ -42,6 +42,8 @@ class RunRecord:
     stream_ready_before_read: Any = None
     # the cluster whole again before the read (whole.py): whether, what was seen, how long it took
     whole: Optional[dict] = None
+    # nodes that exited on their own and the cluster's supervisor started again (LocalCluster.supervised)
+    restarts: Optional[list] = None
     leader_before_read: Optional[str] = None
     live_read_status: Optional[str] = None
     group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid

@@ -43,6 +43,9 @@ async def whole_before_read(dep, nemeses: list, group, rec: RunRecord, nem_rec: 
                  (f"; held down on purpose: {', '.join(held)}" if held else "")
     else:
         detail = f"not whole after {waited:.0f} s: " + "; ".join(short)
+    if dep.cluster.restarts:
+        detail += "; started again by the supervisor after exiting on their own: " + ", ".join(
+            f"{r['node']} (exit {r['exit_code']})" for r in dep.cluster.restarts)
     nem_rec.record(WHOLE, value=len(short), detail=detail[:2000])
     nem_rec.flush()
     rec.whole = {"whole": not short, "detail": detail, "waited_s": round(waited, 3)}

@@ -152,6 +152,9 @@ class Cluster(abc.ABC):
         # what a node's last start had to wait for, by node (a Kafka 3.9 broker restarted
         # within its old ZooKeeper session): the fault that started it says so (run.json)
         self.start_notes: dict[str, str] = {}
+        # nodes that exited on their own and were started again by the cluster's supervisor
+        # (LocalCluster.supervised), for run.json: node, exit code, when
+        self.restarts: list[dict] = []
 
     @property
     def host_names(self) -> list[str]:

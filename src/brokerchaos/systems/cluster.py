@@ -12,6 +12,7 @@ import abc
 import asyncio
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar, Optional
@@ -53,7 +54,19 @@ class LocalCluster(Cluster):
         self.disks: dict[str, LazyDisk] = {}
         # the processes' wall clocks follow a file per host, only where a fault will move one
         self.clocked = CLOCK in self.extra_offers and CLOCK in ctx.needs
+        # nodes the harness took down on purpose (a fault): the supervisor leaves them down
+        self.on_purpose: set[str] = set()
+        self._lock = threading.RLock()
+        self._supervisor: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
 
+    @property
+    def supervised(self) -> tuple[str, ...]:
+        """Nodes whose process is started again when it exits on its own, as a service
+        manager or a container's restart policy would (Pulsar's brokers with
+        options.session_expired shutdown); none by default: a node that exits stays down,
+        and the run's whole check says so."""
+        return ()
     @property
     def options(self):
         return self.ctx.options
@@ -91,9 +104,47 @@ class LocalCluster(Cluster):
         return tuple(self.node_names)
 
     def start_node(self, node: str) -> None:
-        if self.lazy and node in self.lazy_hosts:
-            self._disk(node).mount()
-        self.launch(node)
+        with self._lock:
+            if self.lazy and node in self.lazy_hosts:
+                self._disk(node).mount()
+            self.launch(node)
+            self.on_purpose.discard(node)
+        if node in self.supervised and self._supervisor is None:
+            self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+            self._supervisor.start()
+
+    SUPERVISE_EVERY_S = 0.5
+    RESTART_DELAY_S = (1.0, 2.0, 4.0, 8.0)  # after each exit in a row; reset once a process ran 30 s
+
+    def _supervise(self) -> None:
+        """Start again every supervised node whose process exited on its own (not taken down
+        by the harness), after a delay growing with each exit in a row; each restart is kept
+        in `restarts` (run.json)."""
+        due: dict[str, float] = {}
+        streak: dict[str, int] = {}
+        while not self._stopping.wait(self.SUPERVISE_EVERY_S):
+            for n in self.supervised:
+                with self._lock:
+                    p = self.procs.get(n)
+                    if p is None or n in self.on_purpose or p.alive():
+                        if p is not None and time.monotonic() - p.started > 30:
+                            streak.pop(n, None)
+                        due.pop(n, None)
+                        continue
+                    if n not in due:
+                        k = streak.get(n, 0)
+                        due[n] = time.monotonic() + self.RESTART_DELAY_S[min(k, len(self.RESTART_DELAY_S) - 1)]
+                        streak[n] = k + 1
+                        continue
+                    if time.monotonic() < due[n]:
+                        continue
+                    del due[n]
+                    entry = {"node": n, "exit_code": p.popen.returncode, "at": round(time.time(), 3)}
+                    try:
+                        self.start_node(n)
+                    except Exception as e:  # tried again at the next look
+                        entry["error"] = f"{type(e).__name__}: {e}"[:200]
+                    self.restarts.append(entry)
 
     def settle(self) -> None:
         for disk in self.disks.values():
@@ -116,6 +167,7 @@ class LocalCluster(Cluster):
         """SIGKILL every node at once, then drop what each had not fsynced (per node: the
         files the layer put back, and how; a host that keeps no data, a Pulsar broker, is
         only killed)."""
+        self.on_purpose.update(nodes)
         for n in nodes:  # the same instant for all, before any is waited for
             process.send_signal(self.procs[n], signal.SIGKILL)
         for n in nodes:
@@ -195,6 +247,7 @@ class LocalCluster(Cluster):
     DYING_S = 60.0
 
     def kill(self, node: str, timeout: float = 10.0) -> None:
+        self.on_purpose.add(node)
         proc = self.procs[node]
         process.send_signal(proc, signal.SIGKILL)
         why = None if process.wait_exit(proc, timeout) else process.outlast(proc, timeout, self.DYING_S)
@@ -205,6 +258,7 @@ class LocalCluster(Cluster):
         # every signal first: a JVM takes 50-100 ms to be torn down after SIGKILL (its heap
         # unmapped, then its sockets closed), which one after the other would put between the
         # nodes of a `majority` kill. None of them runs an instruction after its signal.
+        self.on_purpose.update(nodes)
         procs = [self.procs[n] for n in nodes]
         for proc in procs:
             process.send_signal(proc, signal.SIGKILL)
@@ -225,6 +279,7 @@ class LocalCluster(Cluster):
     def signal_exit(self, node: str, sig: int, timeout: float) -> bool:
         """Send `sig` and wait for the node to exit on its own; SIGKILL after `timeout`.
         Whether it exited on its own."""
+        self.on_purpose.add(node)
         proc = self.procs[node]
         process.send_signal(proc, sig)
         if process.wait_exit(proc, timeout):
@@ -266,6 +321,9 @@ class LocalCluster(Cluster):
         """The whole cluster gone, its data deleted: nothing a graceful shutdown would save is
         kept, so no grace (a JVM broker never exited within the 2 s it had: every Kafka,
         Pulsar and RabbitMQ session waited them out, ~1 min of `make test`)."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(5.0)
         procs = list(self.procs.values()) + self.helpers
         process.terminate_all(procs, grace=0.0)
         for p in procs:

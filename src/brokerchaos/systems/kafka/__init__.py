@@ -42,6 +42,10 @@ class KafkaOptions(BaseModel):
         description="log.flush.interval.messages (apache): a broker fsyncs a partition's log after this many "
                     "messages (1: before it acks each batch, leader and followers alike); default Kafka's: never, "
                     "the OS writes the page cache back when it decides (what a power-off drops)")
+    auto_leader_rebalance: bool = Field(
+        True, description="auto.leader.rebalance.enable (apache): the controller moves each partition's leadership "
+                          "back to its preferred replica by itself (Kafka's default; also 5 s after a new controller "
+                          "takes over); false: only an election does it, as operators set it who run one")
     retention_check_ms: Optional[int] = Field(
         None, ge=100, le=86_400_000,
         description="log.retention.check.interval.ms (apache): how often a broker deletes segments past "
@@ -118,6 +122,8 @@ class Kafka(System):
                                 "(message.timeout.ms is derived from it)")
         if c.replicas > c.nodes:
             raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")
+        if o.broker == "tansu" and not o.auto_leader_rebalance:
+            raise ScenarioError("scenario field 'options.auto_leader_rebalance': an Apache Kafka broker setting")
         for key in ("flush_messages", "retention_check_ms"):
             if o.broker == "tansu" and getattr(o, key) is not None:
                 raise ScenarioError(f"scenario field 'options.{key}': an Apache Kafka broker setting; tansu keeps "

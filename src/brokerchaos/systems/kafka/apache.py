@@ -137,6 +137,7 @@ class ApacheKafka(LocalCluster):
             **({"log.flush.interval.messages": o.flush_messages} if o.flush_messages else {}),
             **({"log.retention.check.interval.ms": o.retention_check_ms} if o.retention_check_ms else {}),
             "replica.lag.time.max.ms": o.replica_lag_time_max_ms,
+            "auto.leader.rebalance.enable": str(o.auto_leader_rebalance).lower(),
             "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
             "group.initial.rebalance.delay.ms": 0,

@@ -40,6 +40,12 @@ class PulsarOptions(BaseModel):
         True, description="ZooKeeper's forceSync: fsync its transaction log before a write is answered (apache)")
     zk_session_timeout_ms: int = Field(30_000, ge=1_000, le=300_000,
                                        description="brokers' and bookies' ZooKeeper session timeout (apache)")
+    session_expired: Literal["reconnect", "shutdown"] = Field(
+        "reconnect", description="what a broker does when its ZooKeeper session expires "
+                                 "(zookeeperSessionExpiredPolicy; apache): reconnect, Pulsar's default since 2.10 "
+                                 "(PIP-118: it keeps serving its topics), or shutdown, the seeds' era: it exits, its "
+                                 "topics move to another broker, and the harness starts it again as the post's "
+                                 "container restart policy did")
     autorecovery: bool = Field(
         False, description="bookies run BookKeeper's AutoRecovery (auditor and replication worker) and their HTTP "
                            "admin API; every run ends with the check that no ledger is under-replicated (apache)")
@@ -106,6 +112,9 @@ class Pulsar(System):
         if o.autorecovery and (o.broker == "lite" or scenario.external is not None):
             raise ScenarioError("scenario field 'options.autorecovery': the harness runs AutoRecovery on the bookies "
                                 "it starts (options.broker apache, no --external)")
+        if o.broker == "lite" and o.session_expired != "reconnect":
+            raise ScenarioError("scenario field 'options.session_expired': pulsar-lite keeps no ZooKeeper session; "
+                                "it is for options.broker apache")
         if o.broker == "lite" and not (o.journal_sync and o.zk_force_sync):
             raise ScenarioError("scenario field 'options.journal_sync': pulsar-lite has no bookies or ZooKeeper; "
                                 "journal_sync and zk_force_sync are for options.broker apache")

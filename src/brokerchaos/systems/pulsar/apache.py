@@ -20,7 +20,7 @@ from typing import Optional
 
 from .. import jvm
 from ..base import POWER, WIPE, NodeExited, SystemError_
-from ..runtime import http_get, http_request, port_open, wait_until
+from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
 from .client import PulsarRoles
 
@@ -72,6 +72,12 @@ class ApachePulsar(LocalCluster):
     def lazy_hosts(self) -> tuple[str, ...]:
         return (ZK, *self.bookies)
 
+    @property
+    def supervised(self) -> tuple[str, ...]:
+        """With options.session_expired shutdown, a broker exits when its ZooKeeper session
+        expires; it is started again (the seed's brokers ran under a restart policy)."""
+        return tuple(self.node_names) if self.options.session_expired == "shutdown" else ()
+
     # -- configuration -------------------------------------------------------------------
     def zk_url(self) -> str:
         return "{}:{}".format(*self.address(ZK, "zk"))
@@ -115,6 +121,7 @@ class ApachePulsar(LocalCluster):
             "clusterName": CLUSTER, "bindAddress": ip, "advertisedAddress": ip,
             "brokerServicePort": port, "webServicePort": admin,
             "metadataStoreSessionTimeoutMillis": o.zk_session_timeout_ms,
+            "zookeeperSessionExpiredPolicy": o.session_expired,
             "managedLedgerDefaultEnsembleSize": o.ensemble_size,
             "managedLedgerDefaultWriteQuorum": o.write_quorum,
             "managedLedgerDefaultAckQuorum": o.ack_quorum,
@@ -348,9 +355,34 @@ class ApachePulsarRoles(PulsarRoles):
         for b in getattr(c, "bookies", ()):
             if not await port_open(c.address(b, "bookie")):
                 return False, f"bookie {b} not listening"
+        if ZK in c.service_hosts and getattr(c, "bookies", ()):
+            # a bookie restarted within its old ZooKeeper session listens, but waits for its
+            # old registration to expire before it registers (30 s by default): until then no
+            # ledger can use it, and a topic with fewer writable bookies than E takes no write
+            missing = await self.unregistered()
+            if missing:
+                return False, f"bookies not registered as writable: {', '.join(missing)}"
         for n in c.node_names:
             await http_get(*c.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
         return True, "ZooKeeper, every bookie and every broker up"
+
+    async def unregistered(self) -> list[str]:
+        """The bookies not registered as writable (`/ledgers/available/<address>`, read-only
+        ones apart), as ZooKeeper lists them."""
+        def read() -> list[str]:
+            from kazoo.client import KazooClient
+
+            zk = KazooClient(hosts="{}:{}".format(*self.cluster.address(ZK, "zk")), timeout=3.0,
+                             logger=quiet_logger("kazoo"))
+            zk.start(timeout=3.0)
+            try:
+                listed = set(zk.get_children("/ledgers/available"))
+            finally:
+                zk.stop()
+                zk.close()
+            return [b for b in self.cluster.bookies if "{}:{}".format(*self.cluster.address(b, "bookie")) not in listed]
+
+        return await asyncio.to_thread(read)
 
     async def stepdown(self, node: str, role: str) -> str:
         """A topic unload (the availability seed's graceful operation): the owner closes the
@@ -384,9 +416,11 @@ class ApachePulsarRoles(PulsarRoles):
         return await self.client.bundle_owner()
 
     async def stream_ready(self) -> bool:
-        """The topic has an owner and its current ledger is open for writes."""
+        """The topic has an owner and its current ledger is open for writes, or, idle, it has
+        closed its last one and will open a new one at the next write (ClosedLedger: after a
+        bookie's failure left it no ledger to write, with nobody writing since)."""
         await self.leader()
         ns = self.client.options.namespace
         stats = json.loads(await self.client.admin_get(
             f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/internalStats", 5.0))
-        return stats.get("state") == "LedgerOpened"
+        return stats.get("state") in ("LedgerOpened", "ClosedLedger")

@@ -7,6 +7,7 @@ from histories import H
 
 from brokerchaos.analysis.policy import BY_NAME, rates
 from brokerchaos.report import console, expect
+from brokerchaos.report.html import _evidence_html
 from brokerchaos.report.files import summarize, wilson
 
 
@@ -87,3 +88,7 @@ def test_a_required_mechanism_that_did_not_occur_leaves_the_run_unknown(spark_an
     (e,) = expect.parse("mechanism")
     assert e.check(v["no-dups"])[0] == "fail" and "duplicates (msgs_with_dups 0)" in e.check(v["no-dups"])[1]
     assert e.check(v["asks-nothing"]) == ("undecided", "the scenario requires no mechanism")
+    # the report's run section lists the same evidence, and why the run is not a pass
+    html = _evidence_html(v["stayed"])
+    assert "required owner-moved: DID NOT OCCUR" in html and "why unknown:" in html, html
+    assert "why" not in _evidence_html(v["moved-dups"]) and "occurred" in _evidence_html(v["moved-dups"])

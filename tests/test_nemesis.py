@@ -160,6 +160,9 @@ def test_ack_trigger_and_a_window_healed_at_the_end(tmp_path):
     # a pause on a cluster that holds no pid cannot be seen from outside: not known, said so
     (eff,) = [r for r in rows if r["type"] == "effect"]
     assert eff["value"] is None and eff["detail"].startswith("not known: pause leader: no pid held for n2"), eff
+    # a target that named a role says whether the role moved off it by the heal: here it stayed
+    w = nems[0].windows[0]
+    assert w["role_at_heal"] == ["n2"] and w["role_moved"] is False, w
     w = nems[0].windows[0]
     assert w["acks_at_effect"] == 5 and w["nodes"] == ["n2"] and w["healed_ms"] >= w["t_ms"]
     assert [verb for _, verb, _ in dep.cluster.log] == ["pause", "resume"]

@@ -367,6 +367,9 @@ class Nemesis:
         looks = self._looks.setdefault(w["id"], [])
         if "t_ms" in w:
             await self._describe(w, "roles_during")
+            if self.view.names_a_role():  # a target that named a role: did the role move? (asked
+                # now, answered beside the heal: a slow answer must not lengthen the window)
+                self.view.watchers.append(asyncio.ensure_future(self._role_now(fault, w)))
             if "error" not in w:
                 looks.append(await look(fault, HEALING))
         try:
@@ -386,6 +389,9 @@ class Nemesis:
             looks.append(await look(fault, HEALED))
         w["effect"] = fault.effect
         self._window_seen(w)
+
+    async def _role_now(self, fault: Fault, w: dict) -> None:
+        w.update(await self.view.role_now(fault.ctx, w["nodes"]))
 
     async def _ready_after(self, w: dict) -> None:
         """Record when the cluster is whole again after a heal (the seeds' end of downtime):

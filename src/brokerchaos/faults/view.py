@@ -45,6 +45,23 @@ class RoleView:
         return (any(n in VIEWED for n, _ in terms)
                 and all(c is None and (n in VIEWED or n in names) for n, c in terms))
 
+    def names_a_role(self) -> bool:
+        """The target is a role alone (leader, coordinator), not node names or a seeded pick."""
+        try:
+            terms = [t for part in parse(self.target, self.groups) for t in part]
+        except ValueError:
+            return False
+        return bool(terms) and all(n in ("leader", "coordinator") and c is None for n, c in terms)
+
+    async def role_now(self, ctx: FaultContext, hit: list[str]) -> dict:
+        """Who holds the target's role now (asked before the heal): whether it moved off the
+        nodes the window hit (run.json: `role_at_heal`, `role_moved`)."""
+        try:
+            got = await asyncio.wait_for(resolve(self.target, ctx, groups=self.groups), 5.0)
+        except Exception as e:  # none holds it (an election under way), or no answer
+            return {"role_at_heal": f"{type(e).__name__}: {e}"[:200], "role_moved": None}
+        return {"role_at_heal": got.nodes, "role_moved": sorted(got.nodes) != sorted(hit)}
+
     def start(self) -> None:
         self._viewer = asyncio.ensure_future(self._keep())
 

@@ -350,6 +350,19 @@ def _groups_html(v: dict, tl: RunTimeline) -> str:
     return "".join(out)
 
 
+def _evidence_html(v: dict) -> str:
+    """What the harness saw the faults do, the cluster before the read, the required
+    mechanisms, and why the run is not a pass (history format 1.9)."""
+    items = [f"fault window {e['window']}: {e['detail']}" for e in v.get("effects") or []]
+    if v.get("whole_detail"):
+        items.append(f"before the read: {v['whole_detail']}")
+    items += [f"required {m['name']}: {'occurred' if m['occurred'] else 'DID NOT OCCUR'} ({m['evidence']})"
+              for m in v.get("mechanisms") or []]
+    if v["result"] != "pass":
+        items += [f"why {v['result']}: {w}" for w in v.get("result_why") or []]
+    return "<ul class='evidence'>" + "".join(f"<li>{_e(x)}</li>" for x in items) + "</ul>" if items else ""
+
+
 def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
     figs = []
     t = timeline_figure(v, tl)
@@ -367,7 +380,7 @@ def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
              f"{v['acked_missing']:,}, duplicated {v['msgs_with_dups']:,}, out of order {v['jb']:,}; "
              f"outage per fault: {outs}; read {v.get('read_status') or 'not recorded'}")
     return (f"<section id='{_e(v['run'])}'><h2>{_e(v['run'])} <span class='badge {v['result']}'>"
-            f"{_e(v['result'].upper())}</span></h2><p>{_e(facts)}</p>{''.join(figs)}"
+            f"{_e(v['result'].upper())}</span></h2><p>{_e(facts)}</p>{_evidence_html(v)}{''.join(figs)}"
             f"{topics_table(v)}{_lost_table(v, tl)}{_jump_table(v, tl)}{_groups_html(v, tl)}</section>")
 
 

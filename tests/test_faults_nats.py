@@ -565,3 +565,33 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
     starts = [w["t_ms"] for w in f["windows"]]
     assert all(1000 < b - a < 2000 for a, b in zip(starts, starts[1:])), starts
     assert len(v["fault_outages_ms"]) == 3
+
+
+def test_a_supervised_node_that_exits_on_its_own_is_started_again_and_one_taken_down_is_not(cluster, monkeypatch):
+    """The supervisor (LocalCluster.supervised: Pulsar brokers with session_expired shutdown,
+    RabbitMQ nodes with restart_on_failure) starts again a node whose process exited on its
+    own, recorded in `restarts`; a node a fault took down stays down until its heal."""
+    import signal
+
+    c, cl = cluster, cluster.dep.cluster
+    monkeypatch.setattr(type(cl), "supervised", property(lambda self: ("n3",)))
+    cl.supervise()
+    old = cl.procs["n3"].pid
+    os.kill(old, signal.SIGKILL)  # a process of ours, by its PID: as a crash would end it
+    deadline = time.monotonic() + 20
+    while not (cl.restarts and cl.alive("n3")):
+        assert time.monotonic() < deadline, f"n3 not started again within 20 s: {cl.restarts}"
+        time.sleep(0.2)
+    (r,) = cl.restarts
+    assert r["node"] == "n3" and r["exit_code"] == -signal.SIGKILL and "error" not in r, r
+    assert cl.procs["n3"].pid != old
+    assert c.healthy()
+    cl.restarts.clear()
+    f = c.fault("stop", {"timeout": 20})
+    c.inject(f, "n3")
+    try:
+        time.sleep(cl.RESTART_DELAY_S[0] + 2 * cl.SUPERVISE_EVERY_S + 1)
+        assert not cl.alive("n3") and cl.restarts == [], cl.restarts
+    finally:
+        c.heal(f)
+    assert c.healthy()

@@ -64,7 +64,8 @@ class LocalCluster(Cluster):
     def supervised(self) -> tuple[str, ...]:
         """Nodes whose process is started again when it exits on its own, as a service
         manager or a container's restart policy would (Pulsar's brokers with
-        options.session_expired shutdown); none by default: a node that exits stays down,
+        options.session_expired shutdown, RabbitMQ's nodes with options.restart_on_failure);
+        none by default: a node that exits stays down,
         and the run's whole check says so."""
         return ()
     @property
@@ -109,7 +110,12 @@ class LocalCluster(Cluster):
                 self._disk(node).mount()
             self.launch(node)
             self.on_purpose.discard(node)
-        if node in self.supervised and self._supervisor is None:
+        if node in self.supervised:
+            self.supervise()
+
+    def supervise(self) -> None:
+        """Start the supervisor (once): it watches `supervised` from then on."""
+        if self._supervisor is None:
             self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
             self._supervisor.start()
 

@@ -29,6 +29,10 @@ class RabbitOptions(BaseModel):
     persistent: bool = Field(True, description="delivery_mode 2 (persistent) messages")
     mandatory: bool = Field(True, description="publish with mandatory: an unroutable message comes back (nack)")
     prefetch: int = Field(2000, ge=1, le=65_535, description="consumer prefetch for the read")
+    restart_on_failure: bool = Field(
+        True, description="a node whose process exits on its own (a boot that failed) is started again, as the "
+                          "Debian package's service does (Restart=on-failure); each restart is in run.json and "
+                          "the cluster's whole line. false: it stays down, and the run is not whole")
     message_ttl: Optional[int] = Field(
         None, ge=1, le=10 * 365 * 86_400,
         description="seconds a message may wait in the queue (x-message-ttl), judged by the queue's node's "

@@ -214,6 +214,30 @@ def test_every_fault_action_says_what_effect_it_checks_and_looks_for_it():
         assert cls.observe is not Fault.observe, f"{name}: no look of its own (Fault.observe)"
 
 
+def test_every_fault_action_declares_its_family_and_the_tables_are_read_from_the_plugins():
+    """A fault says where it shows (its README matrix column), what it needs of the machine and
+    whether it acts on consumers; docsite, doctor and validation read those declarations."""
+    from brokerchaos import doctor, docsite
+    from brokerchaos.faults.base import FAMILIES
+
+    for name, cls in FAULTS.items():
+        assert "family" in vars(cls), f"{name}: declares no family of its own (None: in no column)"
+        assert cls.family is None or cls.family in FAMILIES, (name, cls.family)
+    cols = dict(docsite.families())
+    assert set(cols) == set(FAMILIES) and all(cols.values()), cols
+    shown = {a for actions in cols.values() for a in actions}
+    assert shown == {n for n, c in FAULTS.items() if c.family} and {"none", "command"}.isdisjoint(shown)
+    assert "delay" in cols["network"] and "kill-wipe" in cols["disk lost"]
+    assert doctor.fault_needs("delay")[-1] == "nfqueue" and doctor.fault_needs("tcp-kill")[-1] == "ss-kill"
+    assert "nfqueue" not in doctor.fault_needs("loss")
+    acting = sorted(n for n, c in FAULTS.items() if c.acts_on_consumers)
+    assert acting == ["kill", "pause", "restart", "stop"], acting
+    doc = {"name": "x", "system": "kafka", "workload": {"messages": 10, "group": {"consumers": 2}},
+           "fault": {"action": "partition", "target": "consumer"}}
+    with pytest.raises(sc.ScenarioError, match="'fault.action': kill, pause, restart, stop act on a consumer"):
+        sc.build(doc)
+
+
 def test_a_window_s_effect_is_its_worst_look_with_every_look_s_evidence():
     from brokerchaos.faults import effect
 

@@ -124,6 +124,10 @@ def test_every_capability_a_fault_needs_is_a_machine_need_or_the_cluster_s(monke
     for action, cls in FAULTS.items():
         for cap in cls.needs_for(cls.Params.model_construct()):
             assert cap in doctor.CAPABILITY_NEEDS or cap in cluster_side, (action, cap)
-    for keys in [doctor.ANALYSIS, *(doctor.system_needs(s, o, v) for _, s, o, v in doctor.VARIANTS)]:
+    for keys in [doctor.ANALYSIS, *(doctor.system_needs(s, o, v) for _, s, o, v in doctor.variants())]:
         assert set(keys) <= set(doctor.NEEDS), keys
-    assert {s for _, s, _, _ in doctor.VARIANTS} == set(SYSTEMS.names())
+    assert {s for _, s, _, _ in doctor.variants()} == set(SYSTEMS.names())
+    labels = [label for label, *_ in doctor.variants()]
+    assert {"kafka 3.9", "kafka 4.1", "kafka on tansu", "mqtt on vernemq", "pulsar", "nats"} <= set(labels), labels
+    assert doctor.system_needs("kafka", {}, "4.1") == ("java", "kafka-4.1")
+    assert doctor.system_needs("mqtt", {"broker": "nats"}, None) == ("nats-server",)

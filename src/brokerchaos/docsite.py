@@ -16,15 +16,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 MATRIX_START, MATRIX_END = "<!-- matrix:start (python -m brokerchaos.docsite --readme) -->", "<!-- matrix:end -->"
-# fault families as a user asks for them: (column, actions)
-FAMILIES = (
-    ("crash", ("kill", "stop", "restart", "pause")),
-    ("network", ("partition", "isolate", "isolate-from", "bridge", "majorities-ring", "loss", "delay",
-                 "bandwidth", "tcp-kill", "tcp-reject")),
-    ("power-off", ("power-off",)), ("corrupt", ("corrupt",)), ("disk lost", ("kill-wipe",)),
-    ("clock", ("clock",)), ("membership", ("replicas", "reassign")),
-    ("graceful", ("stepdown", "lame-duck", "elect-leaders", "unload", "rolling-restart")),
-)
+def families() -> list[tuple[str, tuple[str, ...]]]:
+    """The matrix's columns: each family (faults/base.FAMILIES) and the actions that declare it."""
+    from brokerchaos.faults import FAULTS
+    from brokerchaos.faults.base import FAMILIES
+
+    return [(fam, tuple(name for name, cls in FAULTS.items() if cls.family == fam)) for fam in FAMILIES]
 
 
 def _offers() -> dict[str, frozenset[str]]:
@@ -38,11 +35,12 @@ def matrix() -> str:
     from brokerchaos.faults import FAULTS
     from brokerchaos.faults.base import supported
 
-    head = "| system | " + " | ".join(c for c, _ in FAMILIES) + " |"
-    rows = [head, "|---" * (len(FAMILIES) + 1) + "|"]
+    cols = families()
+    head = "| system | " + " | ".join(c for c, _ in cols) + " |"
+    rows = [head, "|---" * (len(cols) + 1) + "|"]
     for system, offers in _offers().items():
         cells = []
-        for _, actions in FAMILIES:
+        for _, actions in cols:
             have = [a for a in actions if supported(FAULTS.get(a), offers)]
             cells.append("all" if have == list(actions) and len(actions) > 1 else ", ".join(have) or "—")
         rows.append(f"| {system} | " + " | ".join(cells) + " |")

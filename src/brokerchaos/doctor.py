@@ -182,27 +182,20 @@ NEEDS: dict[str, Need] = {n.name: n for n in (
 # what a fault's capabilities need of the machine, and what some actions need besides
 CAPABILITY_NEEDS = {"netns": ("root", "netns", "veth", "iptables"), "power": ("root", "fuse"),
                     "clock": ("libfaketime",)}
-ACTION_NEEDS = {"delay": ("nfqueue",), "bandwidth": ("tc",), "tcp-kill": ("ss-kill",)}
 ANALYSIS = ("java", "spark")
-# each system as it can be deployed: (label, system, options, cluster.version)
-VARIANTS = (("nats", "nats", {}, None), ("redis", "redis", {}, None), ("rabbitmq", "rabbitmq", {}, None),
-            ("kafka 3.9", "kafka", {}, "3.9"), ("kafka 4.1", "kafka", {}, "4.1"),
-            ("kafka on tansu", "kafka", {"broker": "tansu"}, None), ("pulsar", "pulsar", {}, None),
-            ("mqtt on rabbitmq", "mqtt", {"broker": "rabbitmq"}, None),
-            ("mqtt on nats", "mqtt", {"broker": "nats"}, None),
-            ("mqtt on mosquitto", "mqtt", {"broker": "mosquitto"}, None),
-            ("mqtt on vernemq", "mqtt", {"broker": "vernemq"}, None))
+def variants() -> list[tuple[str, str, dict, Optional[str]]]:
+    """Each system as it can be deployed, as each declares (System.variants): (label,
+    system, options, cluster.version)."""
+    from .systems import SYSTEMS
+
+    return [(label, name, opts, version) for name, cls in SYSTEMS.items() for label, opts, version in cls.variants()]
 
 
 def system_needs(system: str, options: dict, version: Optional[str]) -> tuple[str, ...]:
-    """What a local cluster of `system` needs: its server programs or jars."""
-    if system == "kafka":
-        return () if options.get("broker") == "tansu" else ("java", f"kafka-{version or '3.9'}")
-    if system == "mqtt":
-        backend = options.get("broker", "rabbitmq")
-        return {"nats": ("nats-server",)}.get(backend, (backend,))
-    return {"nats": ("nats-server",), "redis": ("redis",), "rabbitmq": ("rabbitmq",),
-            "pulsar": ("java", "pulsar-4.0")}[system]
+    """What a local cluster of `system` needs, as the system declares (System.machine_needs)."""
+    from .systems import SYSTEMS
+
+    return SYSTEMS.get(system).machine_needs(options, version)
 
 
 def fault_needs(action: str, params: Optional[dict] = None) -> tuple[str, ...]:
@@ -210,7 +203,7 @@ def fault_needs(action: str, params: Optional[dict] = None) -> tuple[str, ...]:
 
     cls = FAULTS.get(action)
     caps = cls.needs_for(cls.Params.model_validate(params) if params else cls.Params.model_construct())
-    return tuple(n for c in sorted(caps) for n in CAPABILITY_NEEDS.get(c, ())) + ACTION_NEEDS.get(action, ())
+    return tuple(n for c in sorted(caps) for n in CAPABILITY_NEEDS.get(c, ())) + cls.machine
 
 
 def scenario_needs(s: Scenario) -> list[str]:
@@ -253,7 +246,7 @@ def report() -> tuple[bool, list[str]]:
     from .faults.registry import FAULTS
 
     rows = [("the analysis (Spark)", ANALYSIS)]
-    rows += [(label, system_needs(system, opts, version)) for label, system, opts, version in VARIANTS]
+    rows += [(label, system_needs(system, opts, version)) for label, system, opts, version in variants()]
     rows.append(("the Java clients (options.client java)", ("javac",)))
     groups: dict[tuple[str, ...], list[str]] = {}
     for action, _ in FAULTS.items():

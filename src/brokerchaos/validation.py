@@ -20,7 +20,6 @@ from .scenario import Scenario, build as build_model, check_cross_fields, load_d
 from .systems import SYSTEMS
 from .systems.base import LOCAL_VERBS, NETNS, Roles, node_names
 
-CONSUMER_ACTIONS = ("kill", "stop", "restart", "pause")  # what acts on workload.group's members
 
 __all__ = ["ScenarioError", "build", "load", "load_document", "split_fault", "offers"]
 
@@ -178,8 +177,9 @@ def _check_consumer_target(s: Scenario, path: str, f) -> None:
     if s.workload.group is None:
         raise ScenarioError(f"scenario field '{path}.target': {f.target!r} names a consumer, and the scenario has no "
                             "consumer group (workload.group)")
-    if f.action not in CONSUMER_ACTIONS:
-        raise ScenarioError(f"scenario field '{path}.action': {', '.join(CONSUMER_ACTIONS)} act on a consumer "
+    if not FAULTS.get(f.action).acts_on_consumers:
+        acting = ", ".join(name for name, cls in FAULTS.items() if cls.acts_on_consumers)
+        raise ScenarioError(f"scenario field '{path}.action': {acting} act on a consumer "
                             f"group's members, not {f.action!r}")
 
 

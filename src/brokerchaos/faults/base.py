@@ -65,6 +65,11 @@ class Target:
         return ",".join(self.nodes)
 
 
+# the fault families a user asks for, in the order of the README's matrix columns; each
+# action declares its own (`Fault.family`)
+FAMILIES = ("crash", "network", "power-off", "corrupt", "disk lost", "clock", "membership", "graceful")
+
+
 class Fault:
     """One fault action. `inject` hits the resolved target; `heal` undoes it and must be safe
     to call whatever happened before (the runner calls it in `finally`)."""
@@ -86,6 +91,13 @@ class Fault:
     # the effect the action must have and how the harness sees it, in words (`brokerchaos
     # faults`, the docs): every action says, and `observe` looks for it (faults/effect.py)
     observes: ClassVar[str] = ""
+    # its column in the README's matrix (one of FAMILIES), or None: in no column. Declared by
+    # every action, without a default (tests/test_faults_unit.py)
+    family: ClassVar[Optional[str]]
+    # what the machine needs for it besides its capabilities' needs (doctor's names)
+    machine: ClassVar[tuple[str, ...]] = ()
+    # it may target workload.group's members (the `consumer` targets)
+    acts_on_consumers: ClassVar[bool] = False
 
     def __init__(self, ctx: FaultContext) -> None:
         self.ctx = ctx
@@ -109,6 +121,11 @@ class Fault:
     @classmethod
     def check(cls, params: Any, node_names: list[str], offers: frozenset[str], scenario: "Scenario") -> None:
         """Static checks beyond the params model and the capabilities (raise targets.TargetError)."""
+
+    @classmethod
+    def before_write(cls, params: Any, cluster: Any) -> None:
+        """Set-up this fault needs once the cluster serves and before the write begins (the
+        run calls it in a thread, for each fault of the run); nothing by default."""
 
     def inject_bound(self, n_nodes: int) -> float:
         """Seconds an inject of `n_nodes` may take: the run waits that long for one under

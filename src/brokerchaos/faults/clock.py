@@ -44,6 +44,7 @@ class Clock(Fault):
     description = ("jump the target's wall clock by params.offset seconds (or strobe it back and forth) for "
                    "the processes the harness started there; monotonic clocks stay true, as under an NTP step; "
                    "heal sets it true again. Seen by each process within two seconds (libfaketime)")
+    family = "clock"
     observes = ("each target's process saying its wall clock is off by the offset (to the second) during the "
                 "window and true after the heal; not known where the system cannot say its clock")
     Params = ClockParams

@@ -37,10 +37,16 @@ class PowerOff(_Restarting):
     description = ("power cut: SIGKILL the target (`all`: every node at once; params.stagger: one after another) "
                    "and drop every write it had not fsynced (its data directory sits on a layer that holds them "
                    "apart); heal remounts and starts it again")
+    family = "power-off"
     observes = ("the target's processes gone at the cut, what the layer dropped (files and bytes; nothing "
                 "unsynced said as such), and after the heal new processes running")
     Params = PowerOffParams
     needs = frozenset({"power", "start"})
+
+    @classmethod
+    def before_write(cls, params: PowerOffParams, cluster) -> None:
+        if params.setup_synced:
+            cluster.settle()  # the set-up written back, as in a cluster in service
 
     async def observe(self, stage: str):
         seen = await super().observe(stage)
@@ -140,6 +146,7 @@ class Corrupt(_Restarting):
     description = ("SIGKILL the target, then flip params.bits random bits in its data files or cut params.bytes off "
                    "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files), "
                    "and start it again; run.json keeps each change (file, offset, bit)")
+    family = "corrupt"
     observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "
                 "(a file cut to its recorded size), and a new process running after it")
     Params = CorruptParams

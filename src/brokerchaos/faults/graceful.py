@@ -32,6 +32,7 @@ class Stepdown(Fault):
     description = ("move leadership off the target without a crash (NATS: leader step-down; RabbitMQ: drain "
                    "the node into maintenance mode; Redis: SENTINEL FAILOVER; Pulsar: topic unload, the owner "
                    "stays); heal undoes what stays (RabbitMQ: revive)")
+    family = "graceful"
     observes = ("the role held by another node once the operation is done; where the system's step-down keeps "
                 "the holder (Pulsar's topic unload), the stream's description changed (a new ledger: closed and "
                 "opened again)")
@@ -117,6 +118,7 @@ class LameDuck(_Restarting):
     description = ("NATS lame-duck mode, the operator's way out before an upgrade: the target hands its stream "
                    "leaderships over, stops taking clients, closes its own over lame_duck_duration (options) "
                    "and exits; heal starts it again on the same data")
+    family = "graceful"
     observes = ("the target's process gone on its own (lame duck: it exits after handing over), and after the "
                 "heal a new process running")
     Params = LameDuckParams
@@ -170,6 +172,7 @@ class Unload(Fault):
     description = ("close every topic of a group at once, to be served again where the cluster puts them: "
                    "Pulsar's namespace-bundle unload, split or namespace unload (load balancing, a broker's "
                    "graceful shutdown); asked of the target's admin API. Nothing to heal")
+    family = "graceful"
     observes = ("the first topic closed and opened again (another owner, or the same with a new ledger in its "
                 "description), and served again within params.wait")
     Params = UnloadParams
@@ -230,6 +233,7 @@ class ElectLeaders(Fault):
     description = ("a preferred-leader election over every topic of the run (Kafka: each partition led again by "
                    "its first replica, what an operator runs after a rolling restart); the target is where the "
                    "window is recorded. Nothing to heal")
+    family = "graceful"
     observes = ("some partition led again by its preferred replica (what the controller moved; none moved: "
                 "every one was led by it already, no effect)")
     Params = ElectParams
@@ -266,6 +270,7 @@ class RollingRestart(_Restarting):
     description = ("every target node in turn (target order; `all` by default in scenarios): graceful stop, "
                    "start, wait until the cluster and the stream are whole (bounded), next. One window per "
                    "node in the history; a node that does not come back whole ends the round")
+    family = "graceful"
     observes = ("each target node's process replaced by a new one in turn (its pid before the stop gone, "
                 "another running after the start) and the cluster whole again after each step")
     Params = RollingParams

@@ -31,6 +31,7 @@ class Replicas(Fault):
                    "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up; RabbitMQ "
                    "quorum queue: rabbitmq-queues delete_member / add_member); heal changes it back. The target "
                    "is where the window is recorded; the effect names the peers before and after")
+    family = "membership"
     observes = ("the stream's peers, as the cluster names them, changed by the update, and after the heal the "
                 "count back (with params.back)")
     Params = ReplicasParams
@@ -95,6 +96,7 @@ class Reassign(Fault):
                    "kafka-reassign-partitions does; the new replicas fetch the log, join the ISR, the old are "
                    "dropped; the leader's replica moved moves the leadership). Needs more nodes than replicas; "
                    "heal moves them back. The effect names the replicas before and after")
+    family = "membership"
     observes = ("the stream's replicas, as the controller names them, on the new nodes, and after the heal back "
                 "where they were (with params.back)")
     Params = ReassignParams

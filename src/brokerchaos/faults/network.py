@@ -197,6 +197,7 @@ def probe_pairs(links: set[tuple[str, str]], targeted: list[str],
 @FAULTS.register("partition")
 class Partition(Cut):
     description = "split the nodes into groups that cannot reach each other (target n1,n2|n3, or one side: leader)"
+    family = "network"
     takes_groups = True
 
     def links(self, target: Target) -> set[tuple[str, str]]:
@@ -209,6 +210,7 @@ class Partition(Cut):
 @FAULTS.register("isolate")
 class Isolate(Cut):
     description = "cut the target off from every other node and from the clients"
+    family = "network"
 
     def links(self, target: Target) -> set[tuple[str, str]]:
         others = [n for n in self.ctx.cluster.host_names if n not in target.nodes]
@@ -225,6 +227,7 @@ class FromParams(BaseModel):
 class IsolateFrom(Cut):
     description = "cut the target off from params.from only (peers, clients, coordinator, …): " \
                   "e.g. a leader isolated from its peers but not from the clients"
+    family = "network"
     Params = FromParams
 
     async def compute_links(self, target: Target) -> set[tuple[str, str]]:
@@ -241,6 +244,7 @@ class IsolateFrom(Cut):
 @FAULTS.register("bridge")
 class Bridge(Cut):
     description = "two halves that cannot reach each other, except through the target node, which sees both"
+    family = "network"
 
     @classmethod
     def check(cls, params, node_names, offers, scenario) -> None:
@@ -259,6 +263,7 @@ class Bridge(Cut):
 @FAULTS.register("majorities-ring")
 class MajoritiesRing(Cut):
     description = "every node sees a majority, no two nodes the same one (a ring of the nodes; target ignored)"
+    family = "network"
 
     @classmethod
     def check(cls, params, node_names, offers, scenario) -> None:
@@ -290,6 +295,7 @@ class LossParams(BaseModel):
 @FAULTS.register("loss")
 class Loss(NetFault):
     description = "drop each packet entering or leaving the target with params.probability"
+    family = "network"
     observes = "packets of the cluster's dropped by the rule during the window (none dropped: no effect), of those seen"
     Params = LossParams
 
@@ -349,6 +355,8 @@ NFQDELAY = Path(__file__).with_name("nfqdelay.py")
 class Delay(NetFault):
     description = ("add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer), "
                    "or arriving at it (direction: in)")
+    family = "network"
+    machine = ("nfqueue",)
     observes = ("a probe's round trip from the target across the delayed link at least the delay during the "
                 "window and short again after the heal; the cluster's packets delayed (none: no effect)")
     Params = DelayParams
@@ -497,6 +505,8 @@ class BandwidthParams(BaseModel):
 @FAULTS.register("bandwidth")
 class Bandwidth(NetFault):
     description = "limit the rate of packets leaving the target (tc tbf) to params.rate"
+    family = "network"
+    machine = ("tc",)
     observes = "packets held back or dropped by the rate limit (the qdisc's overlimits; none: nothing exceeded it)"
     Params = BandwidthParams
 
@@ -535,6 +545,8 @@ class TcpKillParams(BaseModel):
 @FAULTS.register("tcp-kill")
 class TcpKill(NetFault):
     description = "reset every client TCP connection to the target (ss -K), once or repeatedly until healed"
+    family = "network"
+    machine = ("ss-kill",)
     observes = "client connections to the target reset (ss -K's count over every round; none: nothing to reset)"
     Params = TcpKillParams
 
@@ -580,6 +592,7 @@ class TcpReject(NetFault):
 
     description = "the target resets every client TCP connection and refuses new ones until healed " \
                   "(REJECT with tcp-reset); its peers still reach it"
+    family = "network"
     observes = "client connections reset and client packets refused by the rule during the window (none: no effect)"
 
     async def observe(self, stage: str):

@@ -17,6 +17,7 @@ from .registry import FAULTS
 @FAULTS.register("none")
 class NoFault(Fault):
     description = "control run: no fault"
+    family = None
     observes = "nothing: a control run has no fault window"
     recoverable = False
 
@@ -110,6 +111,8 @@ async def stop(fault: Fault, nodes: list[str], timeout: float) -> list[bool]:
 @FAULTS.register("kill")
 class Kill(_Restarting):
     description = "SIGKILL the target's broker process; heal starts it again on the same data"
+    family = "crash"
+    acts_on_consumers = True
     needs = frozenset({"kill", "start"})
 
     async def inject(self, target: Target) -> None:
@@ -121,6 +124,7 @@ class Kill(_Restarting):
 class KillWipe(_Restarting):
     description = ("SIGKILL the target and delete its data (its disk lost); heal starts it again empty "
                    "(Pulsar bookies: bookies[2] is a whole write quorum with Qw 2)")
+    family = "disk lost"
     needs = frozenset({"kill", "start", "wipe"})
 
     async def inject(self, target: Target) -> None:
@@ -138,6 +142,8 @@ class StopParams(BaseModel):
 @FAULTS.register("stop")
 class Stop(_Restarting):
     description = "graceful shutdown (SIGTERM, wait for exit; SIGKILL after params.timeout); heal starts it again"
+    family = "crash"
+    acts_on_consumers = True
     Params = StopParams
     needs = frozenset({"stop", "start"})
 
@@ -149,6 +155,8 @@ class Stop(_Restarting):
 @FAULTS.register("pause")
 class Pause(Fault):
     description = "SIGSTOP the target's process group (alive but silent); heal sends SIGCONT"
+    family = "crash"
+    acts_on_consumers = True
     observes = ("the target's process stopped (state T in /proc) during the window and running after the heal; "
                 "not known on an external cluster (a paused process still accepts connections)")
     needs = frozenset({"pause"})
@@ -189,6 +197,8 @@ class RestartParams(BaseModel):
 @FAULTS.register("restart")
 class Restart(_Restarting):
     description = "kill (or params.graceful: stop) the target, then start it again on the same data at once"
+    family = "crash"
+    acts_on_consumers = True
     observes = "the target's process replaced by a new one (another pid; an external node answering again)"
     Params = RestartParams
     needs = frozenset({"kill", "start"})
@@ -226,6 +236,7 @@ class CommandParams(BaseModel):
 class Command(Fault):
     description = ("external clusters: run the target nodes' hook params.inject from the cluster file "
                    "(an iptables snippet, docker network disconnect, …); heal runs params.heal")
+    family = None
     observes = ("with params.takes_down, the node no longer answering at its address during the window and "
                 "answering after the heal; otherwise not known (only the hook knows what it did)")
     Params = CommandParams

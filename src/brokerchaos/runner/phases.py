@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from ..faults import FAULTS
 from ..faults.nemesis import AckGate, Nemesis
 from ..history import Recorder
 from ..history.schema import OBSERVER, OUTPUT, TAKES
@@ -181,8 +182,9 @@ async def bring_up(c: RunContext, rec: RunRecord) -> None:
     if extra:  # the first is the run's stream, created above; the others alike, a few at a time
         await bounded_gather([c.dep.client.for_topic(t).create_stream(timeout=30) for t in extra])
         rec.topics = [c.dep.client.for_topic(t).stream_name for t in topic_names(c.scenario.workload.topics)]
-    if any(f.action == "power-off" and f.params.get("setup_synced") for f in c.scenario.faults_for_run(c.run_id)):
-        await asyncio.to_thread(c.dep.cluster.settle)  # the set-up written back, as in a cluster in service
+    for f in c.scenario.faults_for_run(c.run_id):  # set-up a fault needs before the write (power-off's settle)
+        cls = FAULTS.get(f.action)
+        await asyncio.to_thread(cls.before_write, cls.Params.model_validate(f.params), c.dep.cluster)
     rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
     rec.servers = c.dep.cluster.versions()
     rec.server_settings = c.dep.cluster.settings()

@@ -572,6 +572,18 @@ class System:
         """Static checks of a scenario for this system (raise scenario.ScenarioError)."""
 
     @classmethod
+    def variants(cls) -> tuple[tuple[str, dict, Optional[str]], ...]:
+        """Each way it can be deployed, as `brokerchaos doctor` lists them: (label, options,
+        cluster.version); one, with the defaults, unless the system says more."""
+        return ((cls.name, {}, None),)
+
+    @classmethod
+    def machine_needs(cls, options: dict, version: Optional[str]) -> tuple[str, ...]:
+        """What a local cluster with these options needs of the machine: doctor's names
+        (doctor.NEEDS: server programs, Java, a release's jars); nothing unless it says."""
+        return ()
+
+    @classmethod
     def versions(cls, scenario: "Scenario") -> tuple[str, ...]:
         """The server versions `cluster.version` may name here, the default first; () when
         the system runs the one version its package provides."""

@@ -309,6 +309,10 @@ class Nats(System):
     external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
     @classmethod
+    def machine_needs(cls, options, version):
+        return ("nats-server",)
+
+    @classmethod
     def version_error(cls, scenario) -> Optional[str]:
         return natsbin.version_error(scenario.cluster.version)
 

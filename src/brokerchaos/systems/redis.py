@@ -303,6 +303,10 @@ class Redis(System):
     external_services = ("sentinel",)  # the primary, as the sentinels name it
 
     @classmethod
+    def machine_needs(cls, options, version):
+        return ("redis",)
+
+    @classmethod
     def check(cls, scenario) -> None:
         c = scenario.cluster
         if c.replicas != c.nodes:

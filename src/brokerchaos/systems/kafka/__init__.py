@@ -86,6 +86,14 @@ class Kafka(System):
     offers = frozenset({COORDINATOR, ELECT, REASSIGN})
 
     @classmethod
+    def variants(cls):
+        return (*((f"kafka {v}", {}, v) for v in VERSIONS), ("kafka on tansu", {"broker": "tansu"}, None))
+
+    @classmethod
+    def machine_needs(cls, options, version):
+        return () if options.get("broker") == "tansu" else ("java", f"kafka-{version or next(iter(VERSIONS))}")
+
+    @classmethod
     def versions(cls, scenario) -> tuple[str, ...]:
         return tuple(VERSIONS) if KafkaOptions.model_validate(scenario.options).broker == "apache" else ()
 

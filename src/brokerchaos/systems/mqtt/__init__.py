@@ -81,6 +81,15 @@ class Mqtt(System):
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways
 
     @classmethod
+    def variants(cls):
+        return tuple((f"mqtt on {b}", {"broker": b}, None) for b in BACKENDS)
+
+    @classmethod
+    def machine_needs(cls, options, version):
+        backend = options.get("broker", "rabbitmq")
+        return ("nats-server",) if backend == "nats" else (backend,)
+
+    @classmethod
     def services_needed(cls, scenario) -> tuple[str, ...]:
         # every backend's MQTT listener; the backend's own health and session lookups
         broker = MqttOptions.model_validate(scenario.options).broker

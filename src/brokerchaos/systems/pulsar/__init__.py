@@ -81,6 +81,10 @@ class Pulsar(System):
     external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
     @classmethod
+    def machine_needs(cls, options, version):
+        return ("java", "pulsar-4.0")
+
+    @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
         return frozenset() if PulsarOptions.model_validate(scenario.options).broker == "lite" else cls.offers
 

@@ -52,6 +52,10 @@ class RabbitMQ(System):
     external_services = ("mgmt",)  # queue leaders and health from the management API
 
     @classmethod
+    def machine_needs(cls, options, version):
+        return ("rabbitmq",)
+
+    @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
         """Members are a quorum queue's: a classic queue has one node, a stream its own verbs."""
         quorum = scenario.options.get("queue_type", "quorum") == "quorum"

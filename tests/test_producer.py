@@ -124,6 +124,33 @@ def test_retries_run_out_and_the_last_outcome_stays(tmp_path):
     assert sum(r["type"] == "send" for r in rows) == 20
 
 
+def test_retries_whose_sends_block_end_at_the_write_bound(tmp_path):
+    """A client whose sends block (RabbitMQ's while its node boots: one answer every
+    ack_timeout) and a queue of retries: the write still ends at its deadline, and every
+    message keeps its last outcome (none left without a row)."""
+    class Blocking(Scripted):
+        async def send(self, value, payload):
+            if self.attempt.get(value):  # a retry: the client holds it, then refuses
+                await asyncio.sleep(0.3)
+            await super().send(value, payload)
+
+    w = WorkloadSpec(messages=40, in_flight=40, ack_timeout=0.2, retries=30, retry_backoff=0.01)
+    client = Blocking(lambda v, n: "nack")
+    rec = Recorder(tmp_path, "r", "p1", time.monotonic_ns())
+    loop = ProducerLoop("p1", client, rec, w)
+    client.loop = loop
+    t = time.monotonic()
+    asyncio.run(asyncio.wait_for(loop.run(t + 1.5), 10))  # a regression fails here, not hangs
+    took = time.monotonic() - t
+    rec.close()
+    # 40 messages x 30 retries x 0.3 s would take 6 minutes: the bound holds (one blocked send past it)
+    assert took < 1.5 + 0.3 + 0.5, took
+    assert loop.stopped_early and loop.acct.sent == 40 and loop.acct.neg + loop.acct.unknown == 40, loop.acct
+    rows = ds.dataset(str(tmp_path), format="parquet").to_table().to_pylist()
+    answered = {r["value"] for r in rows if r["type"] in ("nack", "unknown")}
+    assert answered == set(range(1, 41))
+
+
 def test_live_progress_knows_when_every_acked_message_has_arrived():
     from types import SimpleNamespace
 

@@ -165,9 +165,12 @@ class ProducerLoop:
             if self.attempts.get(value) == attempt:
                 self.on_outcome(value, "nack", None, self.client.node(), f"send failed: {type(e).__name__}: {e}")
 
-    async def _drain_resends(self) -> None:
+    async def _drain_resends(self, deadline: float) -> None:
+        """Send the due retries, until `deadline`: a client whose sends block (RabbitMQ's while
+        its node boots: one nack every ack_timeout) must not hold the write past its bound;
+        a retry not sent has its nack or unknown row already."""
         n = 0
-        while self._resend:
+        while self._resend and time.monotonic() < deadline:
             value, attempt = self._resend.popleft()
             await self._send(value, attempt)
             n += 1
@@ -196,7 +199,7 @@ class ProducerLoop:
                         await asyncio.sleep(ahead)
                 # the common case without a coroutine each (three per message cost 1 µs)
                 if self._resend:
-                    await self._drain_resends()
+                    await self._drain_resends(deadline)
                 if self._free > 0 and time.monotonic() < deadline:
                     self._free -= 1
                 elif not await self._acquire(deadline):
@@ -212,7 +215,7 @@ class ProducerLoop:
                     await asyncio.sleep(0)
             # the tail: outstanding answers, retries, timeouts
             while (self.attempts or self._resend or self._pending_retries) and time.monotonic() < deadline:
-                await self._drain_resends()
+                await self._drain_resends(deadline)
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), 0.05)
@@ -221,6 +224,9 @@ class ProducerLoop:
             self._expire()
             if self.attempts and not self.stopped_early:
                 self.stopped_early = f"write_timeout reached with {len(self.attempts)} answers outstanding"
+            retries = len(self._resend) + self._pending_retries
+            if retries and not self.stopped_early:
+                self.stopped_early = f"write_timeout reached with {retries} retries not sent"
         finally:
             sweeper.cancel()
             # whatever is still outstanding is unknown: never silently dropped. A message
@@ -239,7 +245,7 @@ class ProducerLoop:
         `deadline` has passed."""
         while True:
             if self._resend:
-                await self._drain_resends()
+                await self._drain_resends(deadline)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from brokerchaos import cli, validation as sc
+from brokerchaos import cli, doctor, validation as sc
 from brokerchaos.faults import FAULTS
 from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
@@ -101,26 +101,34 @@ def test_the_example_of_the_minimum_keeps_the_contract():
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (make setup)")
 def test_a_session_runs_on_the_example_of_the_minimum(tmp_path, spark):
-    """Registered, the example is a system like the others: a kill of its node (the leader)
-    healed, the verdict and the session's files, with nothing more written for it."""
+    """Registered, the example is a system like the others, run as a user runs one
+    (`brokerchaos run its-scenario.yaml`: the machine checked through what it declares, the
+    scenario validated, the session run): a kill of its node (the leader) healed, the verdict
+    and the session's files, with nothing more written for it."""
+    import json
+
     import example_broker
 
-    from brokerchaos.runner import Session
-    from observers import Quiet
-
     SYSTEMS.register("redis-one")(example_broker.RedisOne)
+    path = tmp_path / "redis-one.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "it-redis-one", "system": "redis-one", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
+        "workload": {"messages": 3000, "in_flight": 1, "ack_timeout": 2, "retries": 30},
+        "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 1000}, "duration": 1}}))
     try:
-        s = sc.build({"name": "it-redis-one", "system": "redis-one", "runs": 1, "cluster": {"nodes": 1, "replicas": 1},
-                      "workload": {"messages": 3000, "in_flight": 1, "ack_timeout": 2, "retries": 30},
-                      "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 1000}, "duration": 1}})
-        result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+        assert "redis-one" in [label for label, *_ in doctor.variants()]
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = cli.main(["run", str(path), "--out", str(tmp_path / "out")])
     finally:
         SYSTEMS._items.pop("redis-one")
-    (v,) = result.verdicts
-    meta = result.metas["run-001"]
+    assert code == 0, out.getvalue()[-3000:]
+    (session,) = list((tmp_path / "out").iterdir())
+    (v,) = json.loads((session / "summary.json").read_text())["runs"]
+    meta = json.loads((session / "run-001" / "run.json").read_text())
     assert meta["fault"]["nodes"] == ["n1"] and meta["fault"]["windows"][0]["healed_ms"] is not None, meta["fault"]
     assert v["send_count"] == 3000 and v["read_complete"] is True, v
     # what was sent while the node was down was sent again after its heal, and acked then
     assert v["pos_ack_count"] == 3000 and v["fault_outages_ms"][0] >= 1000, v
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
-    assert (result.dir / "results.csv").exists() and (result.dir / "summary.json").exists()
+    assert (session / "results.csv").exists() and "Result: PASS" in out.getvalue()

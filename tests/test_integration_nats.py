@@ -188,6 +188,9 @@ def test_the_demo_on_a_terminal_draws_bars_and_ends_with_its_report(tmp_path):
     # the read's progress, as the Pulsar seed's reader prints it (here only its last line: the
     # seed prints one every 50,000 messages)
     assert len([x for x in said if x.startswith("Received: ") and x.endswith("(read complete)")]) == 1, said
+    # the demo's negative control of the evidence: its window seen in effect, the cluster whole
+    assert any(re.match(r"Fault effect: +observed: kill leader: gone: n\d", x) for x in said), said
+    assert any(re.match(r"Cluster before the read: +whole after", x) for x in said), said
     page = report.read_text()
     assert "brokerchaos run " + str(session / "scenario.json") in page and "nats-kill-leader" in page
     loaded = check_report(report, "demo")

@@ -37,6 +37,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
+from brokerchaos.systems import redisgroup
 from brokerchaos.systems.mqtt import MOSQUITTO
 from observers import Quiet
 
@@ -152,8 +153,12 @@ def test_redis_acks_before_processing_skip_what_a_killed_member_had_in_hand(tmp_
     assert v["group_read_complete"] is True, v["consumer_groups"]
     assert len(_members(meta)) == 4, _members(meta)
     assert v["group_skips"] > 0 and v["result"] == "fail", v
-    # the skipped entries were acked (XACK took each): acks at least every delivery and skip
-    assert v["group_commits"] >= v["group_recv_rows"] + v["group_skips"], v
+    # the skipped entries were acked (XACK took each): acks at least every delivery and skip,
+    # but for the acks a killed member sent and never heard back: a kill between Redis taking
+    # a batch's XACKs and the member reading the reply leaves that batch acked with no row (a
+    # clean-clone run: 4,900 rows for 4,836 deliveries and 164 skips, one batch of 100)
+    kills = len(meta["fault"]["windows"])
+    assert v["group_commits"] >= v["group_recv_rows"] + v["group_skips"] - kills * redisgroup.BATCH, v
     import csv
 
     with open(result.dir / "skips.csv", newline="") as fh:

@@ -454,3 +454,37 @@ def test_a_graceful_stop_is_in_effect_at_its_sigterm(tmp_path):
     (w,) = nems[0].windows
     assert w["effect"]["clean_exit"] == [True] and w["effect"]["exit_ms"] >= 290 and w["delay_ms"] < 150, w
     assert [verb for _, verb, _ in dep.cluster.log] == ["stop", "start"]
+
+
+def test_a_window_whose_write_ended_while_its_target_was_looked_up_failed_never_injected(tmp_path):
+    """The write over while the leader is still being looked up for the kill (a clean-clone
+    run: 3,000 unpaced messages acked first): the window opened, nothing was injected, and
+    its effect is `failed`, never `not known` (which would let the run pass)."""
+    class SlowRoles(FakeRoles):
+        async def leader(self):
+            await asyncio.sleep(5)
+            return self.lead
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate, dep = AckGate(), FakeDeployment()
+        dep.roles = SlowRoles()
+        nem = _nemesis(0, FaultSpec(action="kill", target="leader", trigger={"after_acks": 5}), dep, rec, gate, [])
+        nem.start()
+        for _ in range(10):
+            gate.on_first_ack()
+        await asyncio.sleep(0.3)
+        await nem.end_of_write()
+        await nem.finish_effects()
+        rec.close()
+        return nem
+
+    nem = asyncio.run(body())
+    rows = [r for r in ds.dataset(str(tmp_path)).to_table().to_pylist() if r["type"] == "effect"]
+    assert len(rows) == 1 and rows[0]["value"] == 0, rows
+    assert rows[0]["detail"].startswith("failed: kill leader: never injected"), rows
+    assert dep_killed_nothing(nem)
+
+
+def dep_killed_nothing(nem) -> bool:
+    return all("t_ms" not in w for w in nem.windows)

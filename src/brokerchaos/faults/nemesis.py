@@ -296,8 +296,11 @@ class Nemesis:
         row and `observed` in run.json; the console says so when it was not seen."""
         if "observed" in w:
             return
-        seen = combine(self._looks.get(w["id"], ())) or not_known(
-            f"no look saw this window ({self.spec.action} has none for what happened in it)")
+        seen = combine(self._looks.get(w["id"], ()))
+        if seen is None and "t_ms" not in w and "error" not in w:
+            # opened, never injected: the write ended while its target was being resolved
+            seen = failed("never injected: the write ended before the fault landed")
+        seen = seen or not_known(f"no look saw this window ({self.spec.action} has none for what happened in it)")
         w["observed"] = {"state": seen.state, "evidence": seen.evidence}
         moved = self.owner_moves.get(w["id"])
         if moved:

@@ -29,8 +29,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/brokerchaos run scenarios/nats-kill-leader.yaml || test $$? -ge 3
 
+# two workers (pytest-xdist), a test file to each in turn: a file's module-scoped cluster is
+# started once; each session has its own namespaces, so the workers never meet
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=40
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"

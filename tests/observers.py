@@ -108,3 +108,62 @@ def stop_by_hand(d, exe_prefix: str) -> None:
             kill_ours(int(pidf.read_text()), exe_prefix)
         except ValueError:
             pass
+
+
+# -- what this test process owns (the suite runs on parallel workers: another worker's
+# sandboxes and processes live beside ours and are never ours to count)
+
+def namespaces_of(pid: int) -> list[str]:
+    """The namespaces the sandboxes of process `pid` recorded (their owner.json)."""
+    import json
+
+    from brokerchaos.sandbox.sandbox import STATE_ROOT
+
+    out = []
+    for f in STATE_ROOT.glob("*/owner.json"):
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("pid") == pid:
+            out += info.get("namespaces") or []
+    return out
+
+
+def namespaces_not_of_others() -> set[str]:
+    """Every namespace on the machine but those another live process's sandbox recorded:
+    a sandbox records its owner before it adds a namespace and removes the record after."""
+    import json
+
+    from brokerchaos.sandbox import netns
+    from brokerchaos.sandbox.sandbox import STATE_ROOT
+
+    others = set()
+    for f in STATE_ROOT.glob("*/owner.json"):
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("pid") != os.getpid():
+            others |= set(info.get("namespaces") or [])
+            others |= {n for n in netns.list_all() if n.startswith(f"{netns.PREFIX}{f.parent.name}-")}
+    return set(netns.list_all()) - others
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below `pid` (children, their children, …), from /proc."""
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = set(), [pid]
+    while todo:
+        cur = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == cur and c not in out]
+        out.update(kids)
+        todo += kids
+    return out

@@ -4,6 +4,7 @@ The probes are plain sockets in the namespaces (TCP connects, UDP counts, a NATS
 line), so they check the network and the processes, not the harness's own bookkeeping.
 After every heal the cluster must serve the stream again and no rule may be left.
 """
+import asyncio
 import os
 import random
 import shutil
@@ -20,7 +21,7 @@ from brokerchaos.faults.targets import resolve
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
 from brokerchaos.systems import SYSTEMS, Deployment
-from observers import Quiet
+from observers import Quiet, descendants, namespaces_not_of_others
 
 pytestmark = [
     pytest.mark.integration,
@@ -436,6 +437,48 @@ def test_stop_is_a_clean_exit_and_heal_restarts(cluster):
     assert c.healthy()
 
 
+def test_a_follower_cut_from_its_peers_is_named_behind_by_its_own_copy_and_whole_again_after(cluster):
+    """`copies_behind` asks each replica's own /jsz: a follower that missed writes (cut from
+    its peers while the leader and the other follower acked them) holds the stream to an
+    earlier seq; before the cut and once it has caught up, nothing is behind."""
+    c = cluster
+    dep = c.dep
+
+    async def look(publish: int = 0):
+        await dep.client.connect(timeout=30)
+        try:
+            for i in range(publish):
+                await dep.client.js.publish(f"{dep.client.stream_name}.behind", b"%d" % i, timeout=10)
+            return await dep.roles.leader(), await dep.roles.copies_behind()
+        finally:
+            await dep.client.close()
+
+    assert c.healthy()
+    leader, behind = c.sb.run_client(look, timeout=60)
+    assert behind == [], behind
+    follower = next(n for n in dep.cluster.node_names if n != leader)
+    f = c.fault("isolate-from", {"from": "peers"})
+    c.inject(f, follower)
+    try:
+        _, behind = c.sb.run_client(lambda: look(50), timeout=60)
+    finally:
+        c.heal(f)
+    assert len(behind) == 1 and behind[0].startswith(f"{follower} holds it to seq "), behind
+    held, last = (int(x) for x in behind[0].split("seq ")[1].split(" of "))
+    assert held <= last - 50, behind
+    assert c.healthy()
+
+    async def caught_up():
+        deadline = time.monotonic() + 30
+        while True:
+            _, behind = await look()
+            if not behind or time.monotonic() > deadline:
+                return behind
+            await asyncio.sleep(0.5)
+    assert c.sb.run_client(caught_up, timeout=90) == []
+    c.no_rules_left()
+
+
 def test_bridge_leaves_one_node_seeing_both_halves(cluster):
     c = cluster
     # right after the previous test restarted n2, connects from n1 to n2's cluster port were
@@ -488,8 +531,9 @@ def _rows(d):
 
 
 def _delayers_running():
+    """This test process's delayers (another worker's are not ours to count)."""
     out = []
-    for pid in os.listdir("/proc"):
+    for pid in map(str, descendants(os.getpid())):
         if pid.isdigit():
             try:
                 if b"nfqdelay.py" in open(f"/proc/{pid}/cmdline", "rb").read():
@@ -511,7 +555,7 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
         ],
     }
 
-    before = set(netns.list_all())
+    before = namespaces_not_of_others()
     result = Session(sc.build(doc), tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -538,7 +582,7 @@ def test_two_faults_in_one_run_are_recorded_healed_and_analysed(tmp_path, spark)
     # (see test_integration_nats._no_loss_of_ours); any other would be ours
     assert v["read_complete"] is True and v["acked_missing"] == v["acked_missing_overwritten"]
     assert not _delayers_running()
-    assert set(netns.list_all()) <= before, "the session's namespaces are gone"
+    assert namespaces_not_of_others() <= before, "the session's namespaces are gone"
 
 
 def test_repeated_windows_follow_the_schedule(tmp_path, spark):

@@ -15,7 +15,7 @@ import pytest
 from brokerchaos import validation as sc
 from brokerchaos.sandbox import netns
 from brokerchaos.runner import Observer, Session
-from observers import Quiet
+from observers import Quiet, namespaces_of
 
 pytestmark = [
     pytest.mark.integration,
@@ -243,7 +243,7 @@ def _start_harness(tmp_path, *extra):
     deadline = time.monotonic() + 60
     while True:
         assert h.p.poll() is None, h.out
-        new = [n for n in netns.list_all() if n not in before and n.startswith(netns.PREFIX)]
+        new = [n for n in namespaces_of(h.p.pid) if n not in before and netns.exists(n)]
         nodes = [n for n in new if n.endswith(("-n1", "-n2", "-n3"))]
         if len(nodes) == 3 and all(netns.pids(n) for n in nodes):
             return h, new

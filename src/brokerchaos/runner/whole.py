@@ -4,8 +4,9 @@
 - `whole`: before the read, the cluster whole again: every node the faults did not mean to
   leave down serving (its process running, its client port answering from the client host:
   a metadata view can still name a node that never came back), and where nothing is held
-  down on purpose, the cluster's own word that it is whole and the stream's that every
-  replica is current. Asked until all holds or the bound passes; one row, its value how many
+  down on purpose, the cluster's own word that it is whole, the stream's that every
+  replica is current, and where each replica can be asked for its own copy (NATS), that
+  none ends before the leader's. Asked until all holds or the bound passes; one row, its value how many
   things were short (null: the cluster never answered).
 - `mechanism`: once every fault is healed, one row per mechanism the scenario `requires`,
   with whether the run saw it happen (owner-moved, unsynced-dropped) or null where the
@@ -74,6 +75,12 @@ async def _look(dep, group, hosts: list[str], held: list[str]) -> tuple[list[str
         return [f"the stream's look failed: {type(e).__name__}: {e}"[:300]], said, False
     if not ready:
         return ["the stream says a replica is not current (or it has no leader)"], said, False
+    try:
+        behind = await asyncio.wait_for(dep.roles.copies_behind(), 15.0)
+    except Exception as e:
+        return [f"the replicas' own look failed: {type(e).__name__}: {e}"[:300]], said, False
+    if behind:
+        return [f"the stream says every replica is current, but {'; '.join(behind)}"], said, False
     return [], f"{said}; the stream: every replica current", True
 
 

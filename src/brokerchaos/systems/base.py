@@ -514,6 +514,11 @@ class Roles:
         """One look: does the stream have a leader with every replica current?"""
         return True
 
+    async def copies_behind(self) -> list[str]:
+        """One look at each replica's own copy: those that end before the leader's (in words).
+        Empty where every copy is whole, or where the system cannot ask a replica for its own."""
+        return []
+
     async def unload(self, node: str, scope: str, split: bool) -> str:
         """Close every topic of the stream's bundle (`scope` bundle) or namespace, asked of
         `node`, to be served again wherever the cluster puts them (Pulsar's load balancing,

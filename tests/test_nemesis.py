@@ -24,6 +24,7 @@ class FakeCluster:
         self.up = set(self.node_names)
         self.log = []
         self.start_notes = {}
+        self.step_bound_s = 0.0
 
     def _did(self, verb, node):
         self.log.append((round(time.monotonic(), 3), verb, node))
@@ -488,3 +489,31 @@ def test_a_window_whose_write_ended_while_its_target_was_looked_up_failed_never_
 
 def dep_killed_nothing(nem) -> bool:
     return all("t_ms" not in w for w in nem.windows)
+
+
+def test_a_heal_that_never_returns_fails_within_its_bound_and_says_so(tmp_path, monkeypatch):
+    """A node that never starts (its start hangs): the heal is stopped at its bound, the
+    window keeps why, the console says it at once, and the node is left down for the
+    whole-before-read check to name (the run is then not a pass)."""
+    from brokerchaos.faults import base
+
+    monkeypatch.setattr(base, "HEAL_S", 1.0)
+    dep = FakeDeployment()
+
+    def hangs(node):
+        dep.cluster._did("start", node)
+        time.sleep(4)  # "forever" for the bound; a thread cannot be cancelled, so it ends
+
+    dep.cluster.start_node = hangs
+    t0 = time.monotonic()
+    _, (n,), rows, lines = _run(tmp_path, [dict(action="kill", target="n1", trigger={"at_seconds": 0},
+                                                 duration=0.2)], dep=dep)
+    (w,) = n.windows
+    assert w["heal_error"] == "HealTimeout: the heal did not return within 1 s; stopped there", w
+    assert any(ln.startswith("Heal: ") and "FAILED" in ln and "within 1 s" in ln for ln in lines), lines
+    assert "n1" not in dep.cluster.up
+    heal = [r for r in rows if r["type"] == "heal"]
+    assert len(heal) == 1 and "heal FAILED" in heal[0]["detail"], heal
+    effect = [r for r in rows if r["type"] == "effect"]
+    assert effect and effect[-1]["detail"].startswith("failed"), effect
+    assert time.monotonic() - t0 < 8

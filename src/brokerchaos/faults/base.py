@@ -67,6 +67,9 @@ class Target:
 
 # the fault families a user asks for, in the order of the README's matrix columns; each
 # action declares its own (`Fault.family`)
+# a heal's bound, whole (Fault.heal_bound): a kill's restart of a JVM broker waits up to
+# 90 s for it to serve, a Kafka 3.9 one for its old ZooKeeper session first
+HEAL_S = 240.0
 FAMILIES = ("crash", "network", "power-off", "corrupt", "disk lost", "clock", "membership", "graceful")
 
 
@@ -131,6 +134,12 @@ class Fault:
         """Seconds an inject of `n_nodes` may take: the run waits that long for one under
         way when the write phase ends, instead of cutting it short."""
         return 30.0
+
+    def heal_bound(self) -> float:
+        """Seconds a heal may take as a whole: past it, it is stopped and fails, and the run
+        says so. A JVM broker's restart and its wait to serve fit well within the default;
+        an external cluster's hooks (a start, then its wait to be up) get two of theirs more."""
+        return HEAL_S + 2 * self.ctx.cluster.step_bound_s
 
     async def prepare(self) -> None:
         """Slow set-up that does not disturb anything, done before the trigger so that the

@@ -376,7 +376,7 @@ class Nemesis:
             if "error" not in w:
                 looks.append(await look(fault, HEALING))
         try:
-            await fault.heal()
+            await _bounded(fault.heal(), fault.heal_bound())
         except Exception as e:
             w["heal_error"] = f"{type(e).__name__}: {e}"
             why += f"; heal FAILED: {w['heal_error']}"
@@ -436,3 +436,19 @@ class Nemesis:
             t.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         watchers.clear()
+
+
+class HealTimeout(Exception):
+    pass
+
+
+async def _bounded(heal, bound: float) -> None:
+    """The heal, stopped where it stands once `bound` seconds pass: a heal that never returns
+    (a node that never starts, a hook that hangs) fails within its bound, and says so."""
+    task = asyncio.ensure_future(heal)
+    done, _ = await asyncio.wait([task], timeout=bound)
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise HealTimeout(f"the heal did not return within {bound:.0f} s; stopped there")
+    task.result()

@@ -157,6 +157,12 @@ class Cluster(abc.ABC):
         self.restarts: list[dict] = []
 
     @property
+    def step_bound_s(self) -> float:
+        """How long one step of this cluster's own may take beyond the harness's bounds (an
+        external cluster's hooks: its `hook_timeout`); 0 for processes the harness starts."""
+        return 0.0
+
+    @property
     def host_names(self) -> list[str]:
         """Broker nodes and service hosts: everything a fault can reach."""
         return self.node_names + list(self.service_hosts)

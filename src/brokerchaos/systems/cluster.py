@@ -356,6 +356,10 @@ class ExternalCluster(Cluster):
 
     UP_EVERY = 0.25  # seconds between two looks while a started node comes up
 
+    @property
+    def step_bound_s(self) -> float:
+        return self.file.hook_timeout
+
     def __init__(self, ctx: Context, path: str) -> None:
         from .external import load
 

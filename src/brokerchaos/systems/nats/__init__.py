@@ -1,0 +1,51 @@
+"""NATS JetStream: nats-server from Debian or a release of `cluster.version` (bin.py), its
+servers in the sandbox (cluster.py), the nats-py client (client.py, read.py), the roles
+(roles.py) and a consumer group's member (group.py).
+
+Leader: `$JS.API.STREAM.INFO.<stream>` -> cluster.leader (a server name, which we set to
+the node name).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ...errors import ScenarioError
+from ..base import COORDINATOR, EVERY, REPLICAS, STEPDOWN, System
+from ..registry import SYSTEMS
+from . import bin as natsbin
+from .client import NatsClient
+from .cluster import NatsOptions, NatsServers
+from .roles import NatsRoles
+
+
+@SYSTEMS.register("nats")
+class Nats(System):
+    description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
+    LocalCluster = NatsServers
+    Client = NatsClient
+    Roles = NatsRoles
+    Options = NatsOptions
+    # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
+    offers = frozenset({COORDINATOR, STEPDOWN, EVERY, REPLICAS})
+    external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
+
+    @classmethod
+    def machine_needs(cls, options, version):
+        return ("nats-server",)
+
+    @classmethod
+    def version_error(cls, scenario) -> Optional[str]:
+        return natsbin.version_error(scenario.cluster.version)
+
+    @classmethod
+    def install(cls, scenario) -> None:
+        if scenario.external is None:
+            natsbin.binary(scenario.cluster.version)
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        sync = NatsOptions.model_validate(scenario.options).sync_interval
+        v = scenario.cluster.version
+        if sync != "default" and (v in (None, natsbin.SYSTEM) or (natsbin.release(v) or (0,)) < (2, 10, 0)):
+            raise ScenarioError(f"scenario field 'options.sync_interval': nats-server {v or 'system'} has no "
+                                "sync_interval (2.9.10 refuses it); set cluster.version to a 2.10 release or later")

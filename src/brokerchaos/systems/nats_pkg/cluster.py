@@ -1,0 +1,230 @@
+"""NATS's servers: their options (durability, lame-duck mode), the nats-server processes
+the harness starts (one per node namespace, routed to each other), and the JetStream meta
+group as their monitoring endpoints describe it. The client side is nats.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from . import natsbin
+from .base import CORRUPT, LAMEDUCK, POWER, SystemError_
+from .cluster import LocalCluster
+from .runtime import http_get
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
+
+
+class NatsOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sync_interval: str = Field(
+        "default", description="when JetStream fsyncs its files: default (the server's: every 2 minutes), always "
+                               "(before each ack), or a duration such as 1s or 100ms; needs nats-server 2.10 or "
+                               "later (cluster.version)")
+
+    lame_duck_duration: str = Field(
+        "default", description="lame-duck mode (the lame-duck fault): the time over which the server closes its "
+                               "clients (at most one a second) before it exits; 30s at least; default is the "
+                               "server's (2m)")
+    lame_duck_grace_period: str = Field(
+        "default", description="lame-duck mode: how long the server waits before it starts closing its clients; "
+                               "default is the server's (10s); shorter than lame_duck_duration")
+
+    @field_validator("sync_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if v not in ("default", "always") and not _DURATION.match(v):
+            raise ValueError(f"default, always or a duration such as 1s, 100ms or 2m, not {v!r}")
+        return v
+
+    @field_validator("lame_duck_duration", "lame_duck_grace_period")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if v != "default" and not _DURATION.match(v):
+            raise ValueError(f"default or a duration such as 30s, 500ms or 2m, not {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _grace_within(self) -> "NatsOptions":
+        # the server refuses to start otherwise
+        if self.lame_duck_s() < 30:
+            raise ValueError(f"lame_duck_duration must be 30s or more (nats-server's minimum), not "
+                             f"{self.lame_duck_duration}")
+        if self.lame_duck_s() <= self.lame_duck_grace_s():
+            raise ValueError("lame_duck_grace_period must be shorter than lame_duck_duration")
+        return self
+
+    def lame_duck_s(self) -> float:
+        return 120.0 if self.lame_duck_duration == "default" else seconds(self.lame_duck_duration)
+
+    def lame_duck_grace_s(self) -> float:
+        return 10.0 if self.lame_duck_grace_period == "default" else seconds(self.lame_duck_grace_period)
+
+
+def seconds(duration: str) -> float:
+    """A duration as the server's configuration writes it (`_DURATION`), in seconds."""
+    n, unit = _DURATION.match(duration).groups()
+    return int(n) * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+class NatsServers(LocalCluster):
+    """nats-server processes, one per node namespace, routed to each other."""
+
+    ports = {"client": 4222, "cluster": 6222, "monitor": 8222}
+    # a node's data directory is datadir/<node>: it can sit on the power-off layer, and
+    # its stream's .blk files are known
+    extra_offers = frozenset({POWER, CORRUPT, LAMEDUCK})
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._binary: Optional[str] = None
+        self._versions: dict[str, str] = {}
+        self._settings: dict = {}
+
+    @property
+    def binary(self) -> str:
+        if self._binary is None:
+            self._binary = natsbin.binary(self.ctx.scenario.cluster.version)
+        return self._binary
+
+    def _config(self, node: str) -> str:
+        ip, port = self.address(node)
+        store = self.datadir / node
+        store.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"server_name: {node}",
+            f'listen: "{ip}:{port}"',
+            'http: "{}:{}"'.format(*self.address(node, "monitor")),
+            "jetstream {",
+            f'  store_dir: "{store}"',
+            "  max_memory_store: 256MB",
+            "  max_file_store: 8GB",
+        ]
+        sync = getattr(self.options, "sync_interval", "default")
+        if sync != "default":
+            lines.append(f"  sync_interval: {sync}" if sync == "always" else f'  sync_interval: "{sync}"')
+        lines += [
+            "}",
+        ]
+        for key in ("lame_duck_duration", "lame_duck_grace_period"):
+            if getattr(self.options, key, "default") != "default":
+                lines.append(f'{key}: "{getattr(self.options, key)}"')
+        if len(self.node_names) > 1:
+            routes = ", ".join('"nats://{}:{}"'.format(*self.address(o, "cluster")) for o in self.node_names
+                               if o != node)
+            lines += [
+                "cluster {",
+                "  name: brokerchaos",
+                '  listen: "{}:{}"'.format(*self.address(node, "cluster")),
+                f"  routes: [{routes}]",
+                "}",
+            ]
+        return "\n".join(lines + self.extra_config(node)) + "\n"
+
+    def extra_config(self, node: str) -> list[str]:
+        """More server configuration (the MQTT listener of the mqtt system's NATS backend)."""
+        return []
+
+    def launch(self, node: str) -> None:
+        conf = self.datadir / f"{node}.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(self._config(node))
+        self.spawn_node(node, [self.binary, "-c", str(conf)])
+
+    def lame_duck(self, node: str, timeout: float) -> bool:
+        """SIGUSR2 is nats-server's lame-duck signal (`nats-server --signal ldm`): it hands its
+        Raft leaderships over (JetStream's streams and the meta group), stops accepting clients,
+        waits its grace period, closes its clients over the rest of lame_duck_duration, exits."""
+        return self.signal_exit(node, signal.SIGUSR2, timeout)
+
+    def _varz(self) -> None:
+        """What the servers say they are, and the durability they run with (/varz)."""
+        for n in self.node_names:
+            if n in self._versions or not self.alive(n):
+                continue
+            try:
+                url = "http://{}:{}/varz".format(*self.address(n, "monitor"))
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    body = json.loads(r.read())
+            except (OSError, ValueError):
+                continue
+            self._versions[n] = body.get("version", "?")
+            js = (body.get("jetstream") or {}).get("config") or {}
+            self._settings[n] = {"sync_always": js.get("sync_always", False),
+                                 "sync_interval_s": js["sync_interval"] / 1e9 if "sync_interval" in js else None}
+
+    def versions(self) -> dict[str, str]:
+        self._varz()
+        found = sorted(set(self._versions.values()))
+        return {"nats-server": ", ".join(found)} if found else {}
+
+    def settings(self) -> dict:
+        """The JetStream durability each node reports: sync_always, and sync_interval in
+        seconds (None: a server too old to report it, 2.9's fixed 2 minutes)."""
+        self._varz()
+        return dict(self._settings)
+
+    def data_files(self, node: str) -> list[Path]:
+        stream = self.ctx.stream_name
+        found = (self.datadir / node).glob(f"jetstream/*/streams/{stream}/msgs/*.blk")
+        return sorted(found, key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
+
+
+async def jsz(cluster, node: str) -> dict:
+    """The JetStream meta cluster as `node`'s monitoring endpoint reports it."""
+    body = await http_get(*cluster.address(node, "monitor"), "/jsz", 2.0)
+    return json.loads(body).get("meta_cluster") or {}
+
+
+async def meta_whole(cluster) -> tuple[bool, str]:
+    """A JetStream meta leader, and every peer current."""
+    meta = await jsz(cluster, cluster.node_names[0])
+    peers = meta.get("replicas") or []
+    ok = bool(meta.get("leader") or len(cluster.node_names) == 1) and \
+        all(p.get("current") and not p.get("offline") for p in peers)
+    return ok, f"meta leader {meta.get('leader')!r}, peers {[(p.get('name'), p.get('current')) for p in peers]}"
+
+
+async def _whole(cluster) -> bool:
+    try:
+        return (await meta_whole(cluster))[0]
+    except (OSError, ValueError, asyncio.TimeoutError):
+        return False
+
+
+async def node_of_server(cluster, server: str) -> str:
+    """Our node for a server name: the same name (ours are called n1, n2, …), else the node
+    whose monitoring endpoint reports it (an external cluster names its servers itself)."""
+    if server in cluster.node_names:
+        return server
+    for n in cluster.node_names:
+        try:
+            body = json.loads(await http_get(*cluster.address(n, "monitor"), "/varz", 2.0))
+        except (OSError, ValueError, LookupError, asyncio.TimeoutError):
+            continue
+        if body.get("server_name") == server:
+            return n
+    raise SystemError_(f"no node of the cluster is the server {server!r}")
+
+
+async def meta_leader(cluster) -> str:
+    """The JetStream meta leader, as the first node that answers /jsz says."""
+    last = "no node answered"
+    for n in cluster.node_names:
+        if not cluster.alive(n):
+            continue
+        try:
+            leader = (await jsz(cluster, n)).get("leader")
+        except (OSError, ValueError, asyncio.TimeoutError) as e:
+            last = f"{n}: {type(e).__name__}: {e}"
+            continue
+        if leader:
+            return await node_of_server(cluster, leader)
+        last = f"{n}: no meta leader"
+    raise SystemError_(f"JetStream meta leader unknown ({last})")

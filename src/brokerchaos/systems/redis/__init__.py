@@ -1,0 +1,61 @@
+"""Redis with Sentinel: redis-server + sentinel from Debian, the redis-py client.
+
+One redis-server and one sentinel per node namespace; n1 starts as the primary, the others
+replicate it. The workload writes a Redis Stream: XADD is a send and its reply (the entry
+id) the ack; the read is XRANGE from the start on the primary the sentinels name. Writes
+are pipelined in batches on a few connections so thousands can be in flight.
+
+Durability setting: `options.wait_replicas: n` sends `WAIT n timeout` after each batch (the
+analogue of acks=all); a batch that reaches fewer replicas is recorded as *unknown*, since
+Redis has already applied it on the primary and may or may not keep it. Replication is
+asynchronous otherwise: a primary cut off from its replicas and sentinels keeps acking the
+clients that can still reach it, and when the sentinels have promoted another node those
+writes are discarded (the split-brain positive control).
+
+The package: servers (cluster.py), the client (client.py, conn.py), roles (roles.py), the
+producer, the read and live consumer (read.py) and a consumer group's member (group.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...errors import ScenarioError
+from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
+                    SystemError_)
+from ..cluster import LocalCluster
+from ..consumer import LiveConsumer
+from ..registry import SYSTEMS
+from ..runtime import wait_until
+from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+
+
+@SYSTEMS.register("redis")
+class Redis(System):
+    description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
+    Options = RedisOptions
+    LocalCluster = RedisServers
+    Client = RedisClient
+    Roles = RedisRoles
+    offers = frozenset({STEPDOWN})  # SENTINEL FAILOVER
+    external_services = ("sentinel",)  # the primary, as the sentinels name it
+
+    @classmethod
+    def machine_needs(cls, options, version):
+        return ("redis",)
+
+    @classmethod
+    def check(cls, scenario) -> None:
+        c = scenario.cluster
+        if c.replicas != c.nodes:
+            raise ScenarioError(f"scenario field 'cluster.replicas': Redis replicates to every node; set it to "
+                                f"cluster.nodes ({c.nodes})")
+        w = scenario.options.get("wait_replicas", 0)
+        if isinstance(w, int) and w > c.nodes - 1:
+            raise ScenarioError(f"scenario field 'options.wait_replicas': {w} is more than the {c.nodes - 1} replicas")

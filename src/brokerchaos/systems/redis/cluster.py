@@ -1,0 +1,127 @@
+"""Redis's servers: their options and the redis-server and sentinel processes the harness
+starts, one of each per node namespace (n1 the first primary)."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...errors import ScenarioError
+from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
+                    SystemError_)
+from ..cluster import LocalCluster
+from ..consumer import LiveConsumer
+from ..registry import SYSTEMS
+from ..runtime import wait_until
+from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+
+
+class RedisOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    master_name: str = Field(
+        "bc", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="the name the sentinels monitor the primary under (`sentinel monitor NAME ...`); an external "
+                    "cluster's own, e.g. mymaster")
+    wait_replicas: int = Field(0, ge=0, le=8, description="WAIT for this many replicas after each batch (0: no WAIT)")
+    wait_timeout_ms: int = Field(1000, ge=1, le=60_000, description="WAIT timeout")
+    follow_failover: bool = Field(
+        True, description="producers move to the new primary after a failover; false pins them to the first one")
+    down_after_ms: int = Field(2000, ge=100, le=60_000, description="sentinel down-after-milliseconds")
+    batch: int = Field(256, ge=1, le=10_000, description="XADDs per pipelined batch")
+    # one connection keeps each producer's writes in send order, so the ordering verdicts are
+    # about the broker; more connections are faster but interleave batches
+    connections: int = Field(1, ge=1, le=64, description="connections per producer, each with one batch in flight")
+    appendfsync: Literal["always", "everysec", "no"] = Field(
+        "everysec", description="when the AOF is fsynced: always (before each reply), everysec (Redis's default), "
+                                "no (when the OS flushes)")
+
+    @field_validator("appendfsync", mode="before")
+    @classmethod
+    def _no(cls, v):
+        return "no" if v is False else v  # YAML (a file's, or --option's) reads a bare `no` as false
+
+
+def _bin() -> str:
+    return shutil.which("redis-server") or "/usr/bin/redis-server"
+
+
+class RedisServers(LocalCluster):
+    """One redis-server and one sentinel per node namespace; n1 the first primary. A fault
+    hits the server: the node's sentinel is a helper, stopped only with the cluster."""
+
+    ports = {"client": 6379, "sentinel": 26379}
+    # a server's `dir` (its AOF) on the layer: power-off; its config file, which the
+    # sentinels rewrite, and the sentinels' own stay off it
+    extra_offers = frozenset({POWER})
+
+    def _server_conf(self, node: str) -> str:
+        ip, port = self.address(node)
+        d = self.datadir / node
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [f"bind {ip}", f"port {port}", "protected-mode no", "daemonize no", f'dir "{d}"',
+                 "appendonly yes", f"appendfsync {self.options.appendfsync}", 'save ""', f"replica-announce-ip {ip}",
+                 f"replica-announce-port {port}", "repl-diskless-sync no"]
+        first = self.node_names[0]
+        if node != first:
+            lines.append("replicaof {} {}".format(*self.address(first)))
+        return "\n".join(lines) + "\n"
+
+    def _sentinel_conf(self, node: str) -> str:
+        ip, port = self.address(node, "sentinel")
+        d = self.datadir / f"{node}-sentinel"
+        d.mkdir(parents=True, exist_ok=True)
+        pip, pport = self.address(self.node_names[0])
+        quorum = len(self.node_names) // 2 + 1
+        name = self.options.master_name
+        return "\n".join([
+            f"bind {ip}", f"port {port}", "daemonize no", "protected-mode no", f'dir "{d}"',
+            f"sentinel announce-ip {ip}", f"sentinel announce-port {port}",
+            f"sentinel monitor {name} {pip} {pport} {quorum}",
+            f"sentinel down-after-milliseconds {name} {self.options.down_after_ms}",
+            # a first attempt often finds no replica whose INFO is fresh enough (sentinels
+            # refresh it every 10 s until the primary is down) and the next attempt waits
+            # 2 x failover-timeout: 3 s keeps that wait at 6 s instead of 20 s
+            f"sentinel failover-timeout {name} 3000",
+            f"sentinel parallel-syncs {name} 1",
+            # otherwise a sentinel learns of replicas only from the primary's INFO, every 10 s
+            *[f"sentinel known-replica {name} {r_ip} {r_port}"
+              for r_ip, r_port in (self.address(n) for n in self.node_names[1:])],
+        ]) + "\n"
+
+    def settings(self) -> dict:
+        """appendonly and appendfsync as each running server reports them (CONFIG GET)."""
+        import redis
+
+        out = {}
+        for n in self.node_names:
+            if not self.alive(n):
+                continue
+            ip, port = self.address(n)
+            try:
+                with redis.Redis(host=ip, port=port, socket_timeout=2, socket_connect_timeout=2) as r:
+                    got = {**r.config_get("appendonly"), **r.config_get("appendfsync")}
+            except (redis.RedisError, OSError):
+                continue
+            out[n] = {k: v.decode() if isinstance(v, bytes) else v for k, v in got.items()}
+        return out
+
+    def start(self) -> None:
+        if not os.path.exists(_bin()):
+            raise SystemError_("redis-server not found: run `make setup` (apt-get install redis-server redis-sentinel)")
+        super().start()
+        for n in self.node_names:
+            conf = self.datadir / f"{n}-sentinel.conf"
+            conf.write_text(self._sentinel_conf(n))
+            self.spawn_helper(n, f"{n}-sentinel", [_bin(), str(conf), "--sentinel"])
+
+    def launch(self, node: str) -> None:
+        conf = self.datadir / f"{node}.conf"
+        if not conf.exists():  # a restart keeps the file the sentinels may have rewritten
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(self._server_conf(node))
+        self.spawn_node(node, [_bin(), str(conf)])

@@ -1,0 +1,86 @@
+"""Reading the stream back: the end-of-run read (XRANGE from the start on the primary the
+sentinels name) and the live consumer."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ...errors import ScenarioError
+from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
+                    SystemError_)
+from ..cluster import LocalCluster
+from ..consumer import LiveConsumer
+from ..registry import SYSTEMS
+from ..runtime import wait_until
+from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+
+
+class RedisReader:
+    """XRANGE over the whole stream, on the primary the sentinels name."""
+
+    def __init__(self, client: RedisClient, name: str) -> None:
+        self.system = client
+        self.name = name
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        s = self.system
+        deadline = time.monotonic() + idle
+        addr = None
+        last = ""
+        while addr is None:
+            try:
+                addr = await s.primary_addr()
+            except Exception as e:
+                last = f"{type(e).__name__}: {e}"
+                if time.monotonic() > deadline:
+                    return f"incomplete: no primary known for {idle:.0f}s ({last})"
+                await asyncio.sleep(0.2)
+        node = s.cluster.node_at(*addr)
+        r = client_for(addr, timeout=idle)
+        try:
+            start = "-"
+            while True:
+                try:
+                    entries = await r.xrange(s.stream_name, min=start, max="+", count=10_000)
+                except Exception as e:
+                    return f"incomplete: XRANGE on {node} failed: {type(e).__name__}: {e}"
+                for eid, fields in entries:
+                    deliver(fields.get(FIELD, b""), entry_id(eid), node)
+                if len(entries) < 10_000:
+                    return "complete"
+                start = "(" + entry_id(entries[-1][0])
+        finally:
+            await aclose(r)
+
+
+class RedisConsumer(LiveConsumer):
+    """XREAD BLOCK on the primary the sentinels name, after the last entry id it delivered;
+    a failed or silent primary makes it ask the sentinels again (as a sentinel-aware client
+    does). Streams read with XREAD have no acks."""
+
+    def __init__(self, client: RedisClient, name: str) -> None:
+        super().__init__(client, name)
+        self.last_id = "0-0"
+        self.abandoned: set[asyncio.Task] = set()
+
+    async def consume(self, deliver: DeliverCallback) -> None:
+        s = self.system
+        addr = await s.primary_addr()
+        node = s.cluster.node_at(*addr)
+        r = client_for(addr, timeout=3.0)
+        try:
+            while True:
+                got = await abandon_after(r.xread({s.stream_name: self.last_id}, count=1000, block=1000), 4,
+                                           self.abandoned)
+                for _key, entries in got or []:
+                    for eid, fields in entries:
+                        self.last_id = entry_id(eid)
+                        deliver(fields.get(FIELD, b""), self.last_id, node)
+        finally:
+            await aclose(r, self.abandoned)

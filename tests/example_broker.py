@@ -68,7 +68,7 @@ class OneProducer:
         self.on_outcome = on_outcome
 
     async def send(self, value: int, payload: bytes) -> None:
-        """One at a time (a real driver keeps thousands in flight: systems/redis.py pipelines)."""
+        """One at a time (a real driver keeps thousands in flight: systems/redis/producer.py pipelines)."""
         try:
             eid = await self.r.xadd(self.client.stream_name, {b"p": payload})
             self.on_outcome(value, "ack", eid.decode(), self.node_name, None)

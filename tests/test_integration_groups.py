@@ -37,7 +37,7 @@ import pytest
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
-from brokerchaos.systems import redisgroup
+from brokerchaos.systems.redis import group as redisgroup
 from brokerchaos.systems.mqtt import MOSQUITTO
 from observers import Quiet
 

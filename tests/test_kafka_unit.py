@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from brokerchaos.systems.kafka.client import KafkaProducer
+from brokerchaos.systems.kafka.producer import KafkaProducer
 
 
 class Msg:
@@ -45,7 +45,7 @@ def test_acked_offset_is_kept_and_a_failing_callback_does_not_raise(capsys):
 def test_broker_state_log_lines_become_disconnect_and_reconnect_events():
     import logging
 
-    from brokerchaos.systems.kafka.client import _BrokerStates
+    from brokerchaos.systems.kafka.producer import _BrokerStates
 
     at = {("10.9.0.2", 9092): "n2"}
     cluster = SimpleNamespace(node_at=lambda h, p: at.get((h, p)))
@@ -125,7 +125,7 @@ def test_kraft_cluster_ids_never_start_with_a_dash(monkeypatch):
 def test_the_partitions_delegation_moves_the_client_node_at_once():
     import logging
 
-    from brokerchaos.systems.kafka.client import _BrokerStates
+    from brokerchaos.systems.kafka.producer import _BrokerStates
 
     p = following()
     p.topic = "bc-run-001"

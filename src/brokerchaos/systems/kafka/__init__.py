@@ -12,7 +12,9 @@ from ...errors import ScenarioError
 from ..base import COORDINATOR, ELECT, REASSIGN, System
 from ..registry import SYSTEMS
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
-from .client import KafkaClient, KafkaRoles, outcome_of
+from .client import KafkaClient
+from .library import outcome_of
+from .roles import KafkaRoles
 from .tansu import TansuRoles, TansuServers, tansu_binary
 from .txn import KafkaTxnProducer
 

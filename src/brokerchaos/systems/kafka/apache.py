@@ -30,7 +30,7 @@ from ..base import CLOCK, CORRUPT, POWER, NodeExited, SystemError_
 from ...sandbox import process
 from ..runtime import port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
-from .client import KafkaRoles
+from .roles import KafkaRoles
 
 ZK = "zk"
 CONTROLLER = "controller"

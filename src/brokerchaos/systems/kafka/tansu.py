@@ -17,7 +17,7 @@ import sys
 from ..base import NodeExited
 from ..runtime import http_get, packaged_binary, wait_until
 from ..cluster import LocalCluster
-from .client import KafkaRoles
+from .roles import KafkaRoles
 
 BUCKET = "tansu"
 STORE = "store"

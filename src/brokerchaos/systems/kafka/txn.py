@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from ..transact import TxnProducer
-from .client import KafkaProducer, close_library, transactional_id
+from .library import transactional_id
+from .producer import KafkaProducer, close_library
 
 __all__ = ["KafkaTxnProducer"]
 

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from .. import natsbin
+from ..nats import bin as natsbin
 from ..base import Roles, System, SystemError_, node_names
 from ..cluster import LocalCluster
 from ..rabbitmq.cluster import RabbitMqttServers

@@ -10,7 +10,7 @@ import time
 
 from ..base import POWER, Roles, SystemError_
 from ..cluster import LocalCluster
-from ..natscluster import NatsServers, meta_whole
+from ..nats.cluster import NatsServers, meta_whole
 from ..rabbitmq.cluster import Management
 from ..runtime import wait_until
 from .client import MqttClient, _Connection, _first, mqtt_ports

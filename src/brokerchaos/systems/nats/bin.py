@@ -22,10 +22,10 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ScenarioError
-from ..sandbox import gotool
-from .base import SystemError_
-from .runtime import cache_dir
+from ...errors import ScenarioError
+from ...sandbox import gotool
+from ..base import SystemError_
+from ..runtime import cache_dir
 
 SYSTEM = "system"
 DEBIAN = "/usr/sbin/nats-server"

@@ -96,7 +96,7 @@ class NatsClient(Client):
     group_kinds = ("durable",)  # one durable pull consumer, shared by the members
 
     def group_member(self, name: str, spec, events):
-        from .natsgroup import NatsGroupMember
+        from .group import NatsGroupMember
 
         return NatsGroupMember(self, name, spec, events, _connect, _close)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
-from .consumer import GroupEnd
+from ..consumer import GroupEnd
 
 BATCH = 100
 PARTITION = "0"

@@ -9,7 +9,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError, NotFoundError
 
-from ..base import DeliverCallback
+from ..base import Client, DeliverCallback
 from ..consumer import LiveConsumer
 from .cluster import _whole
 from .conn import _close, _connect
@@ -18,7 +18,7 @@ from .conn import _close, _connect
 class NatsReader:
     """Reads the whole stream from its first message with an ephemeral pull consumer."""
 
-    def __init__(self, client: NatsClient, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         self.system = client
         self.name = name
 
@@ -128,7 +128,7 @@ class NatsConsumer(LiveConsumer):
     be acked by the next batch's ack and never come again; acked one by one, it comes back
     after `ack_wait` (2 s), a redelivery."""
 
-    def __init__(self, client: NatsClient, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         super().__init__(client, name)
         self.nc = None
         self.next_seq = 1

@@ -9,7 +9,7 @@ from typing import Optional
 
 from nats.js.errors import NotFoundError
 
-from ..base import Roles, SystemError_
+from ..base import Client, Roles, SystemError_
 from ..runtime import http_get
 from .cluster import _whole, meta_leader, meta_whole, node_of_server
 
@@ -17,7 +17,7 @@ from .cluster import _whole, meta_leader, meta_whole, node_of_server
 class NatsRoles(Roles):
     """Leader and replicas from `$JS.API.STREAM.INFO`; the coordinator is the meta leader."""
 
-    client: NatsClient
+    client: Client
 
     async def leader(self) -> str:
         # Two ways at once, the first answer wins: the JetStream API over the client's own

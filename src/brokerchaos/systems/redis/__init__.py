@@ -17,23 +17,15 @@ producer, the read and live consumer (read.py) and a consumer group's member (gr
 """
 from __future__ import annotations
 
-import asyncio
-import collections
-import os
-import shutil
-import time
-from typing import TYPE_CHECKING, Literal, Optional
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
-from ..cluster import LocalCluster
-from ..consumer import LiveConsumer
+from ..base import STEPDOWN, System
 from ..registry import SYSTEMS
-from ..runtime import wait_until
-from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+from .client import RedisClient
+from .cluster import RedisOptions, RedisServers
+from .conn import FIELD, client_for
+from .roles import RedisRoles
+
+__all__ = ["Redis", "RedisOptions", "FIELD", "client_for"]
 
 
 @SYSTEMS.register("redis")

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
-import shutil
-import time
-from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
-from ..cluster import LocalCluster
-from ..consumer import LiveConsumer
-from ..registry import SYSTEMS
+from ..base import Client, Hopeless, SystemError_
 from ..runtime import wait_until
-from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+from .conn import abandon_after, aclose, client_for
+from .producer import RedisProducer
+from .read import RedisConsumer, RedisReader
 
 
 class UnknownMaster(Hopeless):
@@ -124,7 +116,7 @@ class RedisClient(Client):
     group_kinds = ("stream",)  # a Redis Streams consumer group (XREADGROUP, XACK, XAUTOCLAIM)
 
     def group_member(self, name: str, spec, events):
-        from .redisgroup import RedisGroupMember
+        from .group import RedisGroupMember
 
         return RedisGroupMember(self, name, spec, events)
 

@@ -2,23 +2,14 @@
 starts, one of each per node namespace (n1 the first primary)."""
 from __future__ import annotations
 
-import asyncio
-import collections
 import os
 import shutil
-import time
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
+from ..base import POWER, SystemError_
 from ..cluster import LocalCluster
-from ..consumer import LiveConsumer
-from ..registry import SYSTEMS
-from ..runtime import wait_until
-from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 
 
 class RedisOptions(BaseModel):

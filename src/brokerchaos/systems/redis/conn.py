@@ -1,4 +1,4 @@
-"""What the Redis system and its consumer group's member (redisgroup.py) both use: the
+"""What the Redis system and its consumer group's member (group.py) both use: the
 client, the stream entry's field, entry ids as text, and calls with a bound that leave a
 silent server's call behind rather than wait for it."""
 from __future__ import annotations

@@ -26,8 +26,8 @@ import asyncio
 import time
 from typing import Optional
 
-from .consumer import GroupEnd
-from .redisio import FIELD, abandon_after, aclose, client_for, entry_id
+from ..consumer import GroupEnd
+from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 
 BATCH = 100
 CLAIM_EVERY_S = 1.0

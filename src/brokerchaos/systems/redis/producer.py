@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
-import shutil
-import time
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
-from ..cluster import LocalCluster
-from ..consumer import LiveConsumer
-from ..registry import SYSTEMS
-from ..runtime import wait_until
+from ..base import Client, ClientEvents, OutcomeCallback
 from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 
 
@@ -26,7 +16,7 @@ class RedisProducer(ClientEvents):
     connection callbacks: its client events are the first error it raises while connected
     (disconnect) and the first reply after one (reconnect), over all the connections."""
 
-    def __init__(self, client: RedisClient, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         self.system = client
         self.name = name
         self.o = client.options

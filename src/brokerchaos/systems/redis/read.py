@@ -3,28 +3,18 @@ sentinels name) and the live consumer."""
 from __future__ import annotations
 
 import asyncio
-import collections
-import os
-import shutil
 import time
-from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
-from ..cluster import LocalCluster
+from ..base import Client, DeliverCallback
 from ..consumer import LiveConsumer
-from ..registry import SYSTEMS
-from ..runtime import wait_until
 from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 
 
 class RedisReader:
     """XRANGE over the whole stream, on the primary the sentinels name."""
 
-    def __init__(self, client: RedisClient, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         self.system = client
         self.name = name
 
@@ -64,7 +54,7 @@ class RedisConsumer(LiveConsumer):
     a failed or silent primary makes it ask the sentinels again (as a sentinel-aware client
     does). Streams read with XREAD have no acks."""
 
-    def __init__(self, client: RedisClient, name: str) -> None:
+    def __init__(self, client: Client, name: str) -> None:
         super().__init__(client, name)
         self.last_id = "0-0"
         self.abandoned: set[asyncio.Task] = set()

@@ -1,29 +1,16 @@
 """Who holds what in a Redis deployment: the primary (the sentinels' word) and its replicas."""
 from __future__ import annotations
 
-import asyncio
-import collections
-import os
-import shutil
-import time
-from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ...errors import ScenarioError
-from ..base import (POWER, STEPDOWN, Client, ClientEvents, DeliverCallback, Hopeless, OutcomeCallback, Roles, System,
-                    SystemError_)
-from ..cluster import LocalCluster
-from ..consumer import LiveConsumer
-from ..registry import SYSTEMS
-from ..runtime import wait_until
-from .conn import FIELD, abandon_after, aclose, client_for, entry_id
+from ..base import Client, Roles, SystemError_
+from .client import _parse_info
 
 
 class RedisRoles(Roles):
     """The leader is the primary the sentinels name."""
 
-    client: RedisClient
+    client: Client
 
     async def leader(self) -> str:
         ip, port = await self.client.primary_addr()

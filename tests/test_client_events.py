@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
-from brokerchaos.systems.pulsar.client import LogTail, PulsarProducer, _ProducerStates
+from brokerchaos.systems.pulsar.producer import LogTail, PulsarProducer, _ProducerStates
 
 
 def test_a_rescheduled_producer_is_a_disconnect_and_its_next_creation_a_reconnect(tmp_path):
@@ -138,7 +138,7 @@ def test_callbacks_handed_from_library_threads_all_run_on_the_loop_in_order():
 def test_pulsar_results_remembered_by_number_keep_their_own_outcome():
     import pulsar
 
-    from brokerchaos.systems.pulsar.client import DEFINITE, outcome_of
+    from brokerchaos.systems.pulsar.library import DEFINITE, outcome_of
 
     for name, result in pulsar.Result.__members__.items():
         want = ("ack", None) if name == "Ok" else ("nack" if name in DEFINITE else "unknown", name)

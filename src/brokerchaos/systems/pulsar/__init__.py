@@ -12,7 +12,9 @@ from ...errors import ScenarioError
 from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD, System
 from ..registry import SYSTEMS
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
-from .client import PulsarClient, PulsarRoles, outcome_of
+from .client import PulsarClient
+from .library import outcome_of
+from .roles import PulsarRoles
 from .java import PulsarJavaProducer, PulsarJavaTxnProducer
 from .lite import PulsarLite, pulsar_lite_binary
 

@@ -22,7 +22,7 @@ from .. import jvm
 from ..base import POWER, WIPE, NodeExited, SystemError_
 from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
-from .client import PulsarRoles
+from .roles import PulsarRoles
 
 ZK = "zk"
 CLUSTER = "bc"

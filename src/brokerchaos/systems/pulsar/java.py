@@ -19,7 +19,7 @@ from typing import Optional
 from .. import jclient, jvm
 from ..base import OutcomeCallback
 from ..transact import TxnProducer
-from .client import DEFINITE
+from .library import DEFINITE
 
 MAIN = "brokerchaos.PulsarBridge"
 # the Java client's names for a send refused before anything was written

@@ -11,9 +11,11 @@ import shutil
 import time
 from typing import Optional
 
-from brokerchaos.systems.base import Client, Roles, System
+from brokerchaos.systems.base import Client
 from brokerchaos.systems.cluster import LocalCluster
+from brokerchaos.systems.roles import Roles
 from brokerchaos.systems.runtime import wait_until
+from brokerchaos.systems.system import System
 
 
 class OneServer(LocalCluster):

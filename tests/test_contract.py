@@ -20,8 +20,9 @@ from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
 from brokerchaos.systems.base import (CLOCK, COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK,
-                                      LOCAL_VERBS, NETNS, POWER, REASSIGN, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client,
-                                      Roles, System)
+                                      LOCAL_VERBS, NETNS, POWER, REASSIGN, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client)
+from brokerchaos.systems.roles import Roles
+from brokerchaos.systems.system import System
 from brokerchaos.systems.cluster import LocalCluster
 
 CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,

@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from observers import Quiet, descendants, namespaces_not_of_others
 
 from brokerchaos import validation as sc
 from brokerchaos.faults import FAULTS, FaultContext
@@ -21,7 +22,6 @@ from brokerchaos.faults.targets import resolve
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
 from brokerchaos.systems import SYSTEMS, Deployment
-from observers import Quiet, descendants, namespaces_not_of_others
 
 pytestmark = [
     pytest.mark.integration,

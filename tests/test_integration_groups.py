@@ -34,12 +34,12 @@ a shared subscription spread over a 3-node cluster.
 import os
 
 import pytest
+from observers import Quiet
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Session
-from brokerchaos.systems.redis import group as redisgroup
 from brokerchaos.systems.mqtt import MOSQUITTO
-from observers import Quiet
+from brokerchaos.systems.redis import group as redisgroup
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from observers import Quiet, namespaces_of
 
 from brokerchaos import validation as sc
-from brokerchaos.sandbox import netns
 from brokerchaos.runner import Observer, Session
-from observers import Quiet, namespaces_of
+from brokerchaos.sandbox import netns
 
 pytestmark = [
     pytest.mark.integration,
@@ -101,8 +101,9 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     assert len(faults) == 1 and faults[0]["node"] == leader_seen and len(heals) == 1
     assert (result.dir / "results.csv").read_text().startswith("DedupEnabled,TestRun,SendCount")
     # `brokerchaos analyze` on the session it wrote gives the same verdicts
-    from brokerchaos import cli
     import json
+
+    from brokerchaos import cli
 
     capsys.readouterr()
     assert cli.main(["analyze", str(result.dir), "--format", "json", "--no-write"]) == 0
@@ -420,9 +421,9 @@ def test_external_mode_drives_a_nats_cluster_through_its_hooks(tmp_path, spark, 
     import subprocess
 
     import yaml
+    from observers import DOCS_EXTERNAL, by_hand, stop_by_hand
 
     from brokerchaos.systems.external import load
-    from observers import DOCS_EXTERNAL, by_hand, stop_by_hand
 
     monkeypatch.setenv("PATH", os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
 

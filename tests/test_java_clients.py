@@ -13,8 +13,8 @@ import pytest
 
 from brokerchaos.systems import jclient
 from brokerchaos.systems.base import SystemError_
-from brokerchaos.systems.kafka.library import outcome_of as kafka_outcome
 from brokerchaos.systems.kafka.java import JavaProducer, java_config
+from brokerchaos.systems.kafka.library import outcome_of as kafka_outcome
 from brokerchaos.systems.pulsar.java import outcome_of as pulsar_outcome
 from brokerchaos.systems.pulsar.java import position
 

@@ -16,10 +16,11 @@ from .faults import FAULTS, TARGETS
 from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
 from .faults.targets import parse as parse_target
 from .history.schema import MECHANISMS
-from .scenario import Scenario, build as build_model, check_cross_fields, load_document, split_fault
+from .scenario import Scenario, check_cross_fields, load_document, split_fault
+from .scenario import build as build_model
 from .systems import SYSTEMS
-from .systems.base import LOCAL_VERBS, NETNS, Roles, node_names
-
+from .systems.base import LOCAL_VERBS, NETNS, node_names
+from .systems.roles import Roles
 
 __all__ = ["ScenarioError", "build", "load", "load_document", "split_fault", "offers"]
 

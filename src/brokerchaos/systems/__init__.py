@@ -8,10 +8,12 @@ broker is adding its package, nothing else.
 import importlib
 import pkgutil
 
-from .base import Client, Context, LiveReader, Producer, Reader, Roles, System, SystemError_
+from .base import Client, Context, LiveReader, Producer, Reader, SystemError_
 from .cluster import Cluster, ExternalCluster, LocalCluster
 from .deployment import Deployment
 from .registry import SYSTEMS
+from .roles import Roles
+from .system import System
 
 BROKERS = tuple(importlib.import_module(f"{__name__}.{m.name}")
                 for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if m.ispkg)

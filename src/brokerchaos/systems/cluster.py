@@ -19,8 +19,21 @@ from typing import ClassVar, Optional
 
 from ..sandbox import Host, Proc, clock, process
 from ..sandbox.mounts import LazyDisk, MountError
-from .base import (CLOCK, HOOKS, KILL, LOCAL_VERBS, NETNS, PAUSE, POWER, START, STOP, Cluster, Context,
-                   NodeExited, SystemError_)
+from .base import (
+    CLOCK,
+    HOOKS,
+    KILL,
+    LOCAL_VERBS,
+    NETNS,
+    PAUSE,
+    POWER,
+    START,
+    STOP,
+    Cluster,
+    Context,
+    NodeExited,
+    SystemError_,
+)
 
 __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
 

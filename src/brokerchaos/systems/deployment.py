@@ -6,9 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Context, System, SystemError_
-from .runtime import wait_until
+from .base import Context, SystemError_
 from .cluster import Cluster, ExternalCluster
+from .runtime import wait_until
+from .system import System
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox

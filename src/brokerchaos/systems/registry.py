@@ -1,5 +1,5 @@
 """The systems registry: `@SYSTEMS.register("name")` on a broker module's `System` class."""
 from ..registry import Registry
-from .base import System
+from .system import System
 
 SYSTEMS: Registry[type[System]] = Registry("system")

@@ -9,8 +9,9 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ELECT, REASSIGN, System
+from ..base import COORDINATOR, ELECT, REASSIGN
 from ..registry import SYSTEMS
+from ..system import System
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient
 from .library import outcome_of

@@ -25,11 +25,11 @@ import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ...sandbox import process
 from .. import jvm
 from ..base import CLOCK, CORRUPT, POWER, NodeExited, SystemError_
-from ...sandbox import process
-from ..runtime import port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
+from ..runtime import port_open, quiet_logger, wait_until
 from .roles import KafkaRoles
 
 ZK = "zk"

@@ -7,7 +7,6 @@ from typing import Optional
 
 from ..runtime import quiet_logger
 
-
 # errors that mean the message was never written: a definite failure, not a maybe
 DEFINITE = frozenset({
     "_PURGE_QUEUE", "_MSG_SIZE_TOO_LARGE", "MSG_SIZE_TOO_LARGE", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ..base import Client, Roles, SystemError_
+from ..base import Client, SystemError_
+from ..roles import Roles
 from .library import java_hash, transactional_id
 
 

@@ -15,8 +15,8 @@ import os
 import sys
 
 from ..base import NodeExited
-from ..runtime import http_get, packaged_binary, wait_until
 from ..cluster import LocalCluster
+from ..runtime import http_get, packaged_binary, wait_until
 from .roles import KafkaRoles
 
 BUCKET = "tansu"

@@ -21,13 +21,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..nats import bin as natsbin
-from ..base import Roles, System, SystemError_, node_names
+from ..base import SystemError_, node_names
 from ..cluster import LocalCluster
+from ..nats import bin as natsbin
 from ..rabbitmq.cluster import RabbitMqttServers
 from ..registry import SYSTEMS
-from .backends import MOSQUITTO, MosquittoServer, MqttRoles, NatsMqttRoles, NatsMqttServers, RabbitMqttRoles
+from ..roles import Roles
+from ..system import System
 from . import vernemq
+from .backends import MOSQUITTO, MosquittoServer, MqttRoles, NatsMqttRoles, NatsMqttServers, RabbitMqttRoles
 from .client import MqttClient
 from .vernemq import VerneRoles, VerneServers
 

@@ -8,13 +8,13 @@ import asyncio
 import os
 import time
 
-from ..base import POWER, Roles, SystemError_
+from ..base import POWER, SystemError_
 from ..cluster import LocalCluster
 from ..nats.cluster import NatsServers, meta_whole
 from ..rabbitmq.cluster import Management
+from ..roles import Roles
 from ..runtime import wait_until
 from .client import MqttClient, _Connection, _first, mqtt_ports
-
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 

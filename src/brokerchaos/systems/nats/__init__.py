@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, EVERY, REPLICAS, STEPDOWN, System
+from ..base import COORDINATOR, EVERY, REPLICAS, STEPDOWN
 from ..registry import SYSTEMS
+from ..system import System
 from . import bin as natsbin
 from .client import NatsClient
 from .cluster import NatsOptions, NatsServers

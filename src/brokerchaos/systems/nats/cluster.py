@@ -13,10 +13,10 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from . import bin as natsbin
 from ..base import CORRUPT, LAMEDUCK, POWER, SystemError_
 from ..cluster import LocalCluster
 from ..runtime import http_get
+from . import bin as natsbin
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
 

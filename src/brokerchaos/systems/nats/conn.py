@@ -6,7 +6,8 @@ import asyncio
 import time
 
 import nats
-from nats.errors import NoServersError, TimeoutError as NatsTimeout
+from nats.errors import NoServersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from ..base import SystemError_
 

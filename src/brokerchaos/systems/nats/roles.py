@@ -9,7 +9,8 @@ from typing import Optional
 
 from nats.js.errors import NotFoundError
 
-from ..base import Client, Roles, SystemError_
+from ..base import Client, SystemError_
+from ..roles import Roles
 from ..runtime import http_get
 from .cluster import _whole, meta_leader, meta_whole, node_of_server
 

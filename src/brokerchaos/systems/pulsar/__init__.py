@@ -9,14 +9,15 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD, System
+from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD
 from ..registry import SYSTEMS
+from ..system import System
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
 from .client import PulsarClient
-from .library import outcome_of
-from .roles import PulsarRoles
 from .java import PulsarJavaProducer, PulsarJavaTxnProducer
+from .library import outcome_of
 from .lite import PulsarLite, pulsar_lite_binary
+from .roles import PulsarRoles
 
 PulsarClient.java_producers = (PulsarJavaProducer, PulsarJavaTxnProducer)  # java.py builds on client.py
 

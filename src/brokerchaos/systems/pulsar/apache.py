@@ -20,8 +20,8 @@ from typing import Optional
 
 from .. import jvm
 from ..base import POWER, WIPE, NodeExited, SystemError_
-from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from ..cluster import LocalCluster
+from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from .roles import PulsarRoles
 
 ZK = "zk"

@@ -7,8 +7,6 @@ import asyncio
 from pathlib import Path
 from typing import Optional
 
-
-
 # results meaning the message was never written
 DEFINITE = frozenset({
     "ProducerQueueIsFull", "AlreadyClosed", "InvalidMessage", "MessageTooBig", "TopicTerminated",

@@ -1,8 +1,8 @@
 """Who holds what with one Pulsar broker (pulsar-lite); apache.py's roles build on these."""
 from __future__ import annotations
 
-
-from ..base import Client, Roles
+from ..base import Client
+from ..roles import Roles
 
 
 class PulsarRoles(Roles):

@@ -11,8 +11,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
-from ..base import EVERY, REPLICAS, STEPDOWN, System
+from ..base import EVERY, REPLICAS, STEPDOWN
 from ..registry import SYSTEMS
+from ..system import System
 from .client import RabbitClient, RabbitRoles
 from .cluster import SERVER, RabbitServers
 

@@ -14,8 +14,9 @@ import asyncio
 import time
 from typing import Optional
 
-from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, Roles, SystemError_
+from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, SystemError_
 from ..consumer import LiveConsumer
+from ..roles import Roles
 from ..runtime import port_open, wait_until
 from .cluster import AUTH, Management, node_of
 

@@ -18,8 +18,9 @@ producer, the read and live consumer (read.py) and a consumer group's member (gr
 from __future__ import annotations
 
 from ...errors import ScenarioError
-from ..base import STEPDOWN, System
+from ..base import STEPDOWN
 from ..registry import SYSTEMS
+from ..system import System
 from .client import RedisClient
 from .cluster import RedisOptions, RedisServers
 from .conn import FIELD, client_for

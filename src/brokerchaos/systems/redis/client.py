@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 
-
 from ..base import Client, Hopeless, SystemError_
 from ..runtime import wait_until
 from .conn import abandon_after, aclose, client_for

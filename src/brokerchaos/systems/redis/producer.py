@@ -6,7 +6,6 @@ import asyncio
 import collections
 from typing import Optional
 
-
 from ..base import Client, ClientEvents, OutcomeCallback
 from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 

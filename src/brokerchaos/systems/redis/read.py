@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-
 from ..base import Client, DeliverCallback
 from ..consumer import LiveConsumer
 from .conn import FIELD, abandon_after, aclose, client_for, entry_id

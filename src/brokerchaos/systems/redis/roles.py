@@ -1,9 +1,8 @@
 """Who holds what in a Redis deployment: the primary (the sentinels' word) and its replicas."""
 from __future__ import annotations
 
-
-
-from ..base import Client, Roles, SystemError_
+from ..base import Client, SystemError_
+from ..roles import Roles
 from .client import _parse_info
 
 

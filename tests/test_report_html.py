@@ -6,7 +6,7 @@ import pytest
 
 from brokerchaos.analysis import metrics, timeline
 from brokerchaos.analysis.timeline import BUCKET_NS, RunTimeline
-from brokerchaos.report import files, html, session_table
+from brokerchaos.report import campaign_html, files, html, session_table
 from brokerchaos.report.stats import fisher_exact
 from browser import check_report
 from histories import SEED_SEQUENCE, H
@@ -147,7 +147,7 @@ def test_the_campaign_page_states_the_difference_in_words(tmp_path):
 
     sessions = [session("dedup-off", 8, 10, False), session("dedup-on", 1, 6, True)]
     verdicts = {"dedup-off": [{"fault_outages_ms": [1200.0, None]}], "dedup-on": [{"fault_outages_ms": [900.0]}]}
-    page = html.write_campaign(tmp_path, "c", sessions, verdicts).read_text()
+    page = campaign_html.write_campaign(tmp_path, "c", sessions, verdicts).read_text()
     assert "workload.dedup: False vs True" in page
     assert "8 of 10 runs of dedup-off against 1 of 6 of dedup-on; Fisher's exact test p = 0.035" in page
     assert "unlikely to be chance" in page
@@ -161,11 +161,12 @@ def test_a_matrix_compares_the_cells_that_differ_on_one_two_valued_axis_only():
                 "summary": {}}
 
     cells = [cell(a, d) for a in ("0", "1", "all") for d in ("off", "on")]
-    got = [(what, x["scenario"], y["scenario"]) for what, x, y in html.pairs(cells)]
+    got = [(what, x["scenario"], y["scenario"]) for what, x, y in campaign_html.pairs(cells)]
     # acks has three values: no two-armed test along it; dedup pairs each acks with itself
     assert got == [("dedup: off vs on", f"k-{a}-off", f"k-{a}-on") for a in ("0", "1", "all")]
     # a partial matrix: where acks has two values, the cells that agree on dedup are a pair too
-    assert html.pairs(cells[:3]) == [("acks: 0 vs 1", cells[0], cells[2]), ("dedup: off vs on", cells[0], cells[1])]
+    assert campaign_html.pairs(cells[:3]) == [("acks: 0 vs 1", cells[0], cells[2]),
+                                              ("dedup: off vs on", cells[0], cells[1])]
 
 
 def test_a_long_session_draws_its_failures_first_and_a_bounded_number_of_runs():

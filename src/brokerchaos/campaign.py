@@ -195,9 +195,9 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
     # across every window of every session (each session's own block has its schedules)
     dist = campaign_outages([v for _, vs in by_session for v in vs], spark_master)
     write(root, sessions, dist)
-    from .report import html
+    from .report import campaign_html
 
-    report = html.write_campaign(root, spec.name, sessions, dict(by_session), notes=spec.notes)
+    report = campaign_html.write_campaign(root, spec.name, sessions, dict(by_session), notes=spec.notes)
     return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
 
 

@@ -1,134 +1,13 @@
 """brokerchaos: run chaos tests against message brokers and analyse their histories on Spark."""
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Optional
 
-EXIT_BAD_INPUT = 2
-
-
-def _bool(text: str) -> bool:
-    t = text.lower()
-    if t in ("1", "true", "yes", "on"):
-        return True
-    if t in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT)
-
-
-class _Version(argparse.Action):
-    """--version: the project's and the servers' it runs, as resolved here."""
-
-    def __init__(self, option_strings, dest, **kw) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="print the version and the server versions it runs")
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from .doctor import versions
-
-        print("\n".join(versions()))
-        parser.exit(0)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="brokerchaos", description=__doc__)
-    p.add_argument("--version", action=_Version)
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-
-    r = sub.add_parser("run", help="run a scenario: N runs, each with a fresh cluster, a fault and a verdict",
-                       description="Run a scenario file, flags, or both (flags win). Results go to "
-                                   "OUT/<name>-<time>/: one directory per run with its history, plus "
-                                   "results.csv, jumps.csv, duplicates.csv, lost.csv and summary.json.")
-    r.add_argument("scenario", nargs="?", help="scenario YAML file (see scenarios/)")
-    r.add_argument("--fault", help="fault action, optionally with its target: kill-leader, isolate-leader, "
-                                   "tcp-kill-client-node, none (see `brokerchaos faults`)")
-    r.add_argument("--fault-param", action="append", metavar="KEY=VALUE",
-                   help="a setting of the fault action, repeatable: probability=0.3, delay_ms=50, from=peers")
-    r.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="a setting of the system, repeatable: queue_type=classic, wait_replicas=1 "
-                        "(see `brokerchaos faults`)")
-    r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
-    r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
-    _model_flags(r)
-    r.add_argument("--out", default="results", help="results directory (default results/)")
-    r.add_argument("--verdicts", choices=["auto", "each", "end"], default="auto",
-                   help="each: every run's verdict after its read (1-3 s of Spark per run); end: every verdict "
-                        "from the session's one analysis at its end (long sessions); auto (default): each up to "
-                        "20 runs, else end")
-    r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
-    r.add_argument("--dry-run", action="store_true",
-                   help="check the scenario and this machine, print what would run, start nothing")
-    _expect_flags(r)
-
-    a = sub.add_parser("analyze", help="compute every verdict of a history directory on Spark",
-                       description="Reads every *.parquet below PATH (history format 1.x, see "
-                                   "docs/history-format.md), checks each file's schema, prints the per-run "
-                                   "verdicts and writes results.csv, jumps.csv, duplicates.csv, lost.csv and "
-                                   "summary.json.")
-    a.add_argument("path", help="a history: one run's directory, a whole session, or any tree of Parquet files")
-    a.add_argument("--format", choices=["table", "json"], default="table")
-    a.add_argument("--out", help="where to write the session outputs (default: PATH)")
-    a.add_argument("--no-write", action="store_true", help="print only")
-    a.add_argument("--no-timing", action="store_true",
-                   help="leave out latency percentiles, ack/receive gaps and outages: the seeds' own figures "
-                        "(counts, loss, duplicates, jumps) only, several times faster on large histories")
-    a.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
-    _expect_flags(a)
-
-    c = sub.add_parser("campaign", help="run several scenarios (e.g. dedup off and on), one table across them",
-                       description="Runs every scenario of a campaign file as its own session and writes "
-                                   "results.csv (every run of every session, with a Scenario column) and "
-                                   "summary.json next to them.")
-    c.add_argument("campaign", help="campaign YAML: name, scenarios (files), overrides (settings for all), "
-                                    "matrix (axis: label: settings)")
-    c.add_argument("--resume", metavar="DIR", help="go on in this campaign directory: finished cells are kept, "
-                                                   "a cell cut short goes on from its next run")
-    c.add_argument("--runs", type=int, help="runs per scenario (overrides the files)")
-    c.add_argument("--messages", type=int, help="messages per producer per run")
-    c.add_argument("--out", default="results", help="results directory (default results/)")
-    c.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
-    _expect_flags(c)
-
-    k = sub.add_parser("soak", help="runs after runs on one long-lived cluster, resumable",
-                       description="Successive runs of one scenario on a cluster kept between runs while it is "
-                                   "healthy (rebuilt when it is not), one fault per run drawn from the scenario's "
-                                   "fault_mix with its seed; each finished run's verdict is appended to "
-                                   "verdicts.jsonl at once and a progress line printed. Killed, it loses nothing: "
-                                   "`--resume DIR` goes on in the same directory, and the run it was killed in is "
-                                   "reported incomplete.")
-    k.add_argument("scenario", nargs="?", help="scenario YAML (not with --resume: the session's own is used)")
-    k.add_argument("--runs", type=int, help="the most runs in the session, resumed ones included")
-    k.add_argument("--duration", help="start no run after this long: 90s, 30m, 6h (or seconds)")
-    k.add_argument("--resume", metavar="DIR", help="a soak session's directory to go on in")
-    k.add_argument("--out", default="results", help="results directory (default results/)")
-    k.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
-
-    sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
-    from .cli_tools import add_parsers
-
-    add_parsers(sub)
-
-    return p
-
-
-def _expect_flags(p: argparse.ArgumentParser) -> None:
-    from .report.expect import KINDS
-
-    p.add_argument("--expect", metavar="LIST",
-                   help="what every run must show, comma-separated: " + ", ".join(
-                       f"{k}{'=' + v.takes.upper() if v.takes else ''} ({v.description})" for k, v in KINDS.items())
-                   + ". Exit 0 when all hold, 3 when one is violated, 4 when a run could not decide")
-    p.add_argument("--junit", metavar="FILE", help="with --expect: a JUnit XML file, one test case per run and "
-                                                   "expectation (a violation a failure, undecided an error)")
+from .cli_parser import EXIT_BAD_INPUT, build_parser
 
 
 def _expectations(args):
@@ -187,28 +66,6 @@ def _judge(args, exps, sessions: list[tuple[str, list[dict]]], otherwise: int) -
         expect.write_junit(Path(args.junit), cases)
         print(f"JUnit: {args.junit}", file=out)
     return expect.exit_code(cases)
-
-
-def _model_flags(p: argparse.ArgumentParser) -> None:
-    """A flag per scenario field marked `cli` (scenario.py): its name, type and help come from
-    the model, so a setting is declared in one place."""
-    import typing
-
-    from .scenario import cli_fields, flag_of
-
-    for path, f in cli_fields():
-        name = flag_of(path, f)
-        ann = f.annotation
-        if typing.get_origin(ann) is typing.Union:  # Optional[X]
-            ann = next(a for a in typing.get_args(ann) if a is not type(None))
-        kw: dict = {"dest": name, "help": f.description}
-        if typing.get_origin(ann) is typing.Literal:
-            kw["choices"] = list(typing.get_args(ann))
-        elif ann is bool:
-            kw.update(type=_bool, metavar="BOOL")
-        else:
-            kw["type"] = ann
-        p.add_argument("--" + name.replace("_", "-"), **kw)
 
 
 def _flag_keys() -> list[str]:

@@ -104,9 +104,28 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
     ):
         out.setdefault(r["run"], RunTimeline()).counts.setdefault(r["type"], []).append(
             (r["b"] * BUCKET_NS, r["n"], r["lo"], r["hi"]))
+    _latency(df, out, send_ns_runs)
 
-    # latency counts from where the verdicts count it: the acks' send_ns (a steady rate's
-    # intended time) where the producer wrote it, else each message's first send
+    observers: dict[str, set] = {}  # and the groups' members: not the checking readers
+    for r in df.where(t.isin(*EVENT_TYPES)).orderBy("run", "t_ns").collect():
+        row = r.asDict()
+        out.setdefault(row["run"], RunTimeline()).events.append(row)
+        if row["type"] == "subscribe" and (row["detail"] == OBSERVER or row.get("group") is not None):
+            observers.setdefault(row["run"], set()).add(row["client"])
+    _groups(spark, df, out, skips)
+
+    troubled = {v["run"]: v for v in verdicts
+                if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}
+    if troubled:
+        _positions(spark, df, out, troubled, observers, jumps, losses)
+    return out
+
+
+def _latency(df: DataFrame, out: dict[str, RunTimeline], send_ns_runs: Optional[list]) -> None:
+    """Each run's latency per bucket, counted from where the verdicts count it: the acks'
+    send_ns (a steady rate's intended time) where the producer wrote it, else each
+    message's first send."""
+    t, ts = F.col("type"), F.col("t_ns")
     carried = sorted(set(send_ns_runs or ()) & set(out))
     paired = sorted(set(out) - set(carried))
     parts = []
@@ -133,20 +152,6 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
     ):
         out.setdefault(r["run"], RunTimeline()).latency.append(
             (r["b"] * BUCKET_NS, r["p"][0], r["p"][1], r["mx"], r["n"]))
-
-    observers: dict[str, set] = {}  # and the groups' members: not the checking readers
-    for r in df.where(t.isin(*EVENT_TYPES)).orderBy("run", "t_ns").collect():
-        row = r.asDict()
-        out.setdefault(row["run"], RunTimeline()).events.append(row)
-        if row["type"] == "subscribe" and (row["detail"] == OBSERVER or row.get("group") is not None):
-            observers.setdefault(row["run"], set()).add(row["client"])
-    _groups(spark, df, out, skips)
-
-    troubled = {v["run"]: v for v in verdicts
-                if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}
-    if troubled:
-        _positions(spark, df, out, troubled, observers, jumps, losses)
-    return out
 
 
 def _positions(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], troubled: dict[str, dict],

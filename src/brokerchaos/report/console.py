@@ -45,48 +45,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
     lines = []
     for fault in meta.get("faults") or ([meta["fault"]] if meta.get("fault") else []):
         lines += fault_lines(fault)
-    rows = [
-        ("Final send count", v["send_count"]),
-        ("Final ack count", v["ack_count"]),
-        ("Final positive ack count", v["pos_ack_count"]),
-        ("Final negative ack count", v["neg_ack_count"]),
-        ("Unknown outcome", v["unknown_count"]),
-        ("Messages received", v["received"]),
-        ("Acked messages missing", v["acked_missing"]),
-    ]
-    if v["acked_missing"]:
-        rows.append(("  their position read holding another", v.get("acked_missing_overwritten", 0)))
-    # the seeds' own bookkeeping first (their programs' result block), ours beneath it
-    seed_rnoa = v.get("seed_received_no_ack", v["received_no_ack"])
-    rows += [
-        ("Non-acked messages received", seed_rnoa),
-        ("  read any number of times", f"{v['received_no_ack']} (after a nack / after unknown: "
-                                       f"{v['received_after_nack']} / {v['received_after_unknown']})"),
-        ("Out-of-order", v["out_of_order"]),
-        ("Duplicates", v["msgs_with_dups"]),
-        ("  stored twice / redelivered", f"{v['stored_duplicates']} / {v['redeliveries']}"),
-        ("JF / JB / DJF / DJB", f"{v['jf'] + v.get('jf0', 0)} / {v['jb']} / {v['djf']} / {v['djb']}"),
-    ]
-    if v.get("jf0"):
-        rows.append(("  JF at a stream's first read", v["jf0"]))
-    rows += [("Stowaways", v["stowaways"])]
-    if v.get("timing", True):
-        rows += [
-            ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
-            ("Outage per fault",
-             ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
-            ("Ack gap per fault",
-             ", ".join("-" if o is None else _ms(o) for o in v.get("fault_ack_gaps_ms") or []) or "-"),
-            ("Ack latency", _lat(v["ack_latency_ms"])),
-        ]
-        if v.get("e2e_latency_ms") is not None:
-            rows.append(("End-to-end latency", _lat(v["e2e_latency_ms"])))
-        if any(g is not None for g in v.get("fault_recv_gaps_ms") or []):
-            rows.append(("Consumer gap per fault",
-                         ", ".join("-" if g is None else _ms(g) for g in v["fault_recv_gaps_ms"])))
-        rows += _parts_rows(v)
-    else:
-        rows.append(("Gaps, outages, latency", "not computed (--no-timing)"))
+    rows = _seed_rows(v) + _timing_rows(v)
     if v.get("live_consumers"):
         rows.append(("Live consumers (observing)", f"{v['live_consumers']}: {v['live_recv_rows']:,} deliveries, "
                      f"{v['live_duplicates']:,} duplicates ({v['live_redeliveries']:,} redelivered), "
@@ -105,6 +64,54 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
     why = v.get("result_why") if v["result"] != "pass" else None
     lines.append(f"Result: {v['result'].upper()}" + (f"  ({'; '.join(why)})" if why else ""))
     return "\n".join(lines)
+
+
+def _seed_rows(v: dict) -> list[tuple[str, object]]:
+    """The seeds' own bookkeeping first (their programs' result block), ours beneath it."""
+    rows = [
+        ("Final send count", v["send_count"]),
+        ("Final ack count", v["ack_count"]),
+        ("Final positive ack count", v["pos_ack_count"]),
+        ("Final negative ack count", v["neg_ack_count"]),
+        ("Unknown outcome", v["unknown_count"]),
+        ("Messages received", v["received"]),
+        ("Acked messages missing", v["acked_missing"]),
+    ]
+    if v["acked_missing"]:
+        rows.append(("  their position read holding another", v.get("acked_missing_overwritten", 0)))
+    seed_rnoa = v.get("seed_received_no_ack", v["received_no_ack"])
+    rows += [
+        ("Non-acked messages received", seed_rnoa),
+        ("  read any number of times", f"{v['received_no_ack']} (after a nack / after unknown: "
+                                       f"{v['received_after_nack']} / {v['received_after_unknown']})"),
+        ("Out-of-order", v["out_of_order"]),
+        ("Duplicates", v["msgs_with_dups"]),
+        ("  stored twice / redelivered", f"{v['stored_duplicates']} / {v['redeliveries']}"),
+        ("JF / JB / DJF / DJB", f"{v['jf'] + v.get('jf0', 0)} / {v['jb']} / {v['djf']} / {v['djb']}"),
+    ]
+    if v.get("jf0"):
+        rows.append(("  JF at a stream's first read", v["jf0"]))
+    return rows + [("Stowaways", v["stowaways"])]
+
+
+def _timing_rows(v: dict) -> list[tuple[str, object]]:
+    """Gaps, outages and latency (none under --no-timing)."""
+    if not v.get("timing", True):
+        return [("Gaps, outages, latency", "not computed (--no-timing)")]
+    rows = [
+        ("Longest ack gap", _ms(v["max_ack_gap_ms"])),
+        ("Outage per fault",
+         ", ".join("no ack after fault" if o is None else _ms(o) for o in v["fault_outages_ms"]) or "-"),
+        ("Ack gap per fault",
+         ", ".join("-" if o is None else _ms(o) for o in v.get("fault_ack_gaps_ms") or []) or "-"),
+        ("Ack latency", _lat(v["ack_latency_ms"])),
+    ]
+    if v.get("e2e_latency_ms") is not None:
+        rows.append(("End-to-end latency", _lat(v["e2e_latency_ms"])))
+    if any(g is not None for g in v.get("fault_recv_gaps_ms") or []):
+        rows.append(("Consumer gap per fault",
+                     ", ".join("-" if g is None else _ms(g) for g in v["fault_recv_gaps_ms"])))
+    return rows + _parts_rows(v)
 
 
 def _evidence_rows(v: dict) -> list[tuple[str, str]]:

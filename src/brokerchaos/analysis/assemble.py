@@ -1,4 +1,4 @@
-"""A run's verdict, put together from what each concern of the job returned (job.py): the
+"""A run's verdict, put together from what each concern of the job returned (job.py, planned.py): the
 counts, the ordering, the windows, latency and availability, the live consumers and the
 session facts. No Spark here: every figure is already computed."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ from ..history.schema import LEFT, read_finished
 from .frames import MS
 from .evidence import figures as evidence_figures
 from .groups import GROUP_KEYS, Groups
-from .job import Availability, Counts, FaultWindows, Latency, Live, Ordering, Plan, Rows
+from .job import Counts, Live, Plan, Rows
+from .planned import Availability, FaultWindows, Latency, Ordering
 from .latency import pct
 from .parts import marks_of, split
 from .policy import reasons, result_of

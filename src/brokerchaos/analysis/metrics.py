@@ -1,9 +1,10 @@
 """Every verdict of a history, as Spark DataFrame expressions (no Python UDFs): the entry
-point. The job is made of concerns (job.py: the rows that are not messages, counts,
-ordering, windows, latency, availability, session facts), each a function with explicit
-inputs returning a frozen result, in the order analyze() composes them; a run's verdict is
-put together from them (assemble.py) and judged by the policy (policy.py). What each count
-means is verdicts.py; how the work is cut, tuning.py and the job's Plan.
+point. The job is made of concerns (job.py, then planned.py: the rows that are not
+messages, counts, ordering, windows, latency, availability, session facts), each a
+function with explicit inputs returning a frozen result, in the order analyze() composes
+them; a run's verdict is put together from them (assemble.py) and judged by the policy
+(policy.py). What each count means is verdicts.py; how the work is cut, tuning.py and the
+job's Plan.
 docs/history-format.md defines each figure and tests/oracle.py re-implements them in plain
 Python to check this one.
 """
@@ -15,7 +16,7 @@ from typing import Callable, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
-from . import job
+from . import job, planned
 from .assemble import Parts, verdict
 from .availability import ack_facts, pair_windows
 from .frames import DEFAULT, MS, in_memory, read_history, with_previous
@@ -112,13 +113,13 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
     live = job.live_consumers(rows, clock)
     groups = job.consumer_groups(rows, counts, tuning, clock)
     plan = job.Plan.of(tuning, timing, small, counts, live, groups)
-    ordering = job.ordering(rows, counts, plan, cache, clock)
-    windows = job.windows(spark, rows, counts)
+    ordering = planned.ordering(rows, counts, plan, cache, clock)
+    windows = planned.windows(spark, rows, counts)
     lat = avail = None
     if timing:
-        lat = job.latency(rows, counts, plan, windows, clock)
-        avail = job.availability(rows, counts, plan, windows, lat, live, clock)
-    facts = job.facts(spark, rows, counts, plan, windows, clock)
-    gout = job.group_outages(rows, windows, plan, clock)
+        lat = planned.latency(rows, counts, plan, windows, clock)
+        avail = planned.availability(rows, counts, plan, windows, lat, live, clock)
+    facts = planned.facts(spark, rows, counts, plan, windows, clock)
+    gout = planned.group_outages(rows, windows, plan, clock)
     txns = job.transactions(rows, clock)
     return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns)

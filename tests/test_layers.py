@@ -133,7 +133,10 @@ def test_every_part_is_listed():
 
 # -- sizes: every room readable (ruff holds complexity and statements, pyproject.toml) ---------
 
-MAX_FUNCTION, MAX_CLASS, MAX_MODULE = 80, 400, 700
+MAX_FUNCTION, MAX_CLASS, MAX_MODULE = 60, 250, 500
+# a room still over its limit, with the bound it may not pass until it is taken apart: the
+# nemesis, until one window's life is a state machine over a typed Window (issue 61)
+OVER = {"brokerchaos.faults.nemesis.Nemesis": 260}
 
 
 def _too_long() -> list[str]:
@@ -145,6 +148,7 @@ def _too_long() -> list[str]:
         for node in ast.walk(ast.parse(text)):
             limit = (MAX_FUNCTION if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                      else MAX_CLASS if isinstance(node, ast.ClassDef) else None)
+            limit = OVER.get(f"{name}.{getattr(node, 'name', '')}", limit)
             if limit is not None and node.end_lineno - node.lineno + 1 > limit:
                 out.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines (at most {limit})")
     return out

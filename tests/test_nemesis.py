@@ -10,7 +10,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from brokerchaos.analysis.metrics import pair_windows
-from brokerchaos.faults.nemesis import AckGate, Nemesis
+from brokerchaos.faults.nemesis import Nemesis, NemesisContext
+from brokerchaos.faults.trigger import AckGate
 from brokerchaos.history import Recorder
 from brokerchaos.scenario import FaultSpec
 
@@ -89,7 +90,7 @@ async def _no_observer(_dep, _nodes):
 
 def _nemesis(i, spec, dep, rec, gate, lines):
     """A nemesis on the fake deployment, as the runner builds one (client on n1)."""
-    return Nemesis(i, spec, dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer)
+    return Nemesis(i, spec, NemesisContext(dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer))
 
 
 def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None, dep=None):
@@ -179,8 +180,8 @@ def test_a_jittered_trigger_fires_later_by_a_delay_drawn_with_the_seed(tmp_path)
     assert dep.cluster.log[0][0] - t0 >= w["trigger_jitter_ms"] / 1e3 - 0.02  # killed no sooner
     again = _run(tmp_path / "b", specs, acks=5)[1][0].windows[0]["trigger_jitter_ms"]
     assert again == w["trigger_jitter_ms"]  # same seed, run and fault: the same delay
-    other = Nemesis(0, FaultSpec(**specs[0]), FakeDeployment(), None, 2, "r1", None, AckGate(),
-                    lambda: ["n1"], print, _no_observer)
+    other = Nemesis(0, FaultSpec(**specs[0]), NemesisContext(FakeDeployment(), None, 2, "r1", None, AckGate(),
+                                                             lambda: ["n1"], print, _no_observer))
     assert other.jitter_s * 1e3 != w["trigger_jitter_ms"]  # another seed, another delay
     plain = _run(tmp_path / "c", [{**specs[0], "trigger": {"after_acks": 5}}], acks=5)[1][0].windows[0]
     assert "trigger_jitter_ms" not in plain

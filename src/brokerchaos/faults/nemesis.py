@@ -14,65 +14,50 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional
 
 from ..history import Recorder
-from ..history.schema import EFFECT
 from ..scenario import FaultSpec
 from .base import Fault, FaultContext
-from .effect import HEALED, HEALING, INJECTED, LOOK_S, Seen, combine, failed, look, not_known, serving
+from .effect import HEALED, HEALING, failed, look
 from .owners import OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
+from .trigger import AckGate, fired
 from .view import RoleView
+from .windowbook import WindowBook
 
-READY_S = 120.0  # how long after a heal the cluster has to be whole again for its `ready` row
 
+@dataclass(frozen=True)
+class NemesisContext:
+    """What every nemesis of a run shares: the deployment and sandbox it acts on, the seed
+    and run its draws come from, where its rows go, the gate that counts first acks, the
+    console, and what it asks of the workload (the nodes the producers are connected to,
+    the consumer group, the observer's hook before a fault)."""
 
-class AckGate:
-    """Counts first acks and wakes the nemeses waiting for the N-th one."""
-
-    def __init__(self) -> None:
-        self.acks = 0
-        self._waiters: dict[int, list[tuple[asyncio.Event, list[int]]]] = {}
-
-    def wait_for(self, n: int) -> tuple[asyncio.Event, list[int]]:
-        ev = asyncio.Event()
-        box = [0]
-        if self.acks >= n:
-            box[0] = time.monotonic_ns()
-            ev.set()
-        else:
-            self._waiters.setdefault(n, []).append((ev, box))
-        return ev, box
-
-    def on_first_ack(self) -> None:
-        self.acks += 1
-        for ev, box in self._waiters.pop(self.acks, ()):
-            box[0] = time.monotonic_ns()
-            ev.set()
+    deployment: Any
+    sandbox: Any
+    seed: int
+    run_id: str
+    recorder: Recorder
+    gate: AckGate
+    client_nodes: Callable[[], list[str]]
+    line: Callable[[str], None]
+    before_fault: Callable[[object, list[str]], Awaitable[None]]
+    group: Callable[[], object] = lambda: None
+    topics: int = 1
 
 
 class Nemesis:
-    def __init__(self, index: int, spec: FaultSpec, deployment, sandbox, seed: int, run_id: str,
-                 recorder: Recorder, gate: AckGate, client_nodes: Callable[[], list[str]],
-                 line: Callable[[str], None],
-                 before_fault: Callable[[object, list[str]], Awaitable[None]],
-                 group: Callable[[], object] = lambda: None, topics: int = 1) -> None:
-        self.index = index
-        self.topics = topics  # workload.topics: whose owners are watched (owners.py)
-        self.spec = spec
-        self.deployment = deployment
-        self.sandbox = sandbox
-        self.rec = recorder
-        self.gate = gate
-        self.line = line
-        self.before_fault = before_fault
+    def __init__(self, index: int, spec: FaultSpec, ctx: NemesisContext) -> None:
+        self.index, self.spec, self.ctx = index, spec, ctx
+        self.deployment, self.rec, self.gate, self.line = ctx.deployment, ctx.recorder, ctx.gate, ctx.line
+        seed, run_id = ctx.seed, ctx.run_id
         self.cls: type[Fault] = FAULTS.get(spec.action)
         self.params = self.cls.Params.model_validate(spec.params)
         self.target_rng = rng_for(seed, run_id, index, "target")
-        self.client_nodes = client_nodes
-        self.group = group
+        self.group = ctx.group
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
         self.jitter_s = rng_for(seed, run_id, index, "trigger").uniform(0, spec.trigger.jitter) \
             if spec.trigger.jitter else 0.0
@@ -91,11 +76,10 @@ class Nemesis:
         self._owner_watch: Optional[OwnerWatch] = None  # the roles watched through the write (owners.py)
         self._owner_task: Optional[asyncio.Task] = None
         self._healing: Optional[asyncio.Future] = None
-        self._looks: dict[int, list[Seen]] = {}  # per window id: what the harness saw (effect.py)
-        # per window id, its `injected` look: taken beside the window, not in its time (a
-        # probe across a cut takes a few hundred ms); the heal waits for it before undoing
-        self._injected: dict[int, asyncio.Future] = {}
-        self.view = RoleView(deployment, spec.target, self.cls.takes_groups, self._context, self.label, line)
+        self.book = WindowBook(self.rec, self.line, spec.action, spec.target, lambda: self.owner_moves,
+                               self.cls.own_windows)
+        self.view = RoleView(self.deployment, spec.target, self.cls.takes_groups, self._context, self.label,
+                             self.line)
 
     @property
     def label(self) -> str:
@@ -107,8 +91,8 @@ class Nemesis:
         return self._owner_watch.moves if self._owner_watch is not None else {}
 
     def _context(self, uid: int = 0) -> FaultContext:
-        return FaultContext(self.deployment, self.target_rng, self.sandbox, self.params, self.client_nodes,
-                            uid=uid, record=self._record, group=self.group,
+        return FaultContext(self.deployment, self.target_rng, self.ctx.sandbox, self.params, self.ctx.client_nodes,
+                            uid=uid, record=self.book.record, group=self.group,
                             watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
 
     def _new_fault(self) -> Fault:
@@ -123,7 +107,7 @@ class Nemesis:
         except Exception as e:
             self.state["error"] = f"prepare: {type(e).__name__}: {e}"
             self.line(f"Fault: {self.label} FAILED to prepare: {self.state['error']}")
-            self._effect_row(fault.ctx.uid, self.spec.target, failed(self.state["error"]))
+            self.book.effect_row(fault.ctx.uid, None, failed(self.state["error"]))
             await self._release()
             return None
         return fault
@@ -159,15 +143,15 @@ class Nemesis:
         if not task.done():
             if not self.windows and self.spec.action != "none" and "error" not in self.state:
                 self.state["why"] = f"trigger not reached (acks: {self.gate.acks})"
-                self._effect_row(self.index * 1000 + max(self._uid, 1), self.spec.target,
-                                 failed(f"never injected: {self.state['why']}"))
+                self.book.effect_row(self.index * 1000 + max(self._uid, 1), None,
+                                     failed(f"never injected: {self.state['why']}"))
             task.cancel()
 
     async def run(self) -> None:
         if self.spec.action == "none":
             return
         self.view.start()
-        self._owner_watch = self._watch_owners()
+        self._owner_watch = self.book.owner_watch(self.deployment, self.ctx.topics)
         self.state["owner_looks"] = self._owner_watch.stats
         self._owner_task = asyncio.ensure_future(self._owner_watch.run())
         try:
@@ -180,15 +164,8 @@ class Nemesis:
         fault = await self._prepared()
         if fault is None:
             return
-        t = self.spec.trigger
-        if t.after_acks is not None:
-            ev, box = self.gate.wait_for(t.after_acks)
-            await ev.wait()
-            t_trigger = box[0]
-        else:
-            await asyncio.sleep(max(0.0, t.at_seconds - (time.monotonic() - t_begin)))
-            t_trigger = time.monotonic_ns()
-        t_trigger += int(self.jitter_s * 1e9)  # the schedule's offsets count from here
+        # the schedule's offsets count from here
+        t_trigger = await fired(self.spec.trigger, self.gate, t_begin, self.jitter_s)
         for k, offset in enumerate(self.schedule):
             if self.stopping:
                 return
@@ -218,7 +195,7 @@ class Nemesis:
         if self.spec.trigger.jitter:
             w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
-        self._looks[w["id"]] = []
+        self.book.open(w["id"])
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (OwnerWatch.own_window)
             self._owner_watch.arm(w)
@@ -227,13 +204,13 @@ class Nemesis:
         try:
             target, view = await self.view.target_of(fault.ctx, w, t_start)
             w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
-            await self.before_fault(self.deployment, target.nodes)
+            await self.ctx.before_fault(self.deployment, target.nodes)
             if view is None:
                 await self.view.roles_before(w, described, t_start)
             elif view[2]:
                 w["roles_before"] = view[2]  # as the view saw the cluster (view_age_ms)
             if first:
-                self._opened(k, w, fault, target, t_start)
+                self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
             # trigger -> inject called: lookup, roles_before and the loop's own delays (the
             # rest of delay_ms is the action's)
             w["inject_at_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
@@ -249,97 +226,22 @@ class Nemesis:
             if k == 0:
                 self.state["error"] = w["error"]
             self.line(f"Fault: {self.label} FAILED: {w['error']}")
-            self._looks[w["id"]].append(failed(f"inject: {w['error']}"))
+            self.book.add(w["id"], failed(f"inject: {w['error']}"))
             await self.heal_active("inject failed")
             return False
         described.cancel()
         if not first:
-            self._opened(k, w, fault, target, t_start)
+            self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
         w["effect"] = fault.effect
-        self._injected[w["id"]] = asyncio.ensure_future(look(fault, INJECTED))
+        self.book.look_injected(w["id"], fault)
         if not self.cls.recoverable:
             self.active = None
-            self.view.watchers.append(asyncio.ensure_future(self._seen_once_looked(w)))
+            self.view.watchers.append(asyncio.ensure_future(self.book.seen_once_looked(w)))
         return True
 
-    async def _seen_once_looked(self, w: dict) -> None:
-        await self._took_injected_look(w)
-        self._window_seen(w)
-
-    async def _took_injected_look(self, w: dict) -> None:
-        task = self._injected.pop(w["id"], None)
-        if task is not None:
-            self._looks.setdefault(w["id"], []).append(await asyncio.shield(task))
-
-    def _opened(self, k: int, w: dict, fault: Fault, target, t_start: int) -> None:
-        """The window is in effect: its fault row (unless the fault records its own windows),
-        and what run.json keeps of it. At the moment the fault says it took effect, if it
-        says (a kill: the signal, not the reaping of a JVM 50-100 ms later)."""
-        t_eff = fault.effect_ns if fault.effect_ns is not None else time.monotonic_ns()
-        if self.cls.own_windows:
-            t = self.rec.now()
-        else:
-            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"],
-                                t_ns=t_eff - self.rec.origin)
-            self.rec.flush()
-        w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
-                 acks_at_effect=self.gate.acks, t_ms=round(t / 1e6, 3),
-                 delay_ms=round((t_eff - t_start) / 1e6, 3), effect=fault.effect)
-        if k == 0:
-            for key in ("nodes", "acks_at_effect", "t_ms", "delay_ms", "resolve_ms"):
-                self.state[key] = w.get(key)
-        self.line(f"Fault: {self.label} -> {target.label()} at ack {self.gate.acks} "
-                  f"({w['delay_ms']:.0f} ms after the trigger)")
-
-    def _window_seen(self, w: dict) -> None:
-        """The window's effect, from its looks (effect.combine), written once: its `effect`
-        row and `observed` in run.json; the console says so when it was not seen."""
-        if "observed" in w:
-            return
-        seen = combine(self._looks.get(w["id"], ()))
-        if seen is None and "t_ms" not in w and "error" not in w:
-            # opened, never injected: the write ended while its target was being resolved
-            seen = failed("never injected: the write ended before the fault landed")
-        seen = seen or not_known(f"no look saw this window ({self.spec.action} has none for what happened in it)")
-        w["observed"] = {"state": seen.state, "evidence": seen.evidence}
-        moved = self.owner_moves.get(w["id"])
-        if moved:
-            w["owner_moved"] = moved
-        self._effect_row(w["id"], w.get("label") or self.spec.target, seen)
-
-    def _effect_row(self, window: int, node: str, seen: Seen) -> None:
-        detail = f"{seen.state}: {self.label}: {seen.evidence}"[:2000]
-        self.rec.record(EFFECT, node=node, value=seen.value, detail=detail, window=window)
-        self.rec.flush()
-        if seen.state != "observed":
-            self.line(f"Effect: {self.label}: {seen.detail()}")
-
     async def finish_effects(self) -> None:
-        """Every window left without its effect row (the run ended in its middle) gets one;
-        where the owner moved after a heal (a look after it), run.json says so too."""
-        for w in self.windows:
-            if w["id"] in self._injected:
-                await asyncio.wait([self._injected[w["id"]]], timeout=LOOK_S + 1)
-                if self._injected[w["id"]].done():
-                    await self._took_injected_look(w)
-            self._window_seen(w)
-            if self.owner_moves.get(w["id"]):
-                w["owner_moved"] = self.owner_moves[w["id"]]
-
-    def _watch_owners(self) -> OwnerWatch:
-        """Each topic's owner watched through the write (owners.py)."""
-        def record(type_: str, node, detail: str, window: int, topic: Optional[str], at_ns: int) -> int:
-            t = self.rec.record(type_, node=node, detail=detail, window=window, topic=topic,
-                                t_ns=at_ns - self.rec.origin)
-            self.rec.flush()
-            return t
-
-        return OwnerWatch.of(self.deployment, self.topics, record)
-
-    def _record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
-        t = self.rec.record(type_, node=node, detail=detail, window=window)
-        self.rec.flush()
-        return t
+        """Every window left without its effect row gets one (WindowBook.finish)."""
+        await self.book.finish(self.windows)
 
     @property
     def healing(self) -> bool:
@@ -366,10 +268,10 @@ class Nemesis:
             return
         fault, w = self.active
         self.active = None
-        await self._took_injected_look(w)
-        looks = self._looks.setdefault(w["id"], [])
+        await self.book.took_injected(w)
+        looks = self.book.looks.setdefault(w["id"], [])
         if "t_ms" in w:
-            await self._describe(w, "roles_during")
+            await self.view.describe(w, "roles_during")
             if self.view.names_a_role():  # a target that named a role: did the role move? (asked
                 # now, answered beside the heal: a slow answer must not lengthen the window)
                 self.view.watchers.append(asyncio.ensure_future(self._role_now(fault, w)))
@@ -387,40 +289,14 @@ class Nemesis:
             self.rec.flush()
             w["healed_ms"] = round(t / 1e6, 3)
             if "heal_error" not in w and not fault.ready_recorded:
-                self.view.watchers.append(asyncio.ensure_future(self._ready_after(w)))
+                self.view.watchers.append(asyncio.ensure_future(self.view.ready_after(w, self.group, self.book.record)))
         if "t_ms" in w and "error" not in w and "heal_error" not in w:
             looks.append(await look(fault, HEALED))
         w["effect"] = fault.effect
-        self._window_seen(w)
+        self.book.seen(w)
 
     async def _role_now(self, fault: Fault, w: dict) -> None:
         w.update(await self.view.role_now(fault.ctx, w["nodes"]))
-
-    async def _ready_after(self, w: dict) -> None:
-        """Record when the cluster is whole again after a heal (the seeds' end of downtime):
-        every node the window hit serving again (its process running, its client port
-        answering: a metadata view can still name a node that never came back), then the
-        stream ready."""
-        deadline = time.monotonic() + READY_S
-        while True:
-            down = [n for n in w["nodes"] if await serving(self.deployment.cluster, self.group(), n)]
-            if not down:
-                break
-            if time.monotonic() >= deadline:
-                w["not_ready"] = f"not serving {READY_S:.0f} s after the heal: {', '.join(down)}"
-                return
-            await asyncio.sleep(0.25)
-        if await self.deployment.roles.wait_stream_ready(timeout=max(1.0, deadline - time.monotonic())):
-            t = self.rec.record("ready", node=w["label"], detail=f"{self.label}: cluster whole again",
-                                window=w["id"])
-            self.rec.flush()
-            w["ready_ms"] = round(t / 1e6, 3)
-            await self._describe(w, "roles_after")
-
-    async def _describe(self, w: dict, key: str) -> None:
-        got = await self.view.roles()
-        if got:
-            w[key] = got
 
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left; the owners'
@@ -429,13 +305,7 @@ class Nemesis:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        watchers = self.view.watchers
-        if watchers:
-            await asyncio.wait(watchers, timeout=timeout)
-        for t in watchers:
-            t.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
-        watchers.clear()
+        await self.view.settle(timeout)
 
 
 class HealTimeout(Exception):

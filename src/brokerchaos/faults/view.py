@@ -9,6 +9,7 @@ import time
 from typing import Callable, Optional
 
 from .base import FaultContext
+from .effect import serving
 from .targets import parse, resolve
 
 # Roles a target is resolved from with no random choice: the background view may answer for
@@ -21,6 +22,7 @@ FRESH_WAIT = 0.03  # how long a fault waits for its own lookup before it takes t
 # the background look's: a description only says what the cluster was (Kafka's, on
 # ZooKeeper under load, never answers this fast: it cost every Kafka window 30 ms)
 ROLES_WAIT_NS = 10_000_000
+READY_S = 120.0  # how long after a heal the cluster has to be whole again for its `ready` row
 
 
 class RoleView:
@@ -149,3 +151,38 @@ class RoleView:
         got = await described
         if got:
             w["roles_before"] = got
+
+    async def describe(self, w: dict, key: str) -> None:
+        """The cluster's description, into the window's `key` (roles_during, roles_after)."""
+        got = await self.roles()
+        if got:
+            w[key] = got
+
+    async def ready_after(self, w: dict, group: Callable[[], object],
+                          record: Callable[[str, Optional[str], Optional[str], Optional[int]], int]) -> None:
+        """Record when the cluster is whole again after a window's heal (the seeds' end of
+        downtime): every node the window hit serving again (its process running, its client
+        port answering: a metadata view can still name a node that never came back), then
+        the stream ready; its `ready` row, and what the cluster says of itself then."""
+        deadline = time.monotonic() + READY_S
+        while True:
+            down = [n for n in w["nodes"] if await serving(self.deployment.cluster, group(), n)]
+            if not down:
+                break
+            if time.monotonic() >= deadline:
+                w["not_ready"] = f"not serving {READY_S:.0f} s after the heal: {', '.join(down)}"
+                return
+            await asyncio.sleep(0.25)
+        if await self.deployment.roles.wait_stream_ready(timeout=max(1.0, deadline - time.monotonic())):
+            t = record("ready", w["label"], f"{self.label}: cluster whole again", w["id"])
+            w["ready_ms"] = round(t / 1e6, 3)
+            await self.describe(w, "roles_after")
+
+    async def settle(self, timeout: float) -> None:
+        """Let the watchers finish (bounded: ready rows, role moves), then stop what is left."""
+        if self.watchers:
+            await asyncio.wait(self.watchers, timeout=timeout)
+        for t in self.watchers:
+            t.cancel()
+        await asyncio.gather(*self.watchers, return_exceptions=True)
+        self.watchers.clear()

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from ..faults import FAULTS
-from ..faults.nemesis import AckGate, Nemesis
+from ..faults.nemesis import Nemesis, NemesisContext
+from ..faults.trigger import AckGate
 from ..history import Recorder
 from ..history.schema import OBSERVER, OUTPUT, TAKES
 from ..sandbox import Sandbox
@@ -168,9 +169,9 @@ def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: lis
     def client_nodes() -> list[str]:
         return [n for n in (p.client.node() for p in producers) if n]
 
-    return [Nemesis(i, spec, c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
-                    c.observer.before_fault, lambda: group[0] if group else None, c.scenario.workload.topics)
-            for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
+    ctx = NemesisContext(c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
+                         c.observer.before_fault, lambda: group[0] if group else None, c.scenario.workload.topics)
+    return [Nemesis(i, spec, ctx) for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
 
 
 async def bring_up(c: RunContext, rec: RunRecord) -> None:

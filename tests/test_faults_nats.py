@@ -459,9 +459,14 @@ def test_a_follower_cut_from_its_peers_is_named_behind_by_its_own_copy_and_whole
     follower = next(n for n in dep.cluster.node_names if n != leader)
     f = c.fault("isolate-from", {"from": "peers"})
     c.inject(f, follower)
+    # the harness's own connection goes to the leader: the cut-off follower answers every
+    # JetStream request with "service unavailable" (a connection to it, drawn at random,
+    # once spent its 30 s there)
+    dep.client.servers = lambda: ["nats://{}:{}".format(*dep.cluster.address(leader))]
     try:
         _, behind = c.sb.run_client(lambda: look(50), timeout=60)
     finally:
+        del dep.client.servers
         c.heal(f)
     assert len(behind) == 1 and behind[0].startswith(f"{follower} holds it to seq "), behind
     held, last = (int(x) for x in behind[0].split("seq ")[1].split(" of "))

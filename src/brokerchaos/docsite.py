@@ -136,8 +136,48 @@ def verdicts_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def _columns(columns) -> list[str]:
+    return ["| column | holds |", "|---|---|"] + [f"| `{c}` | {what} |" for c, what in columns]
+
+
+def outputs_page() -> str:
+    """Every file a session writes that a tool or a CI reads, with its columns, from the code
+    that writes them (report/files.py, session_table.py, expect.py; analysis/verdicts.py)."""
+    from brokerchaos.analysis.policy import CHECKS
+    from brokerchaos.analysis.verdicts import Verdict
+    from brokerchaos.report import expect, files, session_table
+
+    meaning = {**{c.key: c.meaning for c in CHECKS}, **dict(files.EXTRA)}
+    out = ["# Outputs", "", "What a session writes beside its histories (`OUT/<name>-<time>/`; `analyze` writes "
+           "the same next to the history it reads), column by column, from the code that writes it. Each figure "
+           "is defined in [the history format](../history-format.md).", "", "## results.csv", "",
+           "One row a run: the seeds' columns first (as their programs print them), then ours.", "",
+           "| column | verdict figure |", "|---|---|"]
+    seed = {"DedupEnabled": "the scenario's `workload.dedup`", "TestRun": "the run's number in the session"}
+    out += [f"| `{c}` | {'`' + k + '`' if k else seed[c]} |" for c, k in files.SEED_COLUMNS]
+    out += [f"| `{c}` | {meaning.get(c, '')} |" for c in files.EXTRA_COLUMNS]
+    out += ["", "## session_table.csv", "", "The VerneMQ seed's per-run table (seconds; NA where a column does "
+            "not apply).", "", "| column | verdict figure |", "|---|---|"]
+    out += [f"| `{c}` | `{k}` |" for c, k in session_table.COLUMNS]
+    for name, columns in files.CSV_LOGS.items():
+        out += ["", f"## {name}", ""] + _columns(columns)
+    out += ["", "## summary.json and `analyze --format json`", "",
+            "`summary.json` is `{\"summary\": …, \"runs\": [verdict, …]}`; the summary holds `runs`, `result`, "
+            "`results` (runs per result), `totals` (the sum over the runs of " +
+            ", ".join(f"`{k}`" for k in files.TOTALS) + "), `verdicts` (each check's rate with its Wilson "
+            "interval), `incomplete_runs`, `outages`. `analyze --format json` prints the list of verdicts alone. "
+            "A verdict's keys:", "", "| key | type | holds |", "|---|---|---|"]
+    out += [f"| `{k}` | `{getattr(t, '__forward_arg__', t)}` | {meaning.get(k, '')} |"
+            for k, t in Verdict.__annotations__.items()]
+    out += ["", "## JUnit (`--junit FILE`)", "", "One `<testsuite>` per session (its name), one `<testcase>` per "
+            "run and expectation: `classname` the session, `name` `" + expect.JUNIT_CASE + "`; a violation is a "
+            "`<failure type=\"violation\">`, a run that could not decide an `<error type=\"undecided\">`."]
+    return "\n".join(out) + "\n"
+
+
 PAGES = {"reference/cli.md": cli_page, "reference/scenario.md": scenario_page,
-         "reference/faults.md": faults_page, "reference/verdicts.md": verdicts_page}
+         "reference/faults.md": faults_page, "reference/verdicts.md": verdicts_page,
+         "reference/outputs.md": outputs_page}
 
 
 REPO = Path(__file__).resolve().parents[2]

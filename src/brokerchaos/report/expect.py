@@ -153,6 +153,9 @@ def lines(cases: list[Case]) -> list[str]:
     return [f"Expectations: {n['pass']} passed, {n['fail']} failed, {n['undecided']} undecided"] + out
 
 
+JUNIT_CASE = "{run}: {expectation}"  # a test case's name; its classname is the session's suite
+
+
 def write_junit(path: Path, cases: list[Case]) -> None:
     """One <testsuite> per session, one <testcase> per run and expectation: a violation is a
     <failure>, an undecided case an <error> (the pipeline must not read it as a pass)."""
@@ -163,7 +166,8 @@ def write_junit(path: Path, cases: list[Case]) -> None:
                           failures=str(sum(c.status == "fail" for c in mine)),
                           errors=str(sum(c.status == "undecided" for c in mine)))
         for c in mine:
-            t = ET.SubElement(s, "testcase", classname=suite, name=f"{c.run}: {c.expectation}")
+            name = JUNIT_CASE.format(run=c.run, expectation=c.expectation)
+            t = ET.SubElement(s, "testcase", classname=suite, name=name)
             if c.status == "fail":
                 ET.SubElement(t, "failure", message=c.detail, type="violation").text = c.detail
             elif c.status == "undecided":

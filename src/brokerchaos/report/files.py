@@ -19,18 +19,63 @@ SEED_COLUMNS = [
     ("NotReceived", "acked_missing"), ("ReceivedNoAck", "seed_received_no_ack"), ("MsgsWithDups", "msgs_with_dups"),
     ("DJF", "djf"), ("DJB", "djb"), ("JF", "jf"), ("JB", "jb"),
 ]
-EXTRA_COLUMNS = [
-    "run", "result", "unknown_count", "stowaways", "missing", "acked_missing_overwritten", "received_no_ack", "jf0",
-    "received_after_nack",
-    "received_after_unknown", "duplicate_deliveries", "stored_duplicates", "redeliveries", "out_of_order",
-    "read_complete", "max_ack_gap_ms", "max_recv_gap_ms", "fault_outages_ms", "fault_nodes", "ack_p50_ms",
-    "ack_p99_ms", "ack_p999_ms", "ack_max_ms", "latency_exact", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
-    "fault_recv_gaps_ms", "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries",
-    "result_why",
-]
+# ours, after the seed's: (column, what it holds); docs/history-format.md defines each figure
+EXTRA = (
+    ("run", "the run's id"), ("result", "pass, fail or unknown (the policy: reference/verdicts.md)"),
+    ("unknown_count", "sends whose outcome the client never learned"),
+    ("stowaways", "messages read that no producer of the run sent"),
+    ("missing", "messages sent and never read, whatever their outcome"),
+    ("acked_missing_overwritten", "acked messages missing whose position the read found holding another"),
+    ("received_no_ack", "messages read that were not acked, any number of times"),
+    ("jf0", "jumps forwards at a stream's first read"), ("received_after_nack", "messages read after a nack"),
+    ("received_after_unknown", "messages read whose outcome was unknown"),
+    ("duplicate_deliveries", "deliveries beyond the first"),
+    ("stored_duplicates", "messages stored twice (two offsets)"), ("redeliveries", "messages delivered again"),
+    ("out_of_order", "messages read out of order"), ("read_complete", "the read finished"),
+    ("max_ack_gap_ms", "the longest time without an ack"), ("max_recv_gap_ms", "the longest time without a read"),
+    ("fault_outages_ms", "per fault window, from the fault to the next ack"),
+    ("fault_nodes", "the nodes each window hit"), ("ack_p50_ms", "ack latency, median"),
+    ("ack_p99_ms", "ack latency, 99th percentile"), ("ack_p999_ms", "ack latency, 99.9th percentile"),
+    ("ack_max_ms", "ack latency, longest"), ("latency_exact", "the percentiles are exact (else approximate)"),
+    ("e2e_p50_ms", "send to live delivery, median"), ("e2e_p99_ms", "send to live delivery, 99th percentile"),
+    ("e2e_max_ms", "send to live delivery, longest"),
+    ("fault_recv_gaps_ms", "per fault window, the live consumers' longest gap from the fault on"),
+    ("live_consumers", "live consumers reading through the write"),
+    ("live_recv_rows", "their deliveries"), ("live_duplicates", "their deliveries beyond the first"),
+    ("live_redeliveries", "their messages delivered again"), ("result_why", "why the result is not a pass"),
+)
+EXTRA_COLUMNS = [c for c, _ in EXTRA]
 # every figure a check of the policy reads is a column (the seed's, or one of ours)
 EXTRA_COLUMNS += [c.key for c in policy.CHECKS
                   if c.key not in EXTRA_COLUMNS and c.key not in {k for _, k in SEED_COLUMNS}]
+
+
+# each log the session writes as CSV: its columns and what each holds (the reference page
+# reference/outputs.md is generated from these: docsite.outputs_page)
+JUMPS_COLUMNS = (
+    ("run", "the run"), ("consumer", "the reader (client) that saw the jump"),
+    ("producer", "the producer whose sequence jumped"),
+    ("class", "JF, JB, DJF or DJB (JF0: a jump forwards at a stream's first read); docs/history-format.md"),
+    ("from", "the value read before it"), ("to", "the value read"), ("size", "the jump's size, as the seeds count it"),
+    ("line", "the seed's own log line for it (order_output.txt: the same, numbered by run)"))
+DUPLICATES_COLUMNS = (
+    ("run", "the run"), ("producer", "the producer"), ("value", "the message (its sequence number)"),
+    ("deliveries", "how many times the reads got it"), ("seen_at", "the offsets or positions it was read at"))
+LOST_COLUMNS = (
+    ("run", "the run"), ("producer", "the producer"), ("value", "the acknowledged message the read never found"),
+    ("acked_at", "the offset or position its ack named"), ("acked_by", "the node that acked it"),
+    ("first_ack_ms", "its first ack, ms after the run's origin"),
+    ("read_there", "what the read found at that position (another message: overwritten), if anything"))
+SKIPS_COLUMNS = (
+    ("run", "the run"), ("group", "the consumer group"), ("producer", "the producer"),
+    ("value", "the message no member processed"), ("stored_at", "where the read found it stored"),
+    ("committed_past", "the first commit of its partition past it"))
+CSV_LOGS = {"jumps.csv": JUMPS_COLUMNS, "duplicates.csv": DUPLICATES_COLUMNS, "lost.csv": LOST_COLUMNS,
+            "skips.csv": SKIPS_COLUMNS}
+
+
+def _header(columns: tuple) -> list[str]:
+    return [c for c, _ in columns]
 
 
 JUMP_NAMES = {"JF": "JUMP FORWARDS", "JF0": "JUMP FORWARDS", "JB": "JUMP BACKWARDS", "DJF": "DUPLICATE JUMP FORWARDS",
@@ -76,14 +121,16 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     return row
 
 
+# the figures summary.json sums over the session's runs (`totals`)
+TOTALS = ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
+          "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries",
+          "stored_duplicates", "redeliveries", "stowaways", "jf", "jb", "djf", "djb")
+
+
 def summarize(verdicts: list[dict]) -> dict:
     """The session's results, its totals, and each check's rate (analysis/policy.py)."""
     out = policy.rates(verdicts, wilson)
-    totals = {}
-    for key in ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
-                "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries",
-                "stored_duplicates", "redeliveries", "stowaways", "jf", "jb", "djf", "djb"):
-        totals[key] = sum(v[key] for v in verdicts)
+    totals = {key: sum(v[key] for v in verdicts) for key in TOTALS}
     results = {r: sum(1 for v in verdicts if v["result"] == r) for r in ("pass", "fail", "unknown")}
     return {"runs": len(verdicts), "result": merge([v["result"] for v in verdicts]), "results": results,
             "totals": totals, "verdicts": out}
@@ -94,7 +141,7 @@ def _skips(analysis: Analysis, out: Path) -> None:
     the first commit past it (analysis/groups.py)."""
     with open(out / "skips.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["run", "group", "producer", "value", "stored_at", "committed_past"])
+        w.writerow(_header(SKIPS_COLUMNS))
         if analysis.skips is not None:
             for r in analysis.skips.orderBy("run", "group", "producer", "value").toLocalIterator():
                 w.writerow([r["run"], r["group"], r["producer"], r["value"], r["stored_at"], r["committed_past"]])
@@ -124,7 +171,7 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
     index = {v["run"]: i for i, v in enumerate(verdicts, 1)}
     with open(out / "jumps.csv", "w", newline="") as fh, open(out / "order_output.txt", "w") as order:
         w = csv.writer(fh)
-        w.writerow(["run", "consumer", "producer", "class", "from", "to", "size", "line"])
+        w.writerow(_header(JUMPS_COLUMNS))
         for r in analysis.jumps.orderBy("run", "consumer", "seq").toLocalIterator():
             w.writerow([r["run"], r["consumer"], r["producer"], r["class"], r["from_value"], r["to_value"], r["size"],
                         f"{r['to_value']} {JUMP_NAMES[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])
@@ -141,12 +188,12 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
                 fh.write(f"{index.get(r['run'], r['run'])}|{ids[0]}|{r['last_value']}|{ids[1]}|{r['curr_value']}\n")
     with open(out / "duplicates.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["run", "producer", "value", "deliveries", "seen_at"])
+        w.writerow(_header(DUPLICATES_COLUMNS))
         for r in analysis.duplicates.orderBy("run", "producer", "value").toLocalIterator():
             w.writerow([r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"]])
     with open(out / "lost.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["run", "producer", "value", "acked_at", "acked_by", "first_ack_ms", "read_there"])
+        w.writerow(_header(LOST_COLUMNS))
         if analysis.losses is not None:
             for r in analysis.losses.orderBy("run", "producer", "value").toLocalIterator():
                 w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],

@@ -19,18 +19,10 @@ from brokerchaos.faults import FAULTS
 from brokerchaos.faults.base import supported
 from brokerchaos.registry import Registry
 from brokerchaos.systems import SYSTEMS
-from brokerchaos.systems.base import (CLOCK, COORDINATOR, CORRUPT, ELECT, ENSEMBLE, EVERY, HOOKS, LAMEDUCK,
-                                      LOCAL_VERBS, NETNS, POWER, REASSIGN, REPLICAS, STEPDOWN, UNLOAD, WIPE, Client)
+from brokerchaos.systems.base import CAPABILITIES, Client
 from brokerchaos.systems.roles import Roles
 from brokerchaos.systems.system import System
 from brokerchaos.systems.cluster import LocalCluster
-
-CAPABILITIES = LOCAL_VERBS | {NETNS, HOOKS, COORDINATOR, ENSEMBLE, WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT,
-                              EVERY, LAMEDUCK, REPLICAS, REASSIGN, CLOCK}
-# a role the roles can name -> the method of Roles that names it
-ROLE_METHODS = {COORDINATOR: "coordinator", ENSEMBLE: "ensemble", STEPDOWN: "stepdown", UNLOAD: "unload",
-                ELECT: "elect_leaders", EVERY: "stepdown_every", REPLICAS: "set_replicas", REASSIGN: "reassign"}
-
 
 def _scenarios(name: str) -> list:
     """The system's shipped scenarios, each also at every server version it can run (unless
@@ -53,20 +45,24 @@ def check_system(name: str, cls: type[System], scenarios: list) -> None:
     assert issubclass(cls, System) and cls.description, name
     with pytest.raises(ValidationError):
         cls.Options.model_validate({"no-such-option": 1})  # options are checked, never ignored
-    assert cls.offers <= CAPABILITIES, (name, cls.offers - CAPABILITIES)
+    assert cls.offers <= set(CAPABILITIES), (name, cls.offers - set(CAPABILITIES))
     assert issubclass(cls.Client, Client) and all(_overrides(cls.Client, Client, m) for m in ("producer", "reader"))
     for s in scenarios:
         local = cls.local_cluster(s)
         assert issubclass(local, LocalCluster) and not local.__abstractmethods__, (name, local)
         assert "client" in local.ports, (name, local)
-        assert local.extra_offers <= CAPABILITIES, (name, local)
-        assert LAMEDUCK not in local.extra_offers or _overrides(local, LocalCluster, "lame_duck"), (name, local)
+        assert local.extra_offers <= set(CAPABILITIES), (name, local)
+        # a capability backed by a cluster's method: the cluster that offers it writes it
+        for cap in local.extra_offers:
+            method = CAPABILITIES[cap].cluster_method
+            assert method is None or _overrides(local, LocalCluster, method), (name, local, cap)
         # what an external cluster file must give is what the local cluster serves
         assert set(cls.services_needed(s)) <= set(local.ports) | {"admin"}, (name, cls.services_needed(s))
         roles = cls.roles_class(s)
         assert issubclass(roles, Roles) and _overrides(roles, Roles, "leader"), (name, roles)
-        for cap in cls.roles_offers(s) & set(ROLE_METHODS):
-            assert _overrides(roles, Roles, ROLE_METHODS[cap]), (name, roles, cap)
+        for cap in cls.roles_offers(s):
+            method = CAPABILITIES[cap].role_method
+            assert method is None or _overrides(roles, Roles, method), (name, roles, cap)
 
 
 @pytest.mark.parametrize("name", SYSTEMS.names())
@@ -85,7 +81,7 @@ def test_the_faults_table_says_what_the_capabilities_say():
         (i,) = [k for k, line in enumerate(lines) if line.startswith(f"  {fault} ")]
         listed = lines[i + 1].split("systems: ", 1)[1]
         for name, cls in SYSTEMS.items():
-            offers = LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers()
+            offers = cls.local_capabilities()
             assert (name in listed.split(", ")) == supported(fcls, offers), (fault, name, listed)
 
 

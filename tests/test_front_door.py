@@ -115,15 +115,14 @@ def test_doctor_and_run_name_a_missing_java_and_its_fix(tmp_path):
     assert "lacks java" in r.stderr and "openjdk-17-jre-headless" in r.stderr, r.stderr
 
 
-def test_every_capability_a_fault_needs_is_a_machine_need_or_the_cluster_s(monkeypatch):
-    # the capabilities a cluster offers itself (its verbs and roles) need nothing of the machine
-    from brokerchaos.systems import base
+def test_every_capability_a_fault_needs_is_one_of_the_set_and_its_machine_needs_are_doctor_s(monkeypatch):
+    from brokerchaos.systems.base import CAPABILITIES
 
-    cluster_side = {v for k, v in vars(base).items() if k.isupper() and isinstance(v, str)} | {
-        "kill", "stop", "start", "pause", "hooks"}
     for action, cls in FAULTS.items():
         for cap in cls.needs_for(cls.Params.model_construct()):
-            assert cap in doctor.CAPABILITY_NEEDS or cap in cluster_side, (action, cap)
+            assert cap in CAPABILITIES, (action, cap)
+    assert all(set(c.machine) <= set(doctor.NEEDS) for c in CAPABILITIES.values())
+    assert doctor.fault_needs("power-off", {}) == ("root", "fuse") + FAULTS.get("power-off").machine
     for keys in [doctor.ANALYSIS, *(doctor.system_needs(s, o, v) for _, s, o, v in doctor.variants())]:
         assert set(keys) <= set(doctor.NEEDS), keys
     assert {s for _, s, _, _ in doctor.variants()} == set(SYSTEMS.names())

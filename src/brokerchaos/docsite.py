@@ -101,10 +101,16 @@ def _params(model) -> list[str]:
     return rows
 
 
+def _written_by(c) -> str:
+    return (f"`Roles.{c.role_method}`" if c.role_method else f"`Cluster.{c.cluster_method}`" if c.cluster_method
+            else "—")
+
+
 def faults_page() -> str:
     from brokerchaos.faults import FAULTS, TARGETS
     from brokerchaos.faults.base import supported
     from brokerchaos.systems import SYSTEMS
+    from brokerchaos.systems.base import CAPABILITIES
 
     offers = _offers()
     out = ["# Faults, targets and systems", "", "From the registries (`brokerchaos faults` prints the same); "
@@ -113,6 +119,11 @@ def faults_page() -> str:
         where = ", ".join(s for s, o in offers.items() if supported(cls, o)) or "external clusters (hooks)"
         out += [f"- **`{name}`**: {cls.description}", f"    - needs: {', '.join(sorted(cls.needs)) or 'nothing'}; "
                 f"systems: {where}", f"    - seen by: {cls.observes}", *_params(cls.Params)]
+    out += ["", "## Capabilities", "", "What a fault `needs` and a deployment offers (`systems/base.py`), the "
+            "method a system offering it writes, and what it needs of the machine.", "",
+            "| capability | means | written by the system | machine |", "|---|---|---|---|"]
+    out += [f"| `{c.name}` | {c.meaning} | {_written_by(c)} | {', '.join(c.machine) or '—'} |"
+            for c in CAPABILITIES.values()]
     out += ["", "## Targets", ""] + [f"- **`{n}`**: {(fn.__doc__ or '').strip()}" for n, fn in TARGETS.items()]
     out += ["", "## Systems and their options", ""]
     for name, cls in SYSTEMS.items():

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 from .sandbox import clock, gotool, mounts, netns
 from .scenario import Scenario
 from .systems import jvm
+from .systems.base import CAPABILITIES, NETNS
 
 SPARK_MEMORY_GIB = 2  # free memory below which the analysis (a 4 GiB driver heap at most) is at risk
 APT = "make setup (or apt-get install {})"
@@ -179,9 +180,6 @@ NEEDS: dict[str, Need] = {n.name: n for n in (
          lambda: _absent("chromium", "/usr/bin/chromium")),
 )}
 
-# what a fault's capabilities need of the machine, and what some actions need besides
-CAPABILITY_NEEDS = {"netns": ("root", "netns", "veth", "iptables"), "power": ("root", "fuse"),
-                    "clock": ("libfaketime",)}
 ANALYSIS = ("java", "spark")
 def variants() -> list[tuple[str, str, dict, Optional[str]]]:
     """Each system as it can be deployed, as each declares (System.variants): (label,
@@ -203,7 +201,7 @@ def fault_needs(action: str, params: Optional[dict] = None) -> tuple[str, ...]:
 
     cls = FAULTS.get(action)
     caps = cls.needs_for(cls.Params.model_validate(params) if params else cls.Params.model_construct())
-    return tuple(n for c in sorted(caps) for n in CAPABILITY_NEEDS.get(c, ())) + cls.machine
+    return tuple(n for c in sorted(caps) for n in CAPABILITIES[c].machine) + cls.machine
 
 
 def scenario_needs(s: Scenario) -> list[str]:
@@ -211,7 +209,7 @@ def scenario_needs(s: Scenario) -> list[str]:
     if s.external is None:
         out += system_needs(s.system, s.options, s.cluster.version)
         if s.sandbox == "netns":
-            out += CAPABILITY_NEEDS["netns"][:3]
+            out += CAPABILITIES[NETNS].machine[:3]
         for _, f in s.fault_fields():
             out += fault_needs(f.action, f.params)
     if s.options.get("client") == "java":

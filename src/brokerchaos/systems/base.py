@@ -49,21 +49,57 @@ class ClientEvents:
 # cluster signals its processes; an external one runs the hooks its file has.
 KILL, STOP, START, PAUSE = "kill", "stop", "start", "pause"
 LOCAL_VERBS = frozenset({KILL, STOP, START, PAUSE})
-NETNS = "netns"  # the nodes sit in namespaces of ours: network faults work
-HOOKS = "hooks"  # named commands of a cluster file (the `command` fault)
-COORDINATOR = "coordinator"  # the roles can name the node coordinating the cluster
-ENSEMBLE = "ensemble"  # the roles can name the storage nodes holding the stream's current data (bookies)
-WIPE = "wipe"  # the cluster can delete a stopped node's data (its disk lost)
-POWER = "power"  # the nodes' data directories can sit on a layer that drops unsynced writes
-CORRUPT = "corrupt"  # the cluster names a stopped node's data files (bits flipped, tails cut)
-STEPDOWN = "stepdown"  # the roles can move leadership off a node gracefully (an operator's verb)
-UNLOAD = "unload"  # the roles can close every topic of a group at once, to be served again (Pulsar's bundles)
-ELECT = "elect"  # the roles can move every partition's leadership back to its preferred replica (Kafka)
-EVERY = "stepdown-every"  # the roles can move every leadership a node holds off it at once (NATS, RabbitMQ)
-LAMEDUCK = "lame-duck"  # the cluster can put a node in lame-duck mode: it hands over, sheds clients, exits (NATS)
-REPLICAS = "replicas"  # the roles can change the stream's replica count under load (a membership change: NATS)
-REASSIGN = "reassign"  # the roles can move the stream's replicas to other nodes under load (Kafka)
-CLOCK = "clock"  # the cluster can move a node's wall clock for the processes it starts there (libfaketime)
+NETNS, HOOKS, COORDINATOR, ENSEMBLE = "netns", "hooks", "coordinator", "ensemble"
+WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT = "wipe", "power", "corrupt", "stepdown", "unload", "elect"
+EVERY, LAMEDUCK, REPLICAS, REASSIGN, CLOCK = "stepdown-every", "lame-duck", "replicas", "reassign", "clock"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One capability, whole: what it means, the method a deployment offering it must write
+    (on its Roles or its Cluster: the contract test holds every system to it), and what it
+    needs of the machine (doctor's names)."""
+
+    name: str
+    meaning: str
+    role_method: Optional[str] = None
+    cluster_method: Optional[str] = None
+    machine: tuple[str, ...] = ()
+
+
+CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
+    Capability(KILL, "a node's processes killed (SIGKILL, or the cluster file's `kill` hook)"),
+    Capability(STOP, "a node stopped cleanly (SIGTERM, or its `stop` hook)"),
+    Capability(START, "a node started again"),
+    Capability(PAUSE, "a node's processes paused and resumed (SIGSTOP, SIGCONT)"),
+    Capability(NETNS, "the nodes sit in namespaces of ours: network faults work",
+               machine=("root", "netns", "veth", "iptables")),
+    Capability(HOOKS, "named commands of a cluster file (the `command` fault)"),
+    Capability(COORDINATOR, "the roles name the node coordinating the cluster", role_method="coordinator"),
+    Capability(ENSEMBLE, "the roles name the storage nodes holding the stream's current data (bookies)",
+               role_method="ensemble"),
+    Capability(WIPE, "the cluster deletes a stopped node's data (its disk lost)", cluster_method="wipe"),
+    Capability(POWER, "the nodes' data directories sit on a layer that drops unsynced writes",
+               machine=("root", "fuse")),
+    Capability(CORRUPT, "the cluster names a stopped node's data files (bits flipped, tails cut)",
+               cluster_method="data_files"),
+    Capability(STEPDOWN, "the roles move leadership off a node gracefully (an operator's verb)",
+               role_method="stepdown"),
+    Capability(UNLOAD, "the roles close every topic of a group at once, to be served again (Pulsar's bundles)",
+               role_method="unload"),
+    Capability(ELECT, "the roles move every partition's leadership back to its preferred replica (Kafka)",
+               role_method="elect_leaders"),
+    Capability(EVERY, "the roles move every leadership a node holds off it at once (NATS, RabbitMQ)",
+               role_method="stepdown_every"),
+    Capability(LAMEDUCK, "the cluster puts a node in lame-duck mode: it hands over, sheds clients, exits (NATS)",
+               cluster_method="lame_duck"),
+    Capability(REPLICAS, "the roles change the stream's replica count under load (a membership change)",
+               role_method="set_replicas"),
+    Capability(REASSIGN, "the roles move the stream's replicas to other nodes under load (Kafka)",
+               role_method="reassign"),
+    Capability(CLOCK, "the cluster moves a node's wall clock for the processes it starts there (libfaketime)",
+               machine=("libfaketime",)),
+)}
 
 
 class SystemError_(RuntimeError):

@@ -1,9 +1,12 @@
 """The consumer groups' verdicts (format 1.6) on small recorded histories whose answers are
 known: a positive and a negative control for each, Spark and the oracle alike."""
+import re
+
 import oracle
 from histories import H
 
 from brokerchaos.analysis import policy
+from brokerchaos.report import console
 
 KEYS = ("groups", "group_recv_rows", "group_skips", "group_duplicates", "group_dup_stored", "group_dup_handover",
         "group_dup_same", "group_nonmonotonic", "group_commits", "group_commit_failures", "group_commit_backwards",
@@ -34,6 +37,9 @@ def test_a_group_that_processed_everything_once_in_order_passes(spark_analyze, t
     # the members' deliveries are not the end read's: nothing counted twice, nothing stowed away
     assert (v["received"], v["duplicate_deliveries"], v["recv_rows"]) == (10, 0, 10)
     assert all(c.judge(v) == policy.PASS for c in policy.CHECKS if c.kind.startswith("group-"))
+    # the run's block on the console shows the group's checks
+    block = console.run_block(v)
+    assert re.search(r"^Group skips: +0$", block, re.M) and re.search(r"^Commits backwards: +0$", block, re.M), block
 
 
 def test_a_group_skip_is_a_stored_message_no_member_processed(spark_analyze, tmp_path):
@@ -49,6 +55,7 @@ def test_a_group_skip_is_a_stored_message_no_member_processed(spark_analyze, tmp
     # 4, 5 and 6 (m2 began at position 6, value 7): stored, never processed
     assert v["group_skips"] == 3 and v["result"] == "fail"
     assert policy.BY_NAME["group skips"].judge(v) == policy.FAIL
+    assert re.search(r"^Group skips: +3 \(fail\)$", console.run_block(v), re.M), console.run_block(v)
     # skips.csv's rows: where each is stored, and the commit that went past it
     a = spark_analyze(h.rows, tmp_path / "again")
     t_commit = next(r["t_ns"] for r in h.rows if r["type"] == "commit") / 1e6
@@ -197,6 +204,7 @@ def test_a_run_without_a_group_is_outside_the_group_checks(spark_analyze, tmp_pa
     v = _both(spark_analyze, h, tmp_path / "again")
     assert v["groups"] == 0 and v["result"] == "pass" and a.skips is None
     assert all(c.judge(v) == policy.NA for c in policy.CHECKS if c.kind.startswith("group-"))
+    assert "Group skips" not in console.run_block(v) and "Torn transactions" not in console.run_block(v)
     from brokerchaos.report.stats import wilson
 
     assert not any(c in policy.rates([v], wilson) for c in ("group skips", "commits backwards"))

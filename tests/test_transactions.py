@@ -4,6 +4,7 @@ import oracle
 from histories import H
 
 from brokerchaos.analysis import policy
+from brokerchaos.report import console
 
 KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
         "nonmonotonic_reads", "acked_missing", "received_after_nack", "result")
@@ -57,6 +58,9 @@ def test_a_committed_transaction_read_in_part_is_torn(spark_analyze, tmp_path):
     v = _both(spark_analyze, h, tmp_path)
     assert v["torn_txns"] == 1 and v["acked_missing"] == 1 and v["result"] == "fail", v
     assert policy.BY_NAME["torn transactions"].judge(v) == "fail"
+    block = console.run_block(v)  # the run's block shows its transactions' checks
+    assert "Torn transactions:" in block and "1 (fail)" in block.split("Torn transactions:")[1].split("\n")[0], block
+    assert "Exactly-once loss" not in block, block  # no output read: outside those checks
     # a committed transaction not read at all is lost, not torn
     h = _read(_txns(H(), ["ack", "ack"]), [1, 2, 3])
     v = _both(spark_analyze, h, tmp_path / "2")
@@ -137,6 +141,7 @@ def test_a_message_twice_in_the_output_is_an_exactly_once_duplicate(spark_analyz
     v = _eos(spark_analyze, [1, 2, 3, 3, 7, 8, 9], tmp_path)
     assert v["eos_duplicates"] == 1 and v["eos_recv_rows"] == 7 and v["result"] == "fail", v
     assert policy.BY_NAME["exactly-once duplicates"].judge(v) == "fail"
+    assert "Exactly-once duplicates: 1 (fail)" in " ".join(console.run_block(v).split()), console.run_block(v)
     # seen: proof even in an output read that did not finish
     v = _eos(spark_analyze, [1, 1], tmp_path / "2", end="incomplete: no progress")
     assert v["eos_duplicates"] == 1 and policy.BY_NAME["exactly-once duplicates"].judge(v) == "fail", v

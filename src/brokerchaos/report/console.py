@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..analysis import policy
+
 
 def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:,.0f} ms" if x >= 10 else f"{x:.1f} ms"
@@ -45,7 +47,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
     lines = []
     for fault in meta.get("faults") or ([meta["fault"]] if meta.get("fault") else []):
         lines += fault_lines(fault)
-    rows = _seed_rows(v) + _timing_rows(v)
+    rows = _seed_rows(v) + _scoped_rows(v) + _timing_rows(v)
     if v.get("live_consumers"):
         rows.append(("Live consumers (observing)", f"{v['live_consumers']}: {v['live_recv_rows']:,} deliveries, "
                      f"{v['live_duplicates']:,} duplicates ({v['live_redeliveries']:,} redelivered), "
@@ -92,6 +94,21 @@ def _seed_rows(v: dict) -> list[tuple[str, object]]:
     if v.get("jf0"):
         rows.append(("  JF at a stream's first read", v["jf0"]))
     return rows + [("Stowaways", v["stowaways"])]
+
+
+def _scoped_rows(v: dict) -> list[tuple[str, object]]:
+    """The checks of what only some runs have (a consumer group, transactions, an
+    exactly-once output), those this run has, from the policy's table: each with its figure
+    and, where it is not a pass, its judgement."""
+    rows = []
+    for c in policy.CHECKS:
+        if not c.kind.startswith(("group-", "txn-", "eos-")):
+            continue
+        judged = c.judge(v)
+        if judged != policy.NA:
+            rows.append((c.name[:1].upper() + c.name[1:], f"{c.count(v)}" + ("" if judged == policy.PASS
+                                                                              else f" ({judged})")))
+    return rows
 
 
 def _timing_rows(v: dict) -> list[tuple[str, object]]:

@@ -58,6 +58,7 @@ class KafkaClient(Client):
         await wait_until(look, timeout, "Kafka brokers")
 
     async def create_stream(self, timeout: float) -> str:
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
 
         o = self.options
@@ -68,10 +69,19 @@ class KafkaClient(Client):
             config["unclean.leader.election.enable"] = str(o.unclean_leader_election).lower()
         rf = min(self.ctx.scenario.cluster.replicas, len(self.cluster.node_names))
         topics = self.topics()
-        futs = self._admin().create_topics([NewTopic(t, o.partitions, rf, config=config) for t in topics],
-                                           operation_timeout=timeout, request_timeout=timeout)
+        # the broker answers once the controller has made them: its answer may take longer
+        # than the admin's usual 3 s socket timeout (seen on a loaded machine: the topic made,
+        # the answer "Local: Timed out"); a create whose answer was lost anyway is told by the
+        # metadata below, which waits for each topic's leaders
+        admin = admin_for(self.bootstrap(), int(timeout * 1000))
+        futs = admin.create_topics([NewTopic(t, o.partitions, rf, config=config) for t in topics],
+                                   operation_timeout=timeout, request_timeout=timeout)
         for t in topics:
-            await asyncio.to_thread(futs[t].result, timeout)
+            try:
+                await asyncio.to_thread(futs[t].result, timeout)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError._TIMED_OUT:
+                    raise
 
         # the controller has the topics; the brokers' metadata follows a moment later
         async def led():

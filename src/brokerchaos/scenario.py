@@ -66,6 +66,11 @@ class GroupSpec(_Strict):
                              "consume-transform-produce, each batch copied to the output topic <stream>-out and its "
                              "offsets committed in the same transaction: exactly once, read back at the end)")
     process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
+    hold_after: Optional[int] = Field(
+        None, ge=1, le=10_000_000,
+        description="the first member, once it has processed this many messages, holds them (processed, not "
+                    "committed or acked) until it is killed, at most 60 s: a kill of it then lands with work in "
+                    "hand whatever the machine's load (a positive control's aid); its next incarnation does not hold")
     abort: float = Field(0.0, ge=0, le=1, description="commit: transaction: the share of a member's transactions "
                                                       "it aborts on purpose once its copies are written, drawn with "
                                                       "the seed; their batches are processed again (default 0)")

@@ -129,7 +129,7 @@ def start_group(c: RunContext) -> ConsumerGroup:
         rec = Journal(journal(client), c.origin)
         rec.record("subscribe", detail=f"{dep.system.name} {kind}" + (TAKES if dep.client.group_takes else ""),
                    group=spec.name)
-        events = GroupEvents(rec, spec)
+        events = GroupEvents(rec, spec, holds=client == f"{spec.name}-m1")  # the first member, first incarnation
         return events, dep.client.group_member(client, spec, events)
 
     (c.run_dir / "history").mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ from .processes import become_child, exit_child
 
 START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
+HOLD_S = 60.0  # how long a member told to hold (`hold_after`) waits to be killed before it goes on
 LEAVE_SIGNAL = signal.SIGUSR2  # the harness asks a member to leave the group (scale-in, a stop)
 
 
@@ -117,9 +118,12 @@ class GroupEvents:
     """What a member's library says, as history rows (format 1.6) of its journal; a
     message handed over is processed (`process_ms`) before its `recv` row is written."""
 
-    def __init__(self, rec: Journal, spec: GroupSpec) -> None:
+    def __init__(self, rec: Journal, spec: GroupSpec, holds: bool = False) -> None:
         self.rec = rec
         self.spec = spec
+        # `hold_after` (the first member's first incarnation only): messages processed so far
+        self.hold_after = spec.hold_after if holds else None
+        self.processed = 0
 
     def process(self, payload: bytes, partition: str, position: int, offset: str) -> None:
         if self.spec.process_ms:
@@ -128,6 +132,10 @@ class GroupEvents:
         self.rec.record("recv", producer, value, offset=offset,
                         detail=None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}",
                         group=self.spec.name, partition=partition, position=position)
+        self.processed += 1
+        if self.hold_after is not None and self.processed >= self.hold_after:
+            self.hold_after = None
+            time.sleep(HOLD_S)  # what it holds is processed, not committed: a kill finds it in hand
 
     def commit(self, partition: str, position: Optional[int], error: Optional[str] = None,
                cumulative: bool = True, message: Optional[bytes] = None) -> None:

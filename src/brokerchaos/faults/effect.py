@@ -15,6 +15,7 @@ undo it, or that failed or never fired, leaves the run unknown, never a pass.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -30,6 +31,7 @@ STAGES = (INJECTED, HEALING, HEALED)
 # worst first: the window's state is the first of these any look gave
 _ORDER = (FAILED, NOT_OBSERVED, NOT_HEALED, NOT_KNOWN, OBSERVED)
 LOOK_S = 15.0  # a look that takes longer is "not known"
+EXIT_LOOK_S = 3.0  # how long an external node killed by its hook has to stop answering
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,19 @@ async def serving(cluster, group, node: str) -> Optional[str]:
     return None if await port_open(addr, 1.0) else "its client port does not answer"
 
 
+async def _down_within(fault: Fault, node: str, bound: float) -> Optional[str]:
+    """Why the node no longer serves, asked until it does not or `bound` passes: a kill hook
+    returns once its signal is sent, and a loaded machine takes a moment to end the process
+    and close its port (seen: a Redis killed by `kill -9` in its hook still answering at the
+    look, the suite's two workers beside it)."""
+    deadline = time.monotonic() + bound
+    while True:
+        why = await serving(fault.ctx.cluster, fault.ctx.group(), node)
+        if why is not None or time.monotonic() >= deadline:
+            return why
+        await asyncio.sleep(0.1)
+
+
 async def exited(fault: Fault, nodes: list[str], before: dict[str, Optional[int]]) -> Seen:
     """Each node's process is gone: the pid held before is no longer running (a local
     cluster's, a group member's); where no pid is held (an external cluster), the node no
@@ -130,10 +145,10 @@ async def exited(fault: Fault, nodes: list[str], before: dict[str, Optional[int]
         pid = before.get(n)
         if pid is not None:
             (gone_ if gone(pid) else left).append(f"{n} (pid {pid})")
-        elif (why := await serving(fault.ctx.cluster, fault.ctx.group(), n)) is not None:
+        elif (why := await _down_within(fault, n, EXIT_LOOK_S)) is not None:
             gone_.append(f"{n} ({why})")
         else:
-            left.append(f"{n} (still answering)")
+            left.append(f"{n} (still answering {EXIT_LOOK_S:.0f} s on)")
     if left:
         return not_observed("still running: " + ", ".join(left))
     return observed("gone: " + ", ".join(gone_))

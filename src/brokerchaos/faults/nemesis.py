@@ -66,11 +66,7 @@ class Nemesis:
         self.stopping = False  # the write phase is over: finish the current window, start no other
         self.injecting: Optional[float] = None  # an inject under way: how long it may still take
         self.windows: list[dict] = []
-        self.state: dict = {
-            "index": index, "action": spec.action, "target": spec.target, "params": spec.params,
-            "trigger": spec.trigger.model_dump(exclude_none=True), "duration": spec.duration,
-            "schedule": self.schedule, "windows": self.windows, "nodes": [],
-        }
+        self.state: dict = _state(index, spec, self.schedule, self.windows)
         self._uid = 0
         self.task: Optional[asyncio.Task] = None  # start()
         self._owner_watch: Optional[OwnerWatch] = None  # the roles watched through the write (owners.py)
@@ -274,7 +270,7 @@ class Nemesis:
             await self.view.describe(w, "roles_during")
             if self.view.names_a_role():  # a target that named a role: did the role move? (asked
                 # now, answered beside the heal: a slow answer must not lengthen the window)
-                self.view.watchers.append(asyncio.ensure_future(self._role_now(fault, w)))
+                self.view.watchers.append(asyncio.ensure_future(self.view.role_into(fault.ctx, w)))
             if "error" not in w:
                 looks.append(await look(fault, HEALING))
         try:
@@ -295,9 +291,6 @@ class Nemesis:
         w["effect"] = fault.effect
         self.book.seen(w)
 
-    async def _role_now(self, fault: Fault, w: dict) -> None:
-        w.update(await self.view.role_now(fault.ctx, w["nodes"]))
-
     async def settle(self, timeout: float) -> None:
         """Let the ready watchers finish (bounded), then stop what is left; the owners'
         watch ends at once (what it saw is recorded)."""
@@ -306,6 +299,13 @@ class Nemesis:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await self.view.settle(timeout)
+
+
+def _state(index: int, spec: FaultSpec, schedule: list, windows: list) -> dict:
+    """What run.json keeps of one fault of the run (its windows filled in as they happen)."""
+    return {"index": index, "action": spec.action, "target": spec.target, "params": spec.params,
+            "trigger": spec.trigger.model_dump(exclude_none=True), "duration": spec.duration,
+            "schedule": schedule, "windows": windows, "nodes": []}
 
 
 class HealTimeout(Exception):

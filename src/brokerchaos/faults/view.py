@@ -55,6 +55,10 @@ class RoleView:
             return False
         return bool(terms) and all(n in ("leader", "coordinator") and c is None for n, c in terms)
 
+    async def role_into(self, ctx: FaultContext, w: dict) -> None:
+        """role_now for a window, into it."""
+        w.update(await self.role_now(ctx, w["nodes"]))
+
     async def role_now(self, ctx: FaultContext, hit: list[str]) -> dict:
         """Who holds the target's role now (asked before the heal): whether it moved off the
         nodes the window hit (run.json: `role_at_heal`, `role_moved`)."""

@@ -357,7 +357,7 @@ def test_a_member_that_cannot_start_is_said_in_one_line(tmp_path):
     from brokerchaos.scenario import GroupSpec
     from brokerchaos.workload.group import ConsumerGroup, MemberError
 
-    def make(client):
+    def make(client, hold=None):
         raise ConnectionError("no broker at 10.9.9.9:6379")
 
     g = ConsumerGroup(GroupSpec(consumers=1), 5.0, make, lambda c: Recorder(tmp_path / "history", "r1", c, 0),
@@ -420,8 +420,8 @@ def test_a_member_asked_to_leave_leaves_in_an_event_loop_or_out_of_one(tmp_path)
     spec = GroupSpec(consumers=2)
     kinds = {"g1-m1": _BusyLoopMember, "g1-m2": _PlainMember}
 
-    def make(client):
-        return GroupEvents(Journal(tmp_path / f"{client}.journal", 0), spec), kinds[client]()
+    def make(client, hold=None):
+        return GroupEvents(Journal(tmp_path / f"{client}.journal", 0), spec, hold), kinds[client]()
 
     g = ConsumerGroup(spec, 5.0, make, lambda c: Recorder(tmp_path / "history", "r1", c, 0),
                       lambda c: tmp_path / f"{c}.journal")

@@ -27,6 +27,15 @@ def _rows(run_dir):
     return ds.dataset(files, format="parquet").to_table().to_pylist()
 
 
+def _resolution_ms(rows, t_ns: int) -> float:
+    """How finely acks tell time in the second before `t_ns`: the longest gap between two acks
+    plus the slowest ack's round trip from its send."""
+    acks = sorted((r["t_ns"], r["send_ns"]) for r in rows if r["type"] == "ack" and t_ns - 1e9 <= r["t_ns"] < t_ns)
+    assert len(acks) > 100, len(acks)
+    gaps = [b[0] - a[0] for a, b in zip(acks, acks[1:])]
+    return (max(gaps) + max(t - sent for t, sent in acks if sent is not None)) / 1e6
+
+
 def _steady(rows, rate):
     """Every first send carries its intended time, on the schedule the rate sets."""
     first = [r for r in rows if r["type"] == "send" and r["detail"] is None]
@@ -120,27 +129,25 @@ def test_redis_sentinel_failover_moves_the_primary(tmp_path, spark):
     pytest.param("scenarios/kafka-tcp-reject.yaml", id="kafka"),
 ])
 def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_path, spark):
-    """The outage the analysis measures from acks alone agrees, within 50 ms, with what the
-    client library itself saw, recorded in the history: nats-py's disconnected_cb and
-    reconnected_cb after one reset of its connection; librdkafka's broker state leaving UP
-    and coming back to it after the leader refused the clients for a second (with a single
-    reset librdkafka is back within 3 ms, while its retry back-off keeps acks away for up to
-    120 ms: the two would measure different things). A stall of the harness's own (once: the
-    Spark JVM starting during the first write, a 503 ms ack gap) would break it.
+    """The outage the analysis measures from acks alone holds what the client library itself
+    saw, recorded in the history (nats-py's disconnected_cb and reconnected_cb after one reset
+    of its connection; librdkafka's broker state leaving UP and coming back to it after the
+    leader refused the clients for a second), and agrees with it to within the ack stream's
+    own resolution: the longest gap between two acks and the slowest ack's round trip in the
+    second before the fault, plus 50 ms. A stall of the harness's own (once: the Spark JVM
+    starting during the first write, a 503 ms ack gap) breaks it.
+
+    The two differ by the time from the last ack to the disconnect (at most one gap between
+    acks, plus the 2-5 ms from the fault to the disconnect) and from the reconnect to the
+    first ack (one produce round trip). A fixed 50 ms held on an idle machine (round trips of
+    at most 45 ms from 3.5 s into the write, 16 runs) and failed in a clean-clone run beside
+    the suite's other worker: 144 ms more than the callbacks, when the second before the fault
+    had gaps of up to 86 ms between acks and round trips of 155 ms (p50) to 264 ms; the last
+    ack came 71 ms before the disconnect, the first 116 ms after the reconnect.
 
     The write goes on 3 s after the fault (2,000 msg/s), longer than NATS's ack timeout and
     back-off (2.1 s): a message whose reply the reset lost is sent again among the others'
-    acks. With 1.5 s (6,000 messages, the fault at 1.5 s) the write's other acks were over
-    before those retries, and the ack-free wait for them (656 ms, 5 messages) was the
-    window's longest gap.
-
-    The fault fires 3 s into the write, when the brokers are warm. The two differ by the time
-    from the fault to the disconnect (2-5 ms) plus that from the reconnect to the first ack:
-    one produce round trip, which on Kafka brokers started seconds before (their JIT still
-    compiling) took 17-118 ms (p50) and up to 231 ms in the first half second of the write,
-    up to 123 ms in the next, and at most 45 ms from 3.5 s on (16 runs, 6 of them with one
-    core kept busy). With the fault at 1 s the reconnect came ~3 s into the write: CI once
-    saw the first ack 87 ms after it."""
+    acks. The fault fires 3 s into the write, when the brokers are warm."""
     s = sc.load(scenario, {"runs": 1, "messages": 12_000, "at_seconds": 3.0, "duration": 1.0,
                            "name": "it-callbacks"})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
@@ -153,7 +160,9 @@ def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_p
     assert events[1][1] == "reconnect", events
     callback_gap_ms = (events[1][0] - events[0][0]) / 1e6
     (gap,) = v["fault_ack_gaps_ms"]
-    assert gap is not None and abs(gap - callback_gap_ms) <= 50, (gap, callback_gap_ms, events)
+    assert gap is not None and gap >= callback_gap_ms, (gap, callback_gap_ms, events)
+    resolution_ms = _resolution_ms(rows, fault["t_ns"])
+    assert gap - callback_gap_ms <= 50 + resolution_ms, (gap, callback_gap_ms, resolution_ms, events)
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
 
 

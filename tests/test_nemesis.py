@@ -88,9 +88,14 @@ async def _no_observer(_dep, _nodes):
     pass
 
 
+def _context(dep, rec, gate, lines) -> NemesisContext:
+    """What the run's nemeses share on the fake deployment, as the runner builds it (client on n1)."""
+    return NemesisContext(dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer)
+
+
 def _nemesis(i, spec, dep, rec, gate, lines):
-    """A nemesis on the fake deployment, as the runner builds one (client on n1)."""
-    return Nemesis(i, spec, NemesisContext(dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer))
+    """A nemesis on the fake deployment, alone in its run."""
+    return Nemesis(i, spec, _context(dep, rec, gate, lines))
 
 
 def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None, dep=None):
@@ -107,7 +112,8 @@ def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None, dep=
     async def body():
         rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
         gate = AckGate()
-        nems = [_nemesis(i, FaultSpec(**spec), dep, rec, gate, lines) for i, spec in enumerate(specs)]
+        ctx = _context(dep, rec, gate, lines)
+        nems = [Nemesis(i, FaultSpec(**spec), ctx) for i, spec in enumerate(specs)]
         tasks = [asyncio.create_task(n.run()) for n in nems]
         for _ in range(acks):
             gate.on_first_ack()
@@ -518,3 +524,62 @@ def test_a_heal_that_never_returns_fails_within_its_bound_and_says_so(tmp_path, 
     effect = [r for r in rows if r["type"] == "effect"]
     assert effect and effect[-1]["detail"].startswith("failed"), effect
     assert time.monotonic() - t0 < 8
+
+
+def test_a_fault_after_another_waits_for_its_heal_however_long_it_takes(tmp_path):
+    """`after_fault: 1`: the second kill fires on its own trigger (at once) only once the
+    first fault's heal is done, and its heal (the node started again) took 0.4 s here."""
+    dep = FakeDeployment()
+    start = dep.cluster.start_node
+
+    def slow_start(node):
+        time.sleep(0.4)
+        start(node)
+
+    dep.cluster.start_node = slow_start
+    specs = [{"action": "kill", "target": "n1", "trigger": {"at_seconds": 0}, "duration": 0.2},
+             {"action": "kill", "target": "n2", "trigger": {"at_seconds": 0, "after_fault": 1}, "duration": 0.1}]
+    _, nems, rows, _ = _run(tmp_path, specs, dep=dep, extra=1.0)
+    assert [(verb, node) for _, verb, node in dep.cluster.log] == [
+        ("kill", "n1"), ("start", "n1"), ("kill", "n2"), ("start", "n2")], dep.cluster.log
+    assert [r["node"] for r in rows if r["type"] == "fault"] == ["n1", "n2"]
+    # the second window began after the first one's heal row
+    (h1,) = [r["t_ns"] for r in rows if r["type"] == "heal" and r["node"] == "n1"]
+    (f2,) = [r["t_ns"] for r in rows if r["type"] == "fault" and r["node"] == "n2"]
+    assert f2 > h1, (h1, f2)
+
+
+def test_a_fault_after_another_that_is_still_under_way_at_the_end_of_the_write_says_so(tmp_path):
+    specs = [{"action": "kill", "target": "n1", "trigger": {"after_acks": 50}, "duration": 0.1},
+             {"action": "kill", "target": "n2", "trigger": {"after_fault": 1}, "duration": 0.1}]
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        gate, lines = AckGate(), []
+        ctx = _context(FakeDeployment(), rec, gate, lines)
+        nems = [Nemesis(i, FaultSpec(**s), ctx) for i, s in enumerate(specs)]
+        for n in nems:
+            n.start()
+        await asyncio.sleep(0.2)
+        for n in nems:
+            await n.end_of_write()
+        rec.close()
+        return nems
+
+    nems = asyncio.run(body())
+    assert nems[1].state["why"] == "trigger not reached (acks: 0; fault 1 still under way)", nems[1].state
+
+
+def test_a_member_holding_trigger_fires_that_long_after_the_member_began_to_hold():
+    from brokerchaos.faults.trigger import fired
+    from brokerchaos.scenario import TriggerSpec
+
+    class Group:
+        async def holding(self):
+            await asyncio.sleep(0.05)
+            return 1_000_000_000
+
+    async def body():
+        return await fired(TriggerSpec(member_holding=0.5), AckGate(), time.monotonic(), 0.0, lambda: Group())
+
+    assert asyncio.run(body()) == 1_500_000_000

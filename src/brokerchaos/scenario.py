@@ -68,9 +68,12 @@ class GroupSpec(_Strict):
     process_ms: float = Field(0.0, ge=0, le=60_000, description="the work per message, milliseconds (default 0)")
     hold_after: Optional[int] = Field(
         None, ge=1, le=10_000_000,
-        description="the first member, once it has processed this many messages, holds them (processed, not "
-                    "committed or acked) until it is killed, at most 60 s: a kill of it then lands with work in "
-                    "hand whatever the machine's load (a positive control's aid); its next incarnation does not hold")
+        description="the first member to have processed this many messages (first incarnations only) holds what "
+                    "it has in hand until "
+                    "it is killed, at most 60 s (commit after or transaction: the N-th processed, not committed or "
+                    "acked; before or auto: the next one handed over, acked or its offset stored, not processed): "
+                    "a fault on it (trigger member_holding, target holding-consumer) lands with work in hand "
+                    "whatever the machine's load; its next incarnation does not hold")
     abort: float = Field(0.0, ge=0, le=1, description="commit: transaction: the share of a member's transactions "
                                                       "it aborts on purpose once its copies are written, drawn with "
                                                       "the seed; their batches are processed again (default 0)")
@@ -158,17 +161,30 @@ class WorkloadSpec(_Strict):
         return self
 
 
+WHEN = ("after_acks", "at_seconds", "member_holding")  # a trigger's condition: one of these
+HOLD_S = 60.0  # how long a member told to hold (`hold_after`) waits to be killed before it goes on
+
+
 class TriggerSpec(_Strict):
     after_acks: Optional[int] = Field(None, ge=1, description="fire on the N-th positive ack (all producers)")
     at_seconds: Optional[float] = Field(None, ge=0, description="fire this long after the write phase starts")
+    member_holding: Optional[float] = Field(
+        None, ge=0, le=HOLD_S / 2,
+        description="fire this many seconds after the consumer group's holding member began to hold its work in "
+                    "hand (workload.group.hold_after; target holding-consumer): a control whose fault must find "
+                    "work in hand, whatever the machine's load")
+    after_fault: Optional[int] = Field(
+        None, ge=1, description="and not before the fault at this position of `faults` (1: the first) has healed "
+                                "its last window: one fault after another, however long the first one's heal takes")
     jitter: float = Field(0.0, ge=0, le=3600, description="then wait a further delay drawn uniformly from "
                                                          "[0, jitter) seconds with the seed (a fault off the "
                                                          "beat of the acks or of a steady rate)")
 
     @model_validator(mode="after")
     def _one(self) -> "TriggerSpec":
-        if (self.after_acks is None) == (self.at_seconds is None):
-            raise ValueError("give exactly one of after_acks, at_seconds")
+        given = [k for k in WHEN if getattr(self, k) is not None]
+        if len(given) > 1 or not (given or self.after_fault):
+            raise ValueError(f"give exactly one of {', '.join(WHEN)} (or after_fault alone)")
         return self
 
 
@@ -422,7 +438,8 @@ def check_cross_fields(s: Scenario) -> None:
             "producer(s): each process runs at least one producer"
         )
     total = s.workload.messages * s.workload.producers
-    for path, f in s.fault_fields():
+    for i, (path, f) in enumerate(s.fault_fields()):
+        _check_trigger(s, path, i, f.trigger)
         n = f.trigger.after_acks
         if f.action != "none" and n is not None and n > total:
             raise ScenarioError(
@@ -434,3 +451,17 @@ def check_cross_fields(s: Scenario) -> None:
                 f"scenario field '{path}.repeat.every': {f.repeat.every}s leaves no time between windows of "
                 f"{f.duration}s"
             )
+
+
+def _check_trigger(s: Scenario, path: str, i: int, t: TriggerSpec) -> None:
+    """An `after_fault` names an earlier fault of `faults`; `member_holding` a group that holds."""
+    if t.after_fault is not None and not (path.startswith("faults.") and t.after_fault <= i):
+        where = f"one of faults 1..{i}" if path.startswith("faults.") and i else "an earlier fault of `faults`"
+        raise ScenarioError(f"scenario field '{path}.trigger.after_fault': {t.after_fault} is not {where}")
+    if t.after_fault is not None and s.faults[t.after_fault - 1].duration is None:
+        raise ScenarioError(f"scenario field '{path}.trigger.after_fault': fault {t.after_fault} has no duration, "
+                            "so it heals after the write: give it one")
+    g = s.workload.group
+    if t.member_holding is not None and (g is None or g.hold_after is None):
+        raise ScenarioError(f"scenario field '{path}.trigger.member_holding': no member holds: give "
+                            "workload.group.hold_after")

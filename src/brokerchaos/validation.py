@@ -178,6 +178,9 @@ def _check_consumer_target(s: Scenario, path: str, f) -> None:
     if s.workload.group is None:
         raise ScenarioError(f"scenario field '{path}.target': {f.target!r} names a consumer, and the scenario has no "
                             "consumer group (workload.group)")
+    if "holding-consumer" in named and s.workload.group.hold_after is None:
+        raise ScenarioError(f"scenario field '{path}.target': no member holds its work: give "
+                            "workload.group.hold_after")
     if not FAULTS.get(f.action).acts_on_consumers:
         acting = ", ".join(name for name, cls in FAULTS.items() if cls.acts_on_consumers)
         raise ScenarioError(f"scenario field '{path}.action': {acting} act on a consumer "

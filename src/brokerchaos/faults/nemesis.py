@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
 from ..history import Recorder
@@ -24,7 +24,7 @@ from .effect import HEALED, HEALING, failed, look
 from .owners import OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
-from .trigger import AckGate, fired
+from .trigger import AckGate, fired, jitter_of, not_reached
 from .view import RoleView
 from .windowbook import WindowBook
 
@@ -47,6 +47,14 @@ class NemesisContext:
     before_fault: Callable[[object, list[str]], Awaitable[None]]
     group: Callable[[], object] = lambda: None
     topics: int = 1
+    ended: dict = field(default_factory=dict)  # a fault's index: set once its nemesis has run (ended_event)
+
+    def ended_event(self, index: int) -> asyncio.Event:
+        return self.ended.setdefault(index, asyncio.Event())
+
+    async def healed(self, index: int) -> None:
+        """Wait until the fault at `index` has run: its windows done, each healed (`after_fault`)."""
+        await self.ended_event(index).wait()
 
 
 class Nemesis:
@@ -59,8 +67,7 @@ class Nemesis:
         self.target_rng = rng_for(seed, run_id, index, "target")
         self.group = ctx.group
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
-        self.jitter_s = rng_for(seed, run_id, index, "trigger").uniform(0, spec.trigger.jitter) \
-            if spec.trigger.jitter else 0.0
+        self.jitter_s = jitter_of(spec.trigger, rng_for(seed, run_id, index, "trigger"))
         self.active: Optional[tuple[Fault, dict]] = None
         self.pending: Optional[Fault] = None  # prepared, not injected yet
         self.stopping = False  # the write phase is over: finish the current window, start no other
@@ -138,7 +145,7 @@ class Nemesis:
             await asyncio.wait([task], timeout=(self.spec.duration or 0) + 5)
         if not task.done():
             if not self.windows and self.spec.action != "none" and "error" not in self.state:
-                self.state["why"] = f"trigger not reached (acks: {self.gate.acks})"
+                self.state["why"] = not_reached(self.spec.trigger, self.gate, self.ctx.ended_event)
                 self.book.effect_row(self.index * 1000 + max(self._uid, 1), None,
                                      failed(f"never injected: {self.state['why']}"))
             task.cancel()
@@ -153,6 +160,7 @@ class Nemesis:
         try:
             await self._run()
         finally:
+            self.ctx.ended_event(self.index).set()
             await self.view.stop()
 
     async def _run(self) -> None:
@@ -161,7 +169,7 @@ class Nemesis:
         if fault is None:
             return
         # the schedule's offsets count from here
-        t_trigger = await fired(self.spec.trigger, self.gate, t_begin, self.jitter_s)
+        t_trigger = await fired(self.spec.trigger, self.gate, t_begin, self.jitter_s, self.group, self.ctx.healed)
         for k, offset in enumerate(self.schedule):
             if self.stopping:
                 return

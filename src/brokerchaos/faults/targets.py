@@ -101,7 +101,20 @@ async def consumer(ctx: FaultContext) -> list[str]:
     return [ctx.rng.choice(await consumers(ctx))]
 
 
-CONSUMER_TARGETS = ("consumer", "consumers")
+@TARGETS.register("holding-consumer")
+async def holding_consumer(ctx: FaultContext) -> list[str]:
+    """the member of workload.group holding its work in hand (workload.group.hold_after: the
+    first to have processed that many messages, in its first incarnation), while it holds"""
+    group = ctx.group()
+    if group is None:
+        raise LookupError("no consumer group in this run (workload.group)")
+    name = group.holder()
+    if name is None:
+        raise LookupError("no member of the consumer group is holding its work (workload.group.hold_after)")
+    return [name]
+
+
+CONSUMER_TARGETS = ("consumer", "consumers", "holding-consumer")
 
 
 @TARGETS.register("group-coordinator")

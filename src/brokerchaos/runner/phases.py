@@ -125,11 +125,11 @@ def start_group(c: RunContext) -> ConsumerGroup:
     def journal(client: str) -> Path:
         return c.run_dir / "history" / f"{client}.journal"
 
-    def make(client: str):
+    def make(client: str, hold=None):
         rec = Journal(journal(client), c.origin)
         rec.record("subscribe", detail=f"{dep.system.name} {kind}" + (TAKES if dep.client.group_takes else ""),
                    group=spec.name)
-        events = GroupEvents(rec, spec, holds=client == f"{spec.name}-m1")  # the first member, first incarnation
+        events = GroupEvents(rec, spec, hold)  # `hold`: a first incarnation's claim on the group's hold
         return events, dep.client.group_member(client, spec, events)
 
     (c.run_dir / "history").mkdir(parents=True, exist_ok=True)
@@ -324,6 +324,7 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     if readers.group is not None:
         rec.group_read_status = await readers.group.finish(w.read_timeout)
         rec.group_members = readers.group.pids()
+        rec.group_held = readers.group.held_by()
         if w.group.commit == "transaction":
             rec.output_read_status = await read_output(c, w.group.name)
     if readers.consumers:

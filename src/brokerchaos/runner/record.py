@@ -47,6 +47,7 @@ class RunRecord:
     leader_before_read: Optional[str] = None
     live_read_status: Optional[str] = None
     group_members: Optional[dict[str, int]] = None  # workload.group: each incarnation's pid
+    group_held: Optional[str] = None  # workload.group.hold_after: the member that held its work, if one did
     group_read_status: Optional[str] = None
     output_read_status: Optional[str] = None  # the end read of a consume-transform-produce group's output
     group_scaled: Optional[list] = None  # workload.group.schedule: each step, when, and the slots it changed

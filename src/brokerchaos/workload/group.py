@@ -26,18 +26,18 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..history import Recorder
 from ..history.schema import ACKED, COMMIT_OK, LEFT, REWOUND
-from ..scenario import GroupSpec
+from ..scenario import HOLD_S, GroupSpec
 from .payload import decode
 from .processes import become_child, exit_child
 
 START_TIMEOUT = 60.0
 STOP_GRACE = 10.0
-HOLD_S = 60.0  # how long a member told to hold (`hold_after`) waits to be killed before it goes on
 LEAVE_SIGNAL = signal.SIGUSR2  # the harness asks a member to leave the group (scale-in, a stop)
 
 
@@ -114,18 +114,41 @@ def collect(path: Path, rec: Recorder) -> int:
     return n
 
 
+_resumed = threading.Event()  # in a member's process: SIGCONT came while it held
+
+
+def _until_resumed(limit: float, held: Callable[[], None]) -> None:
+    """Tell the harness (`held`) once the SIGCONT handler is in place (a pause that came
+    before it would be missed), then wait for SIGCONT, `limit` s at most."""
+    try:
+        before = signal.signal(signal.SIGCONT, lambda _sig, _frame: _resumed.set())
+    except ValueError:  # not the main thread: no handler of its own
+        held()
+        time.sleep(limit)
+        return
+    try:
+        held()
+        _resumed.wait(limit)
+    finally:
+        signal.signal(signal.SIGCONT, before)
+
+
 class GroupEvents:
     """What a member's library says, as history rows (format 1.6) of its journal; a
     message handed over is processed (`process_ms`) before its `recv` row is written."""
 
-    def __init__(self, rec: Journal, spec: GroupSpec, holds: bool = False) -> None:
+    def __init__(self, rec: Journal, spec: GroupSpec, hold: Optional[Callable[[], bool]] = None) -> None:
         self.rec = rec
         self.spec = spec
-        # `hold_after` (the first member's first incarnation only): messages processed so far
-        self.hold_after = spec.hold_after if holds else None
+        # `hold_after`, in a first incarnation (`hold`: claims the group's one hold, HoldPoint)
+        self.hold_after = spec.hold_after if hold is not None else None
+        self.claim = hold
         self.processed = 0
+        self.on_hold: Callable[[], None] = lambda: None  # tells the harness (HoldPoint.began)
 
     def process(self, payload: bytes, partition: str, position: int, offset: str) -> None:
+        if self.spec.commit in ("before", "auto"):
+            self._hold()  # this one handed over, acked or stored, and not processed
         if self.spec.process_ms:
             time.sleep(self.spec.process_ms / 1000)
         producer, value = decode(payload)
@@ -133,9 +156,16 @@ class GroupEvents:
                         detail=None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}",
                         group=self.spec.name, partition=partition, position=position)
         self.processed += 1
+        if self.spec.commit in ("after", "transaction"):
+            self._hold()  # this one processed, not committed or acked
+
+    def _hold(self) -> None:
+        """Past `hold_after` messages processed, hold (once) what is in hand until killed, or
+        until paused and resumed (a pause's heal: it goes on where it stopped), HOLD_S at most."""
         if self.hold_after is not None and self.processed >= self.hold_after:
             self.hold_after = None
-            time.sleep(HOLD_S)  # what it holds is processed, not committed: a kill finds it in hand
+            if self.claim():  # the first member of the group to get here, alone
+                _until_resumed(HOLD_S, self.on_hold)
 
     def commit(self, partition: str, position: Optional[int], error: Optional[str] = None,
                cumulative: bool = True, message: Optional[bytes] = None) -> None:
@@ -172,6 +202,27 @@ class Incarnation:
     ended: Optional[str] = None  # its read_end detail, once it reported one
 
 
+class HoldPoint:
+    """The group's one hold (`hold_after`), shared with the members' processes (forked): the
+    first member, in its first incarnation, to have processed `hold_after` messages claims it
+    (`slot`: its number, g1-m<slot>) and says when it began to hold (`t`, monotonic ns)."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.slot = ctx.Value("i", 0)
+        self.t = ctx.Value("q", 0, lock=False)
+
+    def claim(self, slot: int) -> bool:
+        with self.slot.get_lock():
+            if self.slot.value:
+                return False
+            self.slot.value = slot
+            return True
+
+    def began(self) -> None:
+        self.t.value = time.monotonic_ns()
+
+
 @dataclass
 class Slot:
     name: str
@@ -186,12 +237,13 @@ class Slot:
 
 
 class ConsumerGroup:
-    """The members of one group. `make(client)` is called in the member's process and returns
-    (its GroupEvents, the system's member): its journal opened, its subscribe row written.
+    """The members of one group. `make(client, hold)` is called in the member's process and
+    returns (its GroupEvents, the system's member): its journal opened, its subscribe row
+    written; `hold` (a first incarnation's) claims the group's HoldPoint.
     `recorder(client)` makes the Parquet recorder its journal is collected into, `journal(client)`
     names the journal."""
 
-    def __init__(self, spec: GroupSpec, idle: float, make: Callable[[str], object],
+    def __init__(self, spec: GroupSpec, idle: float, make: Callable[..., object],
                  recorder: Callable[[str], Recorder], journal: Callable[[str], Path],
                  forked: Callable[[], None] = lambda: None) -> None:
         self.spec = spec
@@ -202,6 +254,25 @@ class ConsumerGroup:
         self.forked = forked
         self.slots = {f"{spec.name}-m{i}": Slot(f"{spec.name}-m{i}") for i in range(1, spec.consumers + 1)}
         self.errors: list[str] = []
+        self.hold = HoldPoint()
+
+    def holder(self) -> Optional[str]:
+        """The member holding its work in hand now (`hold_after`), while its first
+        incarnation runs; else None."""
+        slot = self.slots.get(f"{self.spec.name}-m{self.hold.slot.value}")
+        if not self.hold.t.value or slot is None or len(slot.runs) != 1 or not slot.runs[0].proc.is_alive():
+            return None
+        return slot.name
+
+    def held_by(self) -> Optional[str]:
+        """The member slot that held its work in this run (`hold_after`), if one did."""
+        return f"{self.spec.name}-m{self.hold.slot.value}" if self.hold.t.value else None
+
+    async def holding(self) -> int:
+        """Wait until a member holds; when it began to, monotonic ns."""
+        while not self.hold.t.value:
+            await asyncio.sleep(0.01)
+        return self.hold.t.value
 
     def _running(self, name: str) -> Incarnation:
         """The slot's process now; LookupError if it is not running."""
@@ -236,7 +307,8 @@ class ConsumerGroup:
         client = slot.next_client()
         ctx = multiprocessing.get_context("fork")
         mine, theirs = ctx.Pipe()
-        p = ctx.Process(target=_member, args=(theirs, mine, client, self.make, self.forked, self.idle),
+        hold = (self.hold, int(name[len(self.spec.name) + 2:])) if not slot.runs else None  # a first incarnation
+        p = ctx.Process(target=_member, args=(theirs, mine, client, self.make, self.forked, self.idle, hold),
                         name=f"brokerchaos group member {client}", daemon=True)
         p.start()
         theirs.close()
@@ -363,12 +435,14 @@ async def _recv(conn, timeout: float):
         return None
 
 
-def _member(conn, parents_end, client: str, make, forked, idle: float) -> None:
+def _member(conn, parents_end, client: str, make, forked, idle: float, hold) -> None:
     become_child(parents_end)
     code = 0
     try:
         forked()
-        events, member = make(client)
+        events, member = make(client, None if hold is None else partial(hold[0].claim, hold[1]))
+        if hold is not None:
+            events.on_hold = hold[0].began
         finishing = threading.Event()
 
         def wait() -> None:

@@ -277,3 +277,36 @@ def test_a_clock_file_holds_whole_seconds_and_the_process_env_reads_it(tmp_path)
     assert env["PATH"] == "/bin" and env["LD_PRELOAD"].endswith("libfaketime.so.1")
     assert env["FAKETIME_TIMESTAMP_FILE"] == str(f) and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
     assert env["FAKETIME_FORCE_MONOTONIC_FIX"] == "0"  # else a JVM's timed waits return at once
+
+
+def test_the_delayer_releases_each_packet_when_due_and_everything_held_at_its_end():
+    """nfqdelay's Held, on a queue that records its verdicts: a fixed delay releases in
+    arrival order with one batch verdict up to the last packet due; a jitter releases each
+    packet at its own drawn time; the end releases everything still held."""
+    from brokerchaos.faults.nfqdelay import Held
+
+    class Q:
+        def __init__(self):
+            self.verdicts = []
+
+        def verdict(self, pid, batch):
+            self.verdicts.append((pid, batch))
+
+    q = Q()
+    fixed = Held(q, 100, 0, 1)
+    for i, t in enumerate((0.0, 0.01, 0.02), 1):
+        fixed.add(t, i)
+    assert fixed.release_due(0.05) == pytest.approx(0.1) and q.verdicts == []
+    assert fixed.release_due(0.111) == pytest.approx(0.12) and q.verdicts == [(2, True)]  # 1 and 2 in one batch
+    fixed.release_all()
+    assert q.verdicts == [(2, True), (3, True)]
+    q = Q()
+    jittered = Held(q, 100, 50, 7)
+    for i in range(1, 21):
+        jittered.add(0.0, i)
+    dues = sorted(d for d, _ in jittered.heap)
+    assert all(0.05 <= d <= 0.15 for d in dues) and len(set(dues)) == 20
+    jittered.release_due(dues[9])
+    assert len(q.verdicts) == 10 and all(not b for _, b in q.verdicts)
+    jittered.release_all()
+    assert sorted(p for p, _ in q.verdicts) == list(range(1, 21))

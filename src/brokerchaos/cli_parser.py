@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 EXIT_BAD_INPUT = 2
 DESCRIPTION = "brokerchaos: run chaos tests against message brokers and analyse their histories on Spark."
@@ -67,12 +68,11 @@ def _run(sub) -> None:
     r.add_argument("--after-acks", type=int, help="fire the fault on this positive ack (the seeds' marker)")
     r.add_argument("--at-seconds", type=float, help="fire the fault this long after writing starts")
     _model_flags(r)
-    r.add_argument("--out", default="results", help="results directory (default results/)")
     r.add_argument("--verdicts", choices=["auto", "each", "end"], default="auto",
                    help="each: every run's verdict after its read (1-3 s of Spark per run); end: every verdict "
                         "from the session's one analysis at its end (long sessions); auto (default): each up to "
                         "20 runs, else end")
-    r.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _out_and_spark(r)
     r.add_argument("--dry-run", action="store_true",
                    help="check the scenario and this machine, print what would run, start nothing")
     _expect_flags(r)
@@ -87,12 +87,11 @@ def _analyze(sub) -> None:
                                    "summary.json.")
     a.add_argument("path", help="a history: one run's directory, a whole session, or any tree of Parquet files")
     a.add_argument("--format", choices=["table", "json"], default="table")
-    a.add_argument("--out", help="where to write the session outputs (default: PATH)")
     a.add_argument("--no-write", action="store_true", help="print only")
     a.add_argument("--no-timing", action="store_true",
                    help="leave out latency percentiles, ack/receive gaps and outages: the seeds' own figures "
                         "(counts, loss, duplicates, jumps) only, several times faster on large histories")
-    a.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _out_and_spark(a, None, "where to write the session outputs (default: PATH)")
     _expect_flags(a)
 
 
@@ -108,8 +107,7 @@ def _campaign(sub) -> None:
                                                    "a cell cut short goes on from its next run")
     c.add_argument("--runs", type=int, help="runs per scenario (overrides the files)")
     c.add_argument("--messages", type=int, help="messages per producer per run")
-    c.add_argument("--out", default="results", help="results directory (default results/)")
-    c.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _out_and_spark(c)
     _expect_flags(c)
 
 
@@ -126,8 +124,14 @@ def _soak(sub) -> None:
     k.add_argument("--runs", type=int, help="the most runs in the session, resumed ones included")
     k.add_argument("--duration", help="start no run after this long: 90s, 30m, 6h (or seconds)")
     k.add_argument("--resume", metavar="DIR", help="a soak session's directory to go on in")
-    k.add_argument("--out", default="results", help="results directory (default results/)")
-    k.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
+    _out_and_spark(k)
+
+
+def _out_and_spark(p: argparse.ArgumentParser, out: Optional[str] = "results",
+                   out_help: str = "results directory (default results/)") -> None:
+    """Where the outputs go, and the Spark that computes them: every command that analyses."""
+    p.add_argument("--out", default=out, help=out_help)
+    p.add_argument("--spark-master", help="Spark master URL (default local[*]; env BROKERCHAOS_SPARK_MASTER)")
 
 
 def _expect_flags(p: argparse.ArgumentParser) -> None:

@@ -109,23 +109,34 @@ def ranked_ack_latency(acks: DataFrame, t: Tuning = DEFAULT) -> dict[str, dict]:
     5.7 s against 3.9).
     """
     lats = acks.select("run", (F.col("t_ns") - F.col("send_ns")).alias("lat")).where(F.col("lat").isNotNull())
+    out: dict[str, dict] = {}
+    need: dict[tuple, list] = {}  # (run, lo, hi) -> [values in it, {rank within it: rank in the run}]
+    size: dict[str, int] = {}
+    for run, bs in _log_buckets(lats).items():
+        size[run] = n = sum(x[1] for x in bs)
+        out[run] = {"_ack_p": None, "_ack_max": bs[-1][3] / MS, "_e2e_p": None, "_e2e_max": None}
+        _place(need, run, [(c, lo, hi) for _, c, lo, hi in bs], {r: r for r in _ranks(n)})
+    value = _values_at_ranks(lats, need, t)
+    for run, n in size.items():
+        out[run]["_ack_p"] = _interpolated(value, run, n)
+    return out
+
+
+def _log_buckets(lats: DataFrame) -> dict[str, list]:
+    """Per run, its latencies' log-scale buckets in order: (bucket, count, min, max)."""
     lat = F.col("lat")
     b = F.when(lat > 0, F.floor(F.log2(lat) * _OCTAVE_PARTS)).otherwise(F.lit(-1)).cast("long")
     hist = lats.groupBy("run", b.alias("b")).agg(F.count(F.lit(1)).alias("n"), F.min(lat).alias("lo"),
                                                  F.max(lat).alias("hi"))
-    out: dict[str, dict] = {}
     buckets: dict[str, list] = collections.defaultdict(list)
     for r in hist.collect():
-        out.setdefault(r["run"], {"_ack_p": None, "_ack_max": None, "_e2e_p": None, "_e2e_max": None})
         buckets[r["run"]].append((r["b"], r["n"], r["lo"], r["hi"]))
-    # (run, lo, hi) -> [values in it, {rank within it: rank in the run}]
-    need: dict[tuple, list] = {}
-    size: dict[str, int] = {}
-    for run, bs in buckets.items():
-        bs.sort()
-        size[run] = n = sum(x[1] for x in bs)
-        out[run]["_ack_max"] = bs[-1][3] / MS
-        _place(need, run, [(c, lo, hi) for _, c, lo, hi in bs], {r: r for r in _ranks(n)})
+    return {run: sorted(bs) for run, bs in buckets.items()}
+
+
+def _values_at_ranks(lats: DataFrame, need: dict, t: Tuning) -> dict[tuple, int]:
+    """(run, rank) -> the latency at that rank, for every rank `need` places in a bucket: a
+    bucket's first or last value is its min or max; the rest read again, sorted or split."""
     value: dict[tuple, int] = {}
     while need:
         sort, split = [], []
@@ -143,15 +154,18 @@ def ranked_ack_latency(acks: DataFrame, t: Tuning = DEFAULT) -> dict[str, dict]:
             value.update(_sorted_ranks(lats, sort))
         if split:
             need = _split_buckets(lats, split)
-    for run, n in size.items():
-        p = []
-        for q in PERCENTILES:
-            pos = q * (n - 1)
-            lo, hi = math.floor(pos), math.ceil(pos)
-            a, b_ = value[(run, lo)] / MS, value[(run, hi)] / MS
-            p.append(a + (b_ - a) * (pos - lo))
-        out[run]["_ack_p"] = p
-    return out
+    return value
+
+
+def _interpolated(value: dict[tuple, int], run: str, n: int) -> list[float]:
+    """The run's PERCENTILES, ms, each between the values at the floor and ceiling of q·(n−1)."""
+    p = []
+    for q in PERCENTILES:
+        pos = q * (n - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        a, b = value[(run, lo)] / MS, value[(run, hi)] / MS
+        p.append(a + (b - a) * (pos - lo))
+    return p
 
 
 def _ranks(n: int) -> set[int]:

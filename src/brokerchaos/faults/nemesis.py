@@ -226,11 +226,7 @@ class Nemesis:
                 self.injecting = None
         except Exception as e:  # recorded; the run goes on and says so
             described.cancel()
-            w["error"] = f"{type(e).__name__}: {e}"
-            if k == 0:
-                self.state["error"] = w["error"]
-            self.line(f"Fault: {self.label} FAILED: {w['error']}")
-            self.book.add(w["id"], failed(f"inject: {w['error']}"))
+            self.book.inject_failed(k, w, e, self.state)
             await self.heal_active("inject failed")
             return False
         described.cancel()

@@ -24,6 +24,7 @@ import struct
 import sys
 import time
 from collections import deque
+from typing import Optional
 
 NETLINK_NETFILTER = 12
 NETLINK_NO_ENOBUFS = 5
@@ -115,13 +116,50 @@ class Queue:
         return ids
 
 
+class Held:
+    """The packets held, each until its due time: in arrival order with a fixed delay (one
+    batch verdict releases every packet up to the last one due), or in due order with a
+    jitter drawn with the seed (a verdict each)."""
+
+    def __init__(self, q: Queue, delay_ms: float, jitter_ms: float, seed: int) -> None:
+        self.q = q
+        self.rng = random.Random(seed)
+        self.delay = delay_ms / 1000.0
+        self.jitter = jitter_ms / 1000.0
+        self.fifo: deque[tuple[float, int]] = deque()
+        self.heap: list[tuple[float, int]] = []
+
+    def release_due(self, now: float) -> Optional[float]:
+        """Release what is due by `now`; when the next one is due (None: nothing held)."""
+        if self.jitter:
+            while self.heap and self.heap[0][0] <= now:
+                self.q.verdict(heapq.heappop(self.heap)[1], batch=False)
+            return self.heap[0][0] if self.heap else None
+        last = None
+        while self.fifo and self.fifo[0][0] <= now:
+            last = self.fifo.popleft()[1]
+        if last is not None:
+            self.q.verdict(last, batch=True)
+        return self.fifo[0][0] if self.fifo else None
+
+    def add(self, arrived: float, pid: int) -> None:
+        if self.jitter:
+            due = arrived + max(0.0, self.rng.uniform(self.delay - self.jitter, self.delay + self.jitter))
+            heapq.heappush(self.heap, (due, pid))
+        else:
+            self.fifo.append((arrived + self.delay, pid))
+
+    def release_all(self) -> None:
+        """Everything still held goes at once: healing must not drop packets."""
+        for _, pid in self.heap:
+            self.q.verdict(pid, batch=False)
+        if self.fifo:
+            self.q.verdict(self.fifo[-1][1], batch=True)
+
+
 def run(queue: int, delay_ms: float, jitter_ms: float, seed: int) -> None:
     q = Queue(queue)
-    rng = random.Random(seed)
-    delay = delay_ms / 1000.0
-    jitter = jitter_ms / 1000.0
-    fifo: deque[tuple[float, int]] = deque()
-    heap: list[tuple[float, int]] = []
+    held = Held(q, delay_ms, jitter_ms, seed)
     stop = [False]
 
     def on_term(*_a) -> None:
@@ -135,42 +173,22 @@ def run(queue: int, delay_ms: float, jitter_ms: float, seed: int) -> None:
     buf = bytearray(1 << 16)
     while not stop[0]:
         now = time.monotonic()
-        if jitter:
-            while heap and heap[0][0] <= now:
-                q.verdict(heapq.heappop(heap)[1], batch=False)
-            nxt = heap[0][0] if heap else None
-        else:
-            last = None
-            while fifo and fifo[0][0] <= now:
-                last = fifo.popleft()[1]
-            if last is not None:
-                q.verdict(last, batch=True)
-            nxt = fifo[0][0] if fifo else None
+        nxt = held.release_due(now)
         timeout = 200 if nxt is None else max(0, int((nxt - now) * 1000))
         try:
             events = poller.poll(timeout)
         except InterruptedError:
             continue
-        if not events:
-            continue
         # drain what is queued now without blocking, then go back to releasing
-        while True:
+        while events:
             try:
                 n = q.sock.recv_into(buf, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             arrived = time.monotonic()
             for pid in q.packet_ids(bytes(buf[:n])):
-                if jitter:
-                    due = arrived + max(0.0, rng.uniform(delay - jitter, delay + jitter))
-                    heapq.heappush(heap, (due, pid))
-                else:
-                    fifo.append((arrived + delay, pid))
-    # let everything still held go at once: healing must not drop packets
-    for _, pid in heap:
-        q.verdict(pid, batch=False)
-    if fifo:
-        q.verdict(fifo[-1][1], batch=True)
+                held.add(arrived, pid)
+    held.release_all()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,15 @@ class WindowBook:
     def open(self, window: int) -> None:
         self.looks[window] = []
 
+    def inject_failed(self, k: int, w: dict, e: Exception, state: dict) -> None:
+        """An inject that raised: said on the console, in the window (and the fault's state,
+        for its first window) and as the window's failed look."""
+        w["error"] = f"{type(e).__name__}: {e}"
+        if k == 0:
+            state["error"] = w["error"]
+        self.line(f"Fault: {self.label} FAILED: {w['error']}")
+        self.add(w["id"], failed(f"inject: {w['error']}"))
+
     def opened(self, k: int, w: dict, fault: Fault, target: Target, t_start: int, acks: int, state: dict) -> None:
         """The window is in effect: its fault row (unless the fault records its own windows),
         and what run.json keeps of it. At the moment the fault says it took effect, if it

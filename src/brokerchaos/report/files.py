@@ -147,16 +147,8 @@ def _skips(analysis: Analysis, out: Path) -> None:
                 w.writerow([r["run"], r["group"], r["producer"], r["value"], r["stored_at"], r["committed_past"]])
 
 
-def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
-                  schedules: Optional[dict[str, list[float]]] = None, history=None,
-                  extra: Optional[dict] = None) -> dict:
-    """Every session output; `schedules` are the back-off steps the clients followed
-    (runner.backoff_schedules), for the outage block of summary.json; `history` (the
-    session's events) for the Pulsar seed's duplicates log; `extra`: facts of the session
-    summary.json keeps beside the verdicts' (why it stopped early)."""
-    out.mkdir(parents=True, exist_ok=True)
-    metas = metas if metas is not None else load_metas(out)
-    verdicts = analysis.verdicts
+def _results(verdicts: list[dict], metas: dict, out: Path) -> None:
+    """results.csv (the seeds' columns, then ours) and session_table.csv."""
     cols = [c for c, _ in SEED_COLUMNS] + EXTRA_COLUMNS
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
@@ -168,7 +160,10 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
         w.writerow([c for c, _ in session_table.COLUMNS])
         for v in session_table.complete(verdicts):
             w.writerow(session_table.row(v))
-    index = {v["run"]: i for i, v in enumerate(verdicts, 1)}
+
+
+def _jumps(analysis: Analysis, index: dict, out: Path) -> None:
+    """jumps.csv, and order_output.txt in the seed's own words."""
     with open(out / "jumps.csv", "w", newline="") as fh, open(out / "order_output.txt", "w") as order:
         w = csv.writer(fh)
         w.writerow(_header(JUMPS_COLUMNS))
@@ -177,10 +172,14 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
                         f"{r['to_value']} {JUMP_NAMES[r['class']]} {r['size']} ({r['from_value']} -> {r['to_value']})"])
             order.write(f"Test run: {index.get(r['run'], r['run'])} {SEED_LOG_NAMES[r['class']]} {r['size']} "
                         f"({r['from_value']} -> {r['to_value']})\n")
+
+
+def _duplicates(analysis: Analysis, index: dict, history, out: Path) -> None:
+    """duplicates.txt (the Pulsar seed's log of a reader going back) and duplicates.csv."""
     with open(out / "duplicates.txt", "w") as fh:
         fh.write("run|last_msg_id|last_value|curr_msg_id|curr_value\n")
         # a Spark job only when some reader went back to what it had read
-        if history is not None and any(v["djb"] for v in verdicts):
+        if history is not None and any(v["djb"] for v in analysis.verdicts):
             from ..analysis.metrics import duplicate_returns
 
             for r in duplicate_returns(history, analysis.jumps).orderBy("run", "client", "seq").toLocalIterator():
@@ -191,6 +190,9 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
         w.writerow(_header(DUPLICATES_COLUMNS))
         for r in analysis.duplicates.orderBy("run", "producer", "value").toLocalIterator():
             w.writerow([r["run"], r["producer"], r["value"], r["deliveries"], r["offsets"]])
+
+
+def _lost(analysis: Analysis, out: Path) -> None:
     with open(out / "lost.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(_header(LOST_COLUMNS))
@@ -198,6 +200,23 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
             for r in analysis.losses.orderBy("run", "producer", "value").toLocalIterator():
                 w.writerow([r["run"], r["producer"], r["value"], r["acked_at"], r["acked_by"],
                             r["first_ack_ns"] / 1e6, r["read_there"]])
+
+
+def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
+                  schedules: Optional[dict[str, list[float]]] = None, history=None,
+                  extra: Optional[dict] = None) -> dict:
+    """Every session output; `schedules` are the back-off steps the clients followed
+    (runner.backoff_schedules), for the outage block of summary.json; `history` (the
+    session's events) for the Pulsar seed's duplicates log; `extra`: facts of the session
+    summary.json keeps beside the verdicts' (why it stopped early)."""
+    out.mkdir(parents=True, exist_ok=True)
+    metas = metas if metas is not None else load_metas(out)
+    verdicts = analysis.verdicts
+    _results(verdicts, metas, out)
+    index = {v["run"]: i for i, v in enumerate(verdicts, 1)}
+    _jumps(analysis, index, out)
+    _duplicates(analysis, index, history, out)
+    _lost(analysis, out)
     if any(v.get("groups") for v in verdicts):
         _skips(analysis, out)
     summary = summarize(verdicts)

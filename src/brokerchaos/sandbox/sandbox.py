@@ -334,6 +334,45 @@ def _running_elsewhere() -> set[str]:
     return live
 
 
+def _owner(d: Path) -> tuple[bool, dict]:
+    """Whether the session directory's owner still runs, and what its owner.json holds."""
+    try:
+        info = json.loads((d / "owner.json").read_text())
+    except (OSError, ValueError):
+        return False, {}
+    try:
+        return info.get("start") is not None and _proc_start_time(info["pid"]) == info["start"], info
+    except (KeyError, AttributeError):
+        return False, info
+
+
+def _clean_session(d: Path, info) -> list[str]:
+    """A dead session's processes killed (ours: pid and start time match), its mounts undone,
+    its state directory removed; one line per thing removed."""
+    removed: list[str] = []
+    killed = []
+    for p in info.get("procs", []) if isinstance(info, dict) else []:
+        if p.get("start") and _proc_start_time(p["pid"]) == p["start"]:
+            try:
+                os.kill(p["pid"], 9)
+                killed.append(p)
+                removed.append(f"process {p['pid']} ({p.get('exe')})")
+            except ProcessLookupError:
+                pass
+    # gone before the namespaces go (a broker still dying holds its sockets open)
+    deadline = time.monotonic() + 10
+    while any(_running(p["pid"], p["start"]) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # a data directory on a killed power-off layer: still mounted, answering nothing
+    for where in mounts.mounted_under(d):
+        removed.append(f"mount {where}")
+    for e in _unmount_all(d):
+        removed.append(f"error: {e}")
+    shutil.rmtree(d, ignore_errors=True)
+    removed.append(f"state {d}")
+    return removed
+
+
 def clean(all_sessions: bool = False) -> list[str]:
     """Remove leftovers of sessions whose owner died (or of every session with `all_sessions`).
 
@@ -343,37 +382,11 @@ def clean(all_sessions: bool = False) -> list[str]:
     live: set[str] = set()
     if STATE_ROOT.is_dir():
         for d in sorted(STATE_ROOT.iterdir()):
-            owner = d / "owner.json"
-            alive = False
-            info = {}
-            try:
-                info = json.loads(owner.read_text())
-                alive = info.get("start") is not None and _proc_start_time(info["pid"]) == info["start"]
-            except (OSError, ValueError, KeyError):
-                pass
+            alive, info = _owner(d)
             if alive and not all_sessions:
                 live.add(d.name)
                 continue
-            killed = []
-            for p in info.get("procs", []) if isinstance(info, dict) else []:
-                if p.get("start") and _proc_start_time(p["pid"]) == p["start"]:
-                    try:
-                        os.kill(p["pid"], 9)
-                        killed.append(p)
-                        removed.append(f"process {p['pid']} ({p.get('exe')})")
-                    except ProcessLookupError:
-                        pass
-            # gone before the namespaces go (a broker still dying holds its sockets open)
-            deadline = time.monotonic() + 10
-            while any(_running(p["pid"], p["start"]) for p in killed) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            # a data directory on a killed power-off layer: still mounted, answering nothing
-            for where in mounts.mounted_under(d):
-                removed.append(f"mount {where}")
-            for e in _unmount_all(d):
-                removed.append(f"error: {e}")
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(f"state {d}")
+            removed += _clean_session(d, info)
     if not all_sessions:
         live |= _running_elsewhere()
     for ns in netns.list_all():

@@ -183,62 +183,73 @@ class ProducerLoop:
         """Send every message, then wait for every outcome; both bounded by `deadline`."""
         await self.client.open(self.on_outcome)
         sweeper = asyncio.create_task(self._sweeper())
-        rate, t_first = self.spec.rate, time.monotonic_ns()
-        intended = None
         try:
-            for value in range(1, self.spec.messages + 1):
-                if rate is not None:
-                    # open loop: each message has its time on a schedule kept against the start,
-                    # so a stalled client does not lower the offered rate (a backlog goes out
-                    # at once when it can) and latency counts from the schedule, not from
-                    # when the client got round to it (no coordinated omission)
-                    due = t_first + int((value - 1) * 1e9 / rate)
-                    intended = due - self.rec.origin
-                    ahead = (due - time.monotonic_ns()) / 1e9
-                    if ahead > 0.001:
-                        await asyncio.sleep(ahead)
-                # the common case without a coroutine each (three per message cost 1 µs)
-                if self._resend:
-                    await self._drain_resends(deadline)
-                if self._free > 0 and time.monotonic() < deadline:
-                    self._free -= 1
-                elif not await self._acquire(deadline):
-                    # a free slot does not mean time is left: a client whose send blocks (a
-                    # transaction's commit waiting out a broker that never serves) would go on
-                    # past write_timeout, one message every ack_timeout (seen: 13 min of 10)
-                    self.stopped_early = f"write_timeout reached after {value - 1} messages"
-                    break
-                await self._send(value, 1, intended)
-                if value % 32 == 0:
-                    # publish rarely blocks, so without this the nemesis and the reply
-                    # handler starve and the fault lands late
-                    await asyncio.sleep(0)
-            # the tail: outstanding answers, retries, timeouts
-            while (self.attempts or self._resend or self._pending_retries) and time.monotonic() < deadline:
-                await self._drain_resends(deadline)
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), 0.05)
-                except asyncio.TimeoutError:
-                    pass
-            self._expire()
-            if self.attempts and not self.stopped_early:
-                self.stopped_early = f"write_timeout reached with {len(self.attempts)} answers outstanding"
-            retries = len(self._resend) + self._pending_retries
-            if retries and not self.stopped_early:
-                self.stopped_early = f"write_timeout reached with {retries} retries not sent"
+            await self._write_all(deadline)
+            await self._tail(deadline)
         finally:
             sweeper.cancel()
-            # whatever is still outstanding is unknown: never silently dropped. A message
-            # waiting for its resend already has its nack/unknown row.
-            for value in list(self.attempts):
-                self.rec.record("unknown", self.name, value, None, None, "outstanding when the write phase ended")
-                self.acct.on_unknown(value)
-            self.attempts.clear()
+            await self._end()
+
+    async def _write_all(self, deadline: float) -> None:
+        """Every message sent once, on the rate's schedule and within the in-flight bound."""
+        rate, t_first = self.spec.rate, time.monotonic_ns()
+        intended = None
+        for value in range(1, self.spec.messages + 1):
+            if rate is not None:
+                # open loop: each message has its time on a schedule kept against the start,
+                # so a stalled client does not lower the offered rate (a backlog goes out
+                # at once when it can) and latency counts from the schedule, not from
+                # when the client got round to it (no coordinated omission)
+                due = t_first + int((value - 1) * 1e9 / rate)
+                intended = due - self.rec.origin
+                ahead = (due - time.monotonic_ns()) / 1e9
+                if ahead > 0.001:
+                    await asyncio.sleep(ahead)
+            # the common case without a coroutine each (three per message cost 1 µs)
+            if self._resend:
+                await self._drain_resends(deadline)
+            if self._free > 0 and time.monotonic() < deadline:
+                self._free -= 1
+            elif not await self._acquire(deadline):
+                # a free slot does not mean time is left: a client whose send blocks (a
+                # transaction's commit waiting out a broker that never serves) would go on
+                # past write_timeout, one message every ack_timeout (seen: 13 min of 10)
+                self.stopped_early = f"write_timeout reached after {value - 1} messages"
+                return
+            await self._send(value, 1, intended)
+            if value % 32 == 0:
+                # publish rarely blocks, so without this the nemesis and the reply
+                # handler starve and the fault lands late
+                await asyncio.sleep(0)
+
+    async def _tail(self, deadline: float) -> None:
+        """The outstanding answers, retries and timeouts, until `deadline`; what is left then
+        is said in `stopped_early`."""
+        while (self.attempts or self._resend or self._pending_retries) and time.monotonic() < deadline:
+            await self._drain_resends(deadline)
+            self._wake.clear()
             try:
-                await self.client.close()
-            finally:  # what was recorded reaches the disk even when a client's close fails
-                self.rec.flush()
+                await asyncio.wait_for(self._wake.wait(), 0.05)
+            except asyncio.TimeoutError:
+                pass
+        self._expire()
+        if self.attempts and not self.stopped_early:
+            self.stopped_early = f"write_timeout reached with {len(self.attempts)} answers outstanding"
+        retries = len(self._resend) + self._pending_retries
+        if retries and not self.stopped_early:
+            self.stopped_early = f"write_timeout reached with {retries} retries not sent"
+
+    async def _end(self) -> None:
+        """Whatever is still outstanding is unknown: never silently dropped (a message waiting
+        for its resend already has its nack/unknown row); then the client closed."""
+        for value in list(self.attempts):
+            self.rec.record("unknown", self.name, value, None, None, "outstanding when the write phase ended")
+            self.acct.on_unknown(value)
+        self.attempts.clear()
+        try:
+            await self.client.close()
+        finally:  # what was recorded reaches the disk even when a client's close fails
+            self.rec.flush()
 
     async def _acquire(self, deadline: float) -> bool:
         """A free in-flight slot, serving due resends while waiting for one; False once

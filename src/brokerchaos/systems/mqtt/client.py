@@ -153,7 +153,14 @@ class _Connection:
 
         self.subscribed = asyncio.Event()
         self.refused = asyncio.Event()
+        self._wire(c, on_message, on_publish, on_lost)
+        self.client = c
+        self.keepalive = keepalive
+        self.addr = addr
+        self._thread = threading.get_ident()
 
+    def _wire(self, c, on_message, on_publish, on_lost) -> None:
+        """paho's callbacks, each handed to the loop (_hand, _on_loop)."""
         def on_connect(_c, _u, _flags, rc, _p=None):
             self.result = str(rc)
             if not rc.is_failure:
@@ -181,10 +188,6 @@ class _Connection:
         c.on_socket_close = lambda _c, _u, sock: self._on_loop(self._unwatch, sock)
         c.on_socket_register_write = lambda _c, _u, sock: self._on_loop(self._want_write, sock)
         c.on_socket_unregister_write = lambda _c, _u, sock: self._on_loop(self._done_writing, sock)
-        self.client = c
-        self.keepalive = keepalive
-        self.addr = addr
-        self._thread = threading.get_ident()
 
     def _hand(self, fn, *args) -> None:
         """Out of paho's call, to the loop's next turn, in order; after the run's loop is

@@ -51,37 +51,13 @@ class RedisProducer(ClientEvents):
             try:
                 if r is None:
                     r = client_for(self.addr, timeout=10)
-                pipe = r.pipeline(transaction=False)
-                for _, payload in batch:
-                    pipe.xadd(self.system.stream_name, {FIELD: payload})
-                if self.o.wait_replicas:
-                    pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
-                # a pipeline on a connection whose server died mid-batch was seen to wait
-                # forever, and so did its cancellation (which asyncio.wait_for awaits): the
-                # write phase then ran into write_timeout. It is abandoned instead.
-                res = await abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
-                self.connected = True
-                if self.down:
-                    self.down = False
-                    self.on_event("reconnect", self.system.cluster.node_at(*self.addr), "redis-py: a reply")
+                res = await self._execute(r, batch)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # connection lost: the outcome is unknowable
                 # nothing is reported: the producer loop's ack_timeout makes them unknown
-                if self.connected:
-                    self.down = True
-                    self.on_event("disconnect", self.system.cluster.node_at(*self.addr),
-                                  f"redis-py: {type(e).__name__}: {e}"[:200])
-                self.connected = False
-                if r is not None:
-                    await aclose(r, self.abandoned)
+                await self._lost(r, e)
                 r = None
-                await asyncio.sleep(0.2)
-                if self.o.follow_failover:
-                    try:
-                        self.addr = await self.system.primary_addr()
-                    except Exception:
-                        pass
                 continue
             try:
                 self._report(batch, res)
@@ -89,6 +65,39 @@ class RedisProducer(ClientEvents):
                 for value, _ in batch:
                     why = f"reply not understood: {type(e).__name__}: {e}"
                     self.on_outcome(value, "unknown", None, None, why[:200])
+
+    async def _execute(self, r, batch: list) -> list:
+        """One batch's XADDs (and WAIT) in a pipeline; its replies."""
+        pipe = r.pipeline(transaction=False)
+        for _, payload in batch:
+            pipe.xadd(self.system.stream_name, {FIELD: payload})
+        if self.o.wait_replicas:
+            pipe.execute_command("WAIT", self.o.wait_replicas, self.o.wait_timeout_ms)
+        # a pipeline on a connection whose server died mid-batch was seen to wait
+        # forever, and so did its cancellation (which asyncio.wait_for awaits): the
+        # write phase then ran into write_timeout. It is abandoned instead.
+        res = await abandon_after(pipe.execute(raise_on_error=False), 10, self.abandoned)
+        self.connected = True
+        if self.down:
+            self.down = False
+            self.on_event("reconnect", self.system.cluster.node_at(*self.addr), "redis-py: a reply")
+        return res
+
+    async def _lost(self, r, e: Exception) -> None:
+        """The connection gone: said once (disconnect), closed, and the primary asked again."""
+        if self.connected:
+            self.down = True
+            self.on_event("disconnect", self.system.cluster.node_at(*self.addr),
+                          f"redis-py: {type(e).__name__}: {e}"[:200])
+        self.connected = False
+        if r is not None:
+            await aclose(r, self.abandoned)
+        await asyncio.sleep(0.2)
+        if self.o.follow_failover:
+            try:
+                self.addr = await self.system.primary_addr()
+            except Exception:
+                pass
 
     def _report(self, batch: list, res: list) -> None:
         node = self.system.cluster.node_at(*self.addr)

@@ -129,13 +129,15 @@ def test_redis_sentinel_failover_moves_the_primary(tmp_path, spark):
     pytest.param("scenarios/kafka-tcp-reject.yaml", id="kafka"),
 ])
 def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_path, spark):
-    """The outage the analysis measures from acks alone holds what the client library itself
+    """The outage the analysis measures from acks alone matches what the client library itself
     saw, recorded in the history (nats-py's disconnected_cb and reconnected_cb after one reset
     of its connection; librdkafka's broker state leaving UP and coming back to it after the
-    leader refused the clients for a second), and agrees with it to within the ack stream's
-    own resolution: the longest gap between two acks and the slowest ack's round trip in the
-    second before the fault, plus 50 ms. A stall of the harness's own (once: the Spark JVM
-    starting during the first write, a 503 ms ack gap) breaks it.
+    leader refused the clients for a second): the gap between acks ends at most 50 ms before
+    the callbacks' interval (nats-py calls reconnected_cb after its pending writes are out and
+    a PING answered: an ack can come first) and lasts at most the ack stream's resolution longer: the
+    longest gap between two acks and the slowest ack's round trip in the second before the
+    fault, plus 50 ms. A stall of the harness's own (once: the Spark JVM starting during the
+    first write, a 503 ms ack gap) breaks it.
 
     The two differ by the time from the last ack to the disconnect (at most one gap between
     acks, plus the 2-5 ms from the fault to the disconnect) and from the reconnect to the
@@ -160,9 +162,10 @@ def test_outage_matches_the_clients_own_disconnect_and_reconnect(scenario, tmp_p
     assert events[1][1] == "reconnect", events
     callback_gap_ms = (events[1][0] - events[0][0]) / 1e6
     (gap,) = v["fault_ack_gaps_ms"]
-    assert gap is not None and gap >= callback_gap_ms, (gap, callback_gap_ms, events)
+    # an ack before reconnected_cb: 6 ms before it in a clean-clone run
     resolution_ms = _resolution_ms(rows, fault["t_ns"])
-    assert gap - callback_gap_ms <= 50 + resolution_ms, (gap, callback_gap_ms, resolution_ms, events)
+    assert gap is not None and -50 <= gap - callback_gap_ms <= 50 + resolution_ms, (
+        gap, callback_gap_ms, resolution_ms, events)
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
 
 

@@ -3,6 +3,7 @@ work in hand, tells the harness, and goes on when a pause's heal resumes it; fas
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from functools import partial
 
@@ -67,6 +68,9 @@ def test_only_a_first_incarnation_and_only_the_first_member_to_get_there_holds(m
 
 
 def _hold_in_a_child(point):
+    # as a member's finish thread: another thread, in a read, which the kernel may hand SIGCONT
+    r, _w = os.pipe()
+    threading.Thread(target=os.read, args=(r, 1), daemon=True).start()
     events = GroupEvents(Rows(), GroupSpec(commit="after", hold_after=1), partial(point.claim, 1))
     events.on_hold = point.began
     events.process(encode("p1", 1), "0", 1, "1")
@@ -74,6 +78,8 @@ def _hold_in_a_child(point):
 
 
 def test_a_held_member_tells_the_harness_across_the_fork_and_a_pause_healed_ends_its_hold():
+    """Even with another thread in a read, which the kernel may hand SIGCONT: a clean-clone
+    run's paused member held its 60 s, its wait never woken by the handler."""
     point = groupmod.HoldPoint()
     held = point.t
     p = multiprocessing.get_context("fork").Process(target=_hold_in_a_child, args=(point,), daemon=True)

@@ -128,7 +128,12 @@ def _until_resumed(limit: float, held: Callable[[], None]) -> None:
         return
     try:
         held()
-        _resumed.wait(limit)
+        # short sleeps, not one wait: the kernel may hand SIGCONT to another of the process's
+        # threads (the finish thread, in a read), and then nothing wakes a wait in this one;
+        # the handler runs here after the sleep it lands in (a wait of 60 s outlived a pause)
+        deadline = time.monotonic() + limit
+        while not _resumed.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
         signal.signal(signal.SIGCONT, before)
 

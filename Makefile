@@ -33,7 +33,7 @@ demo: setup
 # started once; each session has its own namespaces, so the workers never meet
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"

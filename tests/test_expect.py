@@ -131,7 +131,7 @@ def _totals() -> dict:
 
 
 def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
-    from brokerchaos.analysis.policy import CHECKS, OPTIONAL_KINDS
+    from brokerchaos.analysis.policy import CHECKS
     from brokerchaos.report.files import EXTRA_COLUMNS, SEED_COLUMNS, summarize
 
     grouped = {"groups": 1, "group_read_complete": True, "group_skips": 0, "group_duplicates": 0,
@@ -146,7 +146,21 @@ def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
     # group, a transaction's where a run had transactions, an exactly-once one where a run
     # read a consume-transform-produce group's output
     su = summarize([{**_totals(), **verdict(result="pass")}])
-    assert list(su["verdicts"]) == [c.name for c in CHECKS if c.kind not in OPTIONAL_KINDS]
+    assert list(su["verdicts"]) == [c.name for c in CHECKS if not c.scope.optional]
     assert {c.expect for c in CHECKS if c.expect} <= set(expect.KINDS)
     columns = set(EXTRA_COLUMNS) | {k for _, k in SEED_COLUMNS}
     assert all(c.key in columns for c in CHECKS)
+
+
+def test_where_a_figure_shows_is_declared_by_the_verdict_type():
+    """summary.json's totals and each topic's figures are the ones Verdict marks: every total
+    a count, every count and every figure a whole-run check reads kept per topic."""
+    from brokerchaos.analysis.policy import CHECKS, RUN, Way
+    from brokerchaos.analysis.topics import TOPIC_KEYS
+    from brokerchaos.analysis.verdicts import COUNT_KEYS, type_words
+    from brokerchaos.report.files import TOTALS
+
+    assert TOTALS and all(type_words(k) == "int" for k in TOTALS)
+    assert set(COUNT_KEYS) | set(TOTALS) <= set(TOPIC_KEYS)
+    assert {c.key for c in CHECKS if c.scope is RUN and c.way is not Way.READ} <= set(TOPIC_KEYS)
+    assert type_words("read_complete") == "Optional[bool]"

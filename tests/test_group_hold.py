@@ -116,6 +116,9 @@ def test_a_trigger_on_a_member_that_never_holds_or_a_fault_not_before_it_is_refu
                      "fault": {**kill, "target": "consumer"}}).startswith(
         "scenario field 'fault.trigger.member_holding': no member holds")
     sc.build({"name": "x", "system": "kafka", "workload": {"group": {"hold_after": 10}}, "fault": kill})
+    assert "a second window would find no holder" in _refused(
+        {"system": "kafka", "workload": {"group": {"hold_after": 10}},
+         "fault": {**kill, "repeat": {"every": 5, "for": 20}}})
     first = {"action": "kill", "target": "n1", "trigger": {"at_seconds": 1}, "duration": 1}
     assert _refused({"system": "kafka", "faults": [first, {**first, "trigger": {"after_fault": 2}}]}).startswith(
         "scenario field 'faults.1.trigger.after_fault': 2 is not one of faults 1..1")

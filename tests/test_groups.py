@@ -36,7 +36,7 @@ def test_a_group_that_processed_everything_once_in_order_passes(spark_analyze, t
     assert v["group_read_complete"] is True and v["result"] == "pass"
     # the members' deliveries are not the end read's: nothing counted twice, nothing stowed away
     assert (v["received"], v["duplicate_deliveries"], v["recv_rows"]) == (10, 0, 10)
-    assert all(c.judge(v) == policy.PASS for c in policy.CHECKS if c.kind.startswith("group-"))
+    assert all(c.judge(v) == policy.PASS for c in policy.CHECKS if c.scope is policy.GROUP)
     # the run's block on the console shows the group's checks
     block = console.run_block(v)
     assert re.search(r"^Group skips: +0$", block, re.M) and re.search(r"^Commits backwards: +0$", block, re.M), block
@@ -203,7 +203,7 @@ def test_a_run_without_a_group_is_outside_the_group_checks(spark_analyze, tmp_pa
     a = spark_analyze(h.rows, tmp_path)
     v = _both(spark_analyze, h, tmp_path / "again")
     assert v["groups"] == 0 and v["result"] == "pass" and a.skips is None
-    assert all(c.judge(v) == policy.NA for c in policy.CHECKS if c.kind.startswith("group-"))
+    assert all(c.judge(v) == policy.NA for c in policy.CHECKS if c.scope is policy.GROUP)
     assert "Group skips" not in console.run_block(v) and "Torn transactions" not in console.run_block(v)
     from brokerchaos.report.stats import wilson
 

@@ -118,3 +118,20 @@ def test_a_nemesis_file_needs_no_producer_or_value(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "nemesis.parquet")
     pq.write_table(pa.Table.from_pylist(_foreign_rows()), tmp_path / "w.parquet")
     assert check(tmp_path).files == 2
+
+
+def test_a_member_position_without_its_partition_is_refused_not_dropped(tmp_path, capsys):
+    """A delivery with a position and no partition dropped out of group_nonmonotonic before
+    (a pass on rows never compared); it is refused with the column named."""
+    rows = _foreign_rows()
+    for i, r in enumerate(rows):
+        r.update(group=None, partition=None, position=None)
+        if r["client"] == "r":
+            r.update(group="g1", partition="0", position=i)
+    from brokerchaos.history.files import check
+
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ok.parquet")
+    assert check(tmp_path).files == 1
+    (tmp_path / "ok.parquet").unlink()
+    rows[-1]["partition"] = None
+    _refused(tmp_path, capsys, rows, "rows with a 'position' and no 'partition': 1 (the first a 'recv'")

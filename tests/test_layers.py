@@ -156,3 +156,27 @@ def _too_long() -> list[str]:
 def test_no_function_class_or_module_outgrows_a_screen():
     too_long = _too_long()
     assert not too_long, "\n".join(too_long)
+
+
+def _literals(path: Path) -> set[str]:
+    """The string constants of a module, its docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs}
+
+
+def test_the_generic_parts_name_no_system_and_no_fault_action():
+    """A broker, a fault is added in its own place (docs/architecture.md): doctor, the docs
+    hook, validation and the runner read what each plugin declares and name none."""
+    from brokerchaos.faults.registry import FAULTS
+    from brokerchaos.systems import SYSTEMS
+
+    names = set(SYSTEMS.names()) | set(FAULTS.names()) - {"none"}
+    files = [SRC / PKG / f for f in ("doctor.py", "docsite.py", "validation.py")]
+    files += sorted((SRC / PKG / "runner").glob("*.py"))
+    named = [f"{p.name}: {s!r}" for p in files for s in _literals(p)
+             if s in names or any(s.startswith(f"{n}-") and s[len(n) + 1:][:1].isdigit() for n in names)]
+    assert not named, named

@@ -170,3 +170,28 @@ def test_a_bound_that_runs_out_says_where_the_client_waits():
     msg = str(e.value)
     assert "did not finish within 0s" in msg or "did not finish within 1s" in msg
     assert "work > " in msg and "stuck_inside" in msg, msg
+
+
+def test_a_pause_waits_until_every_thread_has_stopped(tmp_path):
+    """SIGSTOP is not in effect when kill() returns: every thread stops as it is next
+    scheduled. wait_stopped returns once each thread of the process is in state T, so a
+    paused node takes no new work after the pause returns; SIGCONT runs them again."""
+    busy = ("import threading\ndef spin():\n    while True:\n        pass\n"
+            "for _ in range(8):\n    threading.Thread(target=spin).start()\n")
+    p = process.spawn("busy", [sys.executable, "-c", busy], None, tmp_path / "busy.log")
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{p.pid}/task")) < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not process.stopped(p.pid)
+        process.send_signal(p, signal.SIGSTOP, group=True)
+        assert process.wait_stopped(p, 2.0)
+        states = {open(f"/proc/{p.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                  for t in os.listdir(f"/proc/{p.pid}/task")}
+        assert states == {"T"}, states
+        process.send_signal(p, signal.SIGCONT, group=True)
+        time.sleep(0.2)
+        assert not process.stopped(p.pid)
+    finally:
+        process.send_signal(p, signal.SIGKILL, group=True)
+        process.wait_exit(p, 5)

@@ -41,7 +41,7 @@ def test_committed_transactions_read_whole_and_aborted_ones_unread_pass(spark_an
     v = _both(spark_analyze, h, tmp_path)
     assert (v["txns"], v["txns_committed"], v["txns_aborted"], v["txns_unknown"]) == (4, 2, 1, 1), v
     assert v["aborted_reads"] == v["torn_txns"] == v["offset_conflicts"] == 0 and v["result"] == "pass", v
-    assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("txn-")} == {
+    assert {c.name: c.judge(v) for c in policy.CHECKS if c.scope is policy.TXN} == {
         "aborted reads": "pass", "torn transactions": "pass", "offset conflicts": "pass",
         "nonmonotonic reads": "pass", "interleaved transactions": "pass"}
 
@@ -133,7 +133,7 @@ def test_an_output_holding_each_committed_message_once_passes_exactly_once(spark
     assert (v["eos_outputs"], v["eos_recv_rows"], v["eos_duplicates"], v["eos_missing"], v["eos_nacked"]) == \
         (1, 6, 0, 0, 0), v
     assert v["eos_read_complete"] is True and v["offset_conflicts"] == 0 and v["result"] == "pass", v
-    assert {c.name: c.judge(v) for c in policy.CHECKS if c.kind.startswith("eos-")} == {
+    assert {c.name: c.judge(v) for c in policy.CHECKS if c.scope is policy.EOS} == {
         "exactly-once duplicates": "pass", "exactly-once loss": "pass", "exactly-once nacked": "pass"}
 
 
@@ -183,7 +183,7 @@ def test_a_run_without_an_output_read_is_outside_the_exactly_once_checks(spark_a
     h = _read(_txns(H(), ["ack"]), [1, 2, 3])
     v = oracle.agreed(spark_analyze, h.rows, tmp_path, EOS)
     assert v["eos_outputs"] == 0 and v["eos_read_complete"] is None, v
-    assert {c.judge(v) for c in policy.CHECKS if c.kind.startswith("eos-")} == {"n/a"}
+    assert {c.judge(v) for c in policy.CHECKS if c.scope is policy.EOS} == {"n/a"}
 
 
 def test_a_transaction_read_after_a_later_one_of_its_producer_in_the_partition_is_interleaved(spark_analyze,

@@ -15,7 +15,7 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -24,6 +24,9 @@ from .analysis.policy import reported
 from .errors import first_error
 from .inputs import read_yaml
 from .scenario import FLAG_PATHS
+
+if TYPE_CHECKING:
+    from .analysis.verdicts import Verdict
 
 
 class CampaignSpec(BaseModel):
@@ -201,7 +204,7 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
     return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
 
 
-def campaign_outages(verdicts: list[dict], spark_master: Optional[str] = None) -> dict:
+def campaign_outages(verdicts: list[Verdict], spark_master: Optional[str] = None) -> dict:
     """The outage distributions across every window of a campaign's sessions."""
     from .analysis import outages, spark
 

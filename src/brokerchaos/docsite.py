@@ -155,7 +155,7 @@ def outputs_page() -> str:
     """Every file a session writes that a tool or a CI reads, with its columns, from the code
     that writes them (report/files.py, session_table.py, expect.py; analysis/verdicts.py)."""
     from brokerchaos.analysis.policy import CHECKS
-    from brokerchaos.analysis.verdicts import Verdict
+    from brokerchaos.analysis.verdicts import Verdict, type_words
     from brokerchaos.report import expect, files, session_table
 
     meaning = {**{c.key: c.meaning for c in CHECKS}, **dict(files.EXTRA)}
@@ -178,8 +178,7 @@ def outputs_page() -> str:
             ", ".join(f"`{k}`" for k in files.TOTALS) + "), `verdicts` (each check's rate with its Wilson "
             "interval), `incomplete_runs`, `outages`. `analyze --format json` prints the list of verdicts alone. "
             "A verdict's keys:", "", "| key | type | holds |", "|---|---|---|"]
-    out += [f"| `{k}` | `{getattr(t, '__forward_arg__', t)}` | {meaning.get(k, '')} |"
-            for k, t in Verdict.__annotations__.items()]
+    out += [f"| `{k}` | `{type_words(k)}` | {meaning.get(k, '')} |" for k in Verdict.__annotations__]
     out += ["", "## JUnit (`--junit FILE`)", "", "One `<testsuite>` per session (its name), one `<testcase>` per "
             "run and expectation: `classname` the session, `name` `" + expect.JUNIT_CASE + "`; a violation is a "
             "`<failure type=\"violation\">`, a run that could not decide an `<error type=\"undecided\">`."]

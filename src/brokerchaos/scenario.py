@@ -440,6 +440,9 @@ def check_cross_fields(s: Scenario) -> None:
     total = s.workload.messages * s.workload.producers
     for i, (path, f) in enumerate(s.fault_fields()):
         _check_trigger(s, path, i, f.trigger)
+        if f.trigger.member_holding is not None and f.repeat is not None:
+            raise ScenarioError(f"scenario field '{path}.repeat': a member holds its work once a run "
+                                "(trigger.member_holding), so a second window would find no holder: drop `repeat`")
         n = f.trigger.after_acks
         if f.action != "none" and n is not None and n > total:
             raise ScenarioError(

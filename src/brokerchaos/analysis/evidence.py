@@ -5,9 +5,12 @@ leaves to the analysis judged here from the messages' own figures). No Spark: a 
 rows, collected with the other rows that are not messages (job.other_rows)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..history.schema import EFFECT, EFFECT_STATES, MECHANISM, WHOLE
+
+if TYPE_CHECKING:
+    from .verdicts import Verdict
 
 OBSERVED, NOT_KNOWN = EFFECT_STATES[0], EFFECT_STATES[-1]
 # a required mechanism whose row leaves it to the analysis: the verdict figure that shows it
@@ -49,7 +52,7 @@ def _mechanism(r: dict, counts: dict[str, Any]) -> dict:
     return {"name": name, "occurred": n > 0, "evidence": f"{key} {n}"}
 
 
-def words(v: dict) -> dict[str, str]:
+def words(v: Verdict) -> dict[str, str]:
     """What each evidence figure that is short says, in words (the result's reasons)."""
     out = {}
     bad = [e for e in v.get("effects") or [] if e["state"] not in (OBSERVED, NOT_KNOWN)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -26,6 +26,9 @@ from .ordering import duplicate_returns
 from .topics import attach, topic_view
 from .tuning import Tuning
 
+if TYPE_CHECKING:
+    from .verdicts import Verdict
+
 # what other parts and the tests take from here
 __all__ = ["DEFAULT", "MS", "Analysis", "analyze", "read_history", "pair_windows", "duplicate_returns",
            "with_previous", "ack_facts", "ranked_ack_latency", "in_memory", "_in_memory"]
@@ -34,7 +37,7 @@ _in_memory = in_memory
 
 @dataclass
 class Analysis:
-    verdicts: list[dict]
+    verdicts: list[Verdict]
     jumps: DataFrame
     latency_exact: bool
     # the duplicate and loss logs' frames, built when first read: a run's own verdict never

@@ -9,12 +9,15 @@ histories (metrics.py); the distributions are two small Spark aggregations over 
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from .parts import PARTS
+
+if TYPE_CHECKING:
+    from .verdicts import Verdict
 
 BUCKET_MS = 100  # histogram buckets: fine enough to show the back-off's steps
 STEP_TOLERANCE_MS = 50.0
@@ -76,7 +79,7 @@ def near_steps(steps: list[float], values: Iterable[Optional[float]], tol: float
     return [{"step_ms": s, "within_ms": tol, "outages": sum(1 for v in vals if abs(v - s) <= tol)} for s in steps]
 
 
-def summary(spark: SparkSession, verdicts: list[dict], schedules: dict[str, list[float]]) -> dict:
+def summary(spark: SparkSession, verdicts: list[Verdict], schedules: dict[str, list[float]]) -> dict:
     """The `outages` block of summary.json: producer and consumer distributions, and each
     back-off schedule (name -> steps in ms) with the producer outages near its steps."""
     prod = [g for v in verdicts for g in (v.get("fault_ack_gaps_ms") or [])]

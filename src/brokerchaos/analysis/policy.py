@@ -6,7 +6,12 @@ table: a run's result (`result_of`), a session's rates with their Wilson interva
 (`rates`), the `--expect` names (report/expect.py), the rows of the console's session
 summary and of the report, and the CSV columns beyond the seed's.
 
-Two kinds of check:
+A check is typed by two things: its `Way` (what a violation is, below) and its `Scope` (which
+runs it is about and which reads its judgement needs: every run, the cluster's word, a
+consumer group's, transactions', an exactly-once output's, the evidence); its kind in words
+(`Check.kind`: "missing", "group-seen") is their pair.
+
+Two ways of check:
 - `seen`: a violation is evidence whatever happened after it (a message read twice was read
   twice); its absence is proven only by a read that finished;
 - `missing`: the violation is an absence itself (an acked message not read), so both ways
@@ -33,88 +38,133 @@ counted in the check's rate like any other violation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from enum import Enum
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from .verdicts import Verdict
 
 PASS, FAIL, UNDECIDED, NA = "pass", "fail", "undecided", "n/a"
-# the kinds a run can be outside of: a rate of them only where some run had what they read
-OPTIONAL_KINDS = ("cluster", "group-seen", "group-missing", "txn-seen", "txn-missing", "eos-seen", "eos-missing",
-                  "evidence")
 
 
-def read_decides(v: dict) -> bool:
+def read_decides(v: Verdict) -> bool:
     """The read reached the end (or a history without read_end rows read something): what
     it did not find is missing, not unread."""
     return not (v["read_complete"] is False or (v["read_complete"] is None and v["recv_rows"] == 0))
+
+
+class Way(Enum):
+    """What a violation of a check is, and so what a judgement of it needs (module docstring)."""
+
+    SEEN = "seen"  # a violation is evidence whatever followed; its absence needs the reads finished
+    MISSING = "missing"  # the violation is an absence: both ways need the reads finished
+    READ = "read"  # whether the read finished
+    WORD = "word"  # the cluster's own word once healed (a `check` row)
+    EVIDENCE = "evidence"  # the run tested what it names (format 1.9)
+
+
+def _always(_v: Verdict) -> bool:
+    return True
+
+
+def _groups_read(v: Verdict) -> bool:
+    return v.get("group_read_complete") is True
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which runs a check is about: a run without `has` (its figure of what the scope needs:
+    groups, transactions, an exactly-once output) is outside it (n/a), neither in its rate nor
+    in its result. `reads`: the reads a judgement of it needs finished; `missing_reads`: what a
+    missing kind needs besides."""
+
+    name: str
+    has: Optional[str] = None  # None: every run is in it
+    outside: str = "not in this run"  # why a run is outside it, in words
+    reads: Callable[[Verdict], bool] = read_decides
+    missing_reads: Callable[[Verdict], bool] = _always
+    optional: bool = True  # its rate is only shown where some run had what it reads
+
+
+RUN = Scope("run", optional=False)
+CLUSTER = Scope("cluster", outside="no end check in this run")
+GROUP = Scope("group", "groups", "no consumer group in this run", _groups_read, read_decides)
+TXN = Scope("txn", "txns", "no transactions in this run")
+EOS = Scope("eos", "eos_outputs", "no consume-transform-produce group in this run",
+            lambda v: v.get("eos_read_complete") is True, lambda v: _groups_read(v) and read_decides(v))
+EVIDENCE = Scope("evidence")
+# the scopes whose checks the console shows in the run's block only where the run has them
+SCOPED = (GROUP, TXN, EOS)
 
 
 @dataclass(frozen=True)
 class Check:
     name: str  # the rate's name in summary.json, the console and the report: "acked loss"
     key: str  # the verdict figure it reads
-    kind: str  # "seen", "missing", "cluster", "group-seen", "group-missing" (module docstring); "read": whether
-    # the read finished
+    scope: Scope  # which runs it is about
+    way: Way  # what a violation is
     fails_run: bool  # a violation makes the run's result fail
     meaning: str  # what a violation is, in words
     expect: Optional[str] = None  # its --expect name
     holds: str = ""  # what --expect asks, in words
-    detail: Optional[Callable[[dict], str]] = None  # the figures behind a judgement
+    detail: Optional[Callable[[Verdict], str]] = None  # the figures behind a judgement
     # a violation leaves the run unknown, not failed: the run did not test what it names
     undecides: bool = False
-    absent: str = ""  # why a run is outside the check (n/a), in words: "no consumer group in this run"
+    absent: str = ""  # why a run is outside the check (n/a), in words, where not its scope's
 
-    def count(self, v: dict) -> int:
-        if self.kind == "read":
+    @property
+    def kind(self) -> str:
+        """Its kind in words, as the verdicts page shows it: "missing", "group-seen", "cluster"."""
+        if self.scope is RUN:
+            return self.way.value
+        return self.scope.name if self.way in (Way.WORD, Way.EVIDENCE) else f"{self.scope.name}-{self.way.value}"
+
+    def count(self, v: Verdict) -> int:
+        if self.way is Way.READ:
             return int(v["read_complete"] is False)
-        return int((v.get(self.key) if self.kind in OPTIONAL_KINDS else v[self.key]) or 0)
+        return int((v.get(self.key) if self.scope.optional else v[self.key]) or 0)
 
-    def judge(self, v: dict) -> str:
+    def judge(self, v: Verdict) -> str:
         """pass, fail, undecided or n/a (a group check of a run without a group) for one run's verdict."""
-        if self.kind.startswith("group-"):
-            return self._judge_scoped(v, "groups", v.get("group_read_complete") is True, read_decides(v))
-        if self.kind.startswith("eos-"):
-            return self._judge_scoped(v, "eos_outputs", v.get("eos_read_complete") is True,
-                                      v.get("group_read_complete") is True and read_decides(v))
-        if self.kind.startswith("txn-"):
-            return self._judge_scoped(v, "txns", read_decides(v), True)
-        if self.kind == "evidence":
+        if self.scope.has is not None:
+            return self._judge_scoped(v)
+        if self.way is Way.EVIDENCE:
             return NA if v.get(self.key) is None else FAIL if v[self.key] else PASS
         n = self.count(v)
-        if self.kind == "read":
+        if self.way is Way.READ:
             return FAIL if n else PASS
-        if self.kind == "cluster":
+        if self.way is Way.WORD:
             return UNDECIDED if v.get(self.key) is None else FAIL if n else PASS
-        if self.kind == "seen" and n:
+        if self.way is Way.SEEN and n:
             return FAIL
         if not read_decides(v):
             return UNDECIDED
         return FAIL if n else PASS
 
-    def _judge_scoped(self, v: dict, has: str, read: bool, also_for_missing: bool) -> str:
-        """A check of what only some runs have (`has`: their figure of it): n/a without it; a
-        seen violation fails at once; otherwise `read` (the reads it needs finished), and for
-        a missing kind `also_for_missing` too, must hold for a pass or a fail."""
-        if not v.get(has):
+    def _judge_scoped(self, v: Verdict) -> str:
+        """A check of what only some runs have: n/a without it; a seen violation fails at
+        once; otherwise the scope's reads (and for a missing kind its `missing_reads` too)
+        must have finished for a pass or a fail."""
+        if not v.get(self.scope.has):
             return NA
-        n = int(v.get(self.key) or 0)
-        if self.kind.endswith("-seen") and n:
+        n = self.count(v)
+        if self.way is Way.SEEN and n:
             return FAIL
-        if not read or (self.kind.endswith("-missing") and not also_for_missing):
+        if not self.scope.reads(v) or (self.way is Way.MISSING and not self.scope.missing_reads(v)):
             return UNDECIDED
         return FAIL if n else PASS
 
-    def why(self, v: dict) -> str:
+    def why(self, v: Verdict) -> str:
         return self.detail(v) if self.detail is not None else f"{self.count(v)} {self.meaning}"
 
     @property
     def outside(self) -> str:
         """Why a run can be outside this check, in words."""
-        return self.absent or {"group": "no consumer group in this run", "txn": "no transactions in this run",
-                               "eos": "no consume-transform-produce group in this run",
-                               "cluster": "no end check in this run"}.get(self.kind.split("-")[0], "not in this run")
+        return self.absent or self.scope.outside
 
 
 def _evidence(key: str, none: str) -> Callable[[dict], str]:
-    def detail(v: dict) -> str:
+    def detail(v: Verdict) -> str:
         from .evidence import words
 
         return words(v).get(key) or none
@@ -122,71 +172,71 @@ def _evidence(key: str, none: str) -> Callable[[dict], str]:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("acked loss", "acked_missing", "missing", True, "acked messages missing", expect="no-loss",
+    Check("acked loss", "acked_missing", RUN, Way.MISSING, True, "acked messages missing", expect="no-loss",
           holds="no acked message missing from a finished read"),
-    Check("nack then received", "received_after_nack", "seen", True, "messages read after a nack",
+    Check("nack then received", "received_after_nack", RUN, Way.SEEN, True, "messages read after a nack",
           expect="no-nack-received", holds="no message read after the broker nacked it"),
-    Check("duplicates", "msgs_with_dups", "seen", False, "messages read more than once", expect="no-duplicates",
+    Check("duplicates", "msgs_with_dups", RUN, Way.SEEN, False, "messages read more than once", expect="no-duplicates",
           holds="no message read more than once",
           detail=lambda v: f"{v['msgs_with_dups']} messages read more than once "
                            f"({v['duplicate_deliveries']} extra deliveries)"),
-    Check("reordering", "out_of_order", "seen", False, "messages read out of order", expect="ordered",
+    Check("reordering", "out_of_order", RUN, Way.SEEN, False, "messages read out of order", expect="ordered",
           holds="no message read out of order: no JF/JB/DJF/DJB",
           detail=lambda v: f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, DJF {v['djf']}, "
                            f"DJB {v['djb']})"),
-    Check("incomplete read", "read_complete", "read", False, "reads that did not finish"),
-    Check("under-replication", "under_replicated", "cluster", False, "ledgers under-replicated at the end",
+    Check("incomplete read", "read_complete", RUN, Way.READ, False, "reads that did not finish"),
+    Check("under-replication", "under_replicated", CLUSTER, Way.WORD, False, "ledgers under-replicated at the end",
           expect="replicated", holds="the cluster itself reports nothing short of copies once every fault is "
                                      "healed (Pulsar with options.autorecovery: no ledger under-replicated)",
           detail=lambda v: v.get("end_check") or "no end check in this run"),
-    Check("group skips", "group_skips", "group-missing", True, "stored messages a consumer group never processed",
+    Check("group skips", "group_skips", GROUP, Way.MISSING, True, "stored messages a consumer group never processed",
           expect="no-skips", holds="every message the read found was processed by every consumer group"),
-    Check("group duplicates", "group_duplicates", "group-seen", False, "messages a consumer group processed again",
+    Check("group duplicates", "group_duplicates", GROUP, Way.SEEN, False, "messages a consumer group processed again",
           expect="no-group-duplicates", holds="no message processed more than once by a consumer group",
           detail=lambda v: f"{v.get('group_duplicates') or 0} processed again (stored twice "
                            f"{v.get('group_dup_stored') or 0}, to another consumer {v.get('group_dup_handover') or 0}"
                            f", to the same one {v.get('group_dup_same') or 0})"),
-    Check("group nonmonotonic", "group_nonmonotonic", "group-seen", False,
+    Check("group nonmonotonic", "group_nonmonotonic", GROUP, Way.SEEN, False,
           "deliveries not past the consumer's previous position", expect="group-monotonic",
           holds="each consumer's positions in a partition only move forward between assignments"),
-    Check("commits backwards", "group_commit_backwards", "group-seen", False,
+    Check("commits backwards", "group_commit_backwards", GROUP, Way.SEEN, False,
           "commits below an earlier commit of the partition", expect="commits-forward",
           holds="no committed position of a group's partition goes back"),
-    Check("aborted reads", "aborted_reads", "txn-seen", True, "messages of aborted transactions read",
+    Check("aborted reads", "aborted_reads", TXN, Way.SEEN, True, "messages of aborted transactions read",
           expect="no-aborted-reads", holds="no message of an aborted transaction in the (read_committed) read"),
-    Check("torn transactions", "torn_txns", "txn-missing", True, "committed transactions read in part",
+    Check("torn transactions", "torn_txns", TXN, Way.MISSING, True, "committed transactions read in part",
           expect="whole-transactions", holds="every committed transaction read whole or not at all"),
-    Check("offset conflicts", "offset_conflicts", "txn-seen", True, "offsets holding two different messages",
+    Check("offset conflicts", "offset_conflicts", TXN, Way.SEEN, True, "offsets holding two different messages",
           expect="consistent-offsets", holds="no offset at which two different messages were reported or read"),
-    Check("nonmonotonic reads", "nonmonotonic_reads", "txn-seen", True,
+    Check("nonmonotonic reads", "nonmonotonic_reads", TXN, Way.SEEN, True,
           "reads not past the reader's previous offset in the partition", expect="monotonic-reads",
           holds="each reader's offsets in a partition only move forward"),
-    Check("interleaved transactions", "interleaved_txns", "txn-seen", True,
+    Check("interleaved transactions", "interleaved_txns", TXN, Way.SEEN, True,
           "reads of a transaction's message after a later transaction's of the same producer in the partition",
           expect="txns-in-order", holds="no producer's transactions mixed in a partition: each read before the next"),
-    Check("exactly-once duplicates", "eos_duplicates", "eos-seen", True,
+    Check("exactly-once duplicates", "eos_duplicates", EOS, Way.SEEN, True,
           "messages a consume-transform-produce group wrote to its output more often than the input holds them",
           expect="exactly-once", holds="no message in a consume-transform-produce group's output more often than "
                                        "in its input"),
-    Check("exactly-once loss", "eos_missing", "eos-missing", True,
+    Check("exactly-once loss", "eos_missing", EOS, Way.MISSING, True,
           "acked messages missing from a consume-transform-produce group's output", expect="eos-no-loss",
           holds="every acked message in the output of a consume-transform-produce group that finished"),
-    Check("exactly-once nacked", "eos_nacked", "eos-seen", True,
+    Check("exactly-once nacked", "eos_nacked", EOS, Way.SEEN, True,
           "nacked (aborted) messages in a consume-transform-produce group's output", expect="eos-committed-only",
           holds="no message of a nacked or aborted write in a consume-transform-produce group's output"),
-    Check("fault not in effect", "faults_not_in_effect", "evidence", True,
+    Check("fault not in effect", "faults_not_in_effect", EVIDENCE, Way.EVIDENCE, True,
           "fault windows whose effect the harness did not see (failed, never fired, not observed or not undone)",
           expect="fault-in-effect", holds="every fault window did what its action names, as the harness saw it "
                                           "(brokerchaos faults: what each action is seen by), and its heal undid it",
           detail=_evidence("faults_not_in_effect", "every fault window's effect observed"), undecides=True,
           absent="no fault window in this run"),
-    Check("cluster not whole", "not_whole", "evidence", True,
+    Check("cluster not whole", "not_whole", EVIDENCE, Way.EVIDENCE, True,
           "runs not whole again before the read (a node down, the cluster or the stream short)",
           expect="cluster-whole", holds="before the read, every node the faults did not mean to leave down serves, "
                                         "and the cluster says it and the stream are whole",
           detail=_evidence("not_whole", "whole before the read"), undecides=True,
           absent="no whole check in this history"),
-    Check("mechanism missing", "mechanisms_missing", "evidence", True,
+    Check("mechanism missing", "mechanisms_missing", EVIDENCE, Way.EVIDENCE, True,
           "mechanisms the scenario requires that did not occur", expect="mechanism",
           holds="every mechanism the scenario `requires` happened in the run (its question was asked)",
           detail=_evidence("mechanisms_missing", "every required mechanism occurred"), undecides=True,
@@ -199,10 +249,10 @@ def reported(rate_tables: list[dict]) -> list[Check]:
     """The checks a table of sessions shows, from their rates (`rates()`, summary.json's
     `verdicts`): every check, an optional one (a `cluster` or a group check) only where some
     run had what it reads."""
-    return [c for c in CHECKS if c.kind not in OPTIONAL_KINDS or any(c.name in (t or {}) for t in rate_tables)]
+    return [c for c in CHECKS if not c.scope.optional or any(c.name in (t or {}) for t in rate_tables)]
 
 
-def result_of(v: dict) -> str:
+def result_of(v: Verdict) -> str:
     """pass / fail / unknown: the checks that fail a run; one that cannot decide, or whose
     violation says the run did not test what it names (`undecides`), makes the run unknown
     (never a pass), unless another already failed it."""
@@ -212,7 +262,7 @@ def result_of(v: dict) -> str:
     return "unknown" if any(j == UNDECIDED or (j == FAIL and c.undecides) for c, j in judged) else "pass"
 
 
-def reasons(v: dict) -> list[str]:
+def reasons(v: Verdict) -> list[str]:
     """Why the run is not a pass, in words: each check that fails it or leaves it undecided."""
     out = []
     for c in CHECKS:
@@ -227,14 +277,14 @@ def reasons(v: dict) -> list[str]:
     return out
 
 
-def evidence_short(v: dict) -> Optional[str]:
+def evidence_short(v: Verdict) -> Optional[str]:
     """What the run's evidence lacks, in words (None when it tested what it names): a data
     expectation it passes is then undecided."""
-    bad = [f"{c.name}: {c.why(v)}" for c in CHECKS if c.kind == "evidence" and c.judge(v) == FAIL]
+    bad = [f"{c.name}: {c.why(v)}" for c in CHECKS if c.way is Way.EVIDENCE and c.judge(v) == FAIL]
     return "; ".join(bad) or None
 
 
-def rates(verdicts: list[dict], wilson) -> dict[str, dict]:
+def rates(verdicts: list[Verdict], wilson) -> dict[str, dict]:
     """Per check, how many runs violated it of the runs it decided, with `wilson(k, n)`'s
     95% interval: a run whose read did not finish is out of a check it cannot decide, as it
     is out of the pass/fail count. An optional check no run had is left out."""
@@ -242,7 +292,7 @@ def rates(verdicts: list[dict], wilson) -> dict[str, dict]:
     for c in CHECKS:
         judged = [c.judge(v) for v in verdicts]
         k, n = judged.count(FAIL), sum(j in (PASS, FAIL) for j in judged)
-        if c.kind in OPTIONAL_KINDS and not n:
+        if c.scope.optional and not n:
             continue  # the cluster never gave its word, or no run had a group
         lo, hi = wilson(k, n)
         out[c.name] = {"runs": k, "of": n, "wilson95": [lo, hi]}

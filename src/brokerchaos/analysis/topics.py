@@ -6,17 +6,20 @@ fault window's outage and its parts included, is defined once (metrics.py) and g
 topic as it is per run."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .verdicts import COUNT_KEYS
+from .verdicts import PER_TOPIC, shown
+
+if TYPE_CHECKING:
+    from .verdicts import Verdict
 
 SEP = "~"
-# what a run's verdict keeps of each topic's (`topics` in summary.json)
-TOPIC_KEYS = COUNT_KEYS + ("jf", "jb", "djf", "djb", "out_of_order", "read_complete", "read_status",
-                           "max_ack_gap_ms", "fault_outages_ms", "fault_ack_gaps_ms", "fault_recv_gaps_ms",
-                           "outage_parts", "ack_latency_ms", "live_recv_rows", "live_duplicates",
-                           "live_read_status", "result")
+# what a run's verdict keeps of each topic's (`topics` in summary.json): the figures the verdict
+# marks PER_TOPIC
+TOPIC_KEYS = shown(PER_TOPIC)
 
 
 def topic_view(spark: SparkSession, df: DataFrame, topics: dict[str, list]) -> DataFrame:
@@ -30,7 +33,7 @@ def topic_view(spark: SparkSession, df: DataFrame, topics: dict[str, list]) -> D
     return own.unionByName(shared)
 
 
-def attach(verdicts: list[dict], per_topic: list[dict]) -> None:
+def attach(verdicts: list[Verdict], per_topic: list[dict]) -> None:
     """Each run's verdict gets `topics`: per topic, TOPIC_KEYS of that topic's verdict."""
     by_run = {v["run"]: v for v in verdicts}
     for tv in per_topic:

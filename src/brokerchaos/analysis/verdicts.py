@@ -12,7 +12,8 @@ prose; tests/oracle.py implements them independently.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypedDict
+import re
+from typing import Annotated, Any, Callable, Optional, TypedDict, get_origin, get_type_hints
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -129,6 +130,12 @@ class Latency(TypedDict):
     max: float
 
 
+# where a figure of the verdict shows besides the run's own (its Annotated marks below):
+# summed over a session's runs (summary.json's `totals`), kept per topic of a run of several
+# (summary.json's `topics`)
+TOTAL, PER_TOPIC = "total", "per topic"
+
+
 class Fault(TypedDict):
     t_ms: float
     until_ms: float
@@ -142,31 +149,31 @@ class Verdict(TypedDict, total=False):
 
     run: str
     # COUNT_KEYS
-    send_count: int
-    pos_ack_count: int
-    neg_ack_count: int
-    unknown_count: int
-    acked_missing: int
-    missing: int
-    received_no_ack: int
-    received_after_nack: int
-    received_after_unknown: int
-    seed_received_no_ack: int
-    received: int
-    stowaways: int
-    msgs_with_dups: int
-    duplicate_deliveries: int
-    stored_duplicates: int
-    redeliveries: int
-    acked_missing_overwritten: int
+    send_count: Annotated[int, TOTAL, PER_TOPIC]
+    pos_ack_count: Annotated[int, TOTAL, PER_TOPIC]
+    neg_ack_count: Annotated[int, TOTAL, PER_TOPIC]
+    unknown_count: Annotated[int, TOTAL, PER_TOPIC]
+    acked_missing: Annotated[int, TOTAL, PER_TOPIC]
+    missing: Annotated[int, TOTAL, PER_TOPIC]
+    received_no_ack: Annotated[int, TOTAL, PER_TOPIC]
+    received_after_nack: Annotated[int, PER_TOPIC]
+    received_after_unknown: Annotated[int, PER_TOPIC]
+    seed_received_no_ack: Annotated[int, PER_TOPIC]
+    received: Annotated[int, TOTAL, PER_TOPIC]
+    stowaways: Annotated[int, TOTAL, PER_TOPIC]
+    msgs_with_dups: Annotated[int, TOTAL, PER_TOPIC]
+    duplicate_deliveries: Annotated[int, TOTAL, PER_TOPIC]
+    stored_duplicates: Annotated[int, TOTAL, PER_TOPIC]
+    redeliveries: Annotated[int, TOTAL, PER_TOPIC]
+    acked_missing_overwritten: Annotated[int, TOTAL, PER_TOPIC]
     ack_count: int
     # ordering
-    jf: int
-    jb: int
-    djf: int
-    djb: int
+    jf: Annotated[int, TOTAL, PER_TOPIC]
+    jb: Annotated[int, TOTAL, PER_TOPIC]
+    djf: Annotated[int, TOTAL, PER_TOPIC]
+    djb: Annotated[int, TOTAL, PER_TOPIC]
     jf0: int
-    out_of_order: int
+    out_of_order: Annotated[int, PER_TOPIC]
     # consumer groups (format 1.6; groups.py): summed over the run's groups, and per group
     # (its figures, read_complete and read_status) under consumer_groups
     groups: int
@@ -206,31 +213,31 @@ class Verdict(TypedDict, total=False):
     under_replicated: Optional[int]
     end_check: Optional[str]
     # the read
-    read_complete: Optional[bool]
-    read_status: Optional[str]
+    read_complete: Annotated[Optional[bool], PER_TOPIC]
+    read_status: Annotated[Optional[str], PER_TOPIC]
     recv_rows: int
     # availability and latency (None with timing off)
-    max_ack_gap_ms: Optional[float]
+    max_ack_gap_ms: Annotated[Optional[float], PER_TOPIC]
     max_recv_gap_ms: Optional[float]
     faults: list[Fault]
-    fault_outages_ms: list[Optional[float]]
+    fault_outages_ms: Annotated[list[Optional[float]], PER_TOPIC]
     # each outage in its parts, detect, serve, reconnect and resume (ms, adding up to it;
     # analysis/parts.py), the marks not seen and the largest part; None where it never ended
-    outage_parts: list[Optional[dict]]
+    outage_parts: Annotated[list[Optional[dict]], PER_TOPIC]
     # workload.topics > 1: the same verdicts per topic (analysis/topics.py, TOPIC_KEYS)
     topics: dict[str, dict]
     # each window's longest ack-free interval from the fault on, and the consumers' longest
     # delivery gap in it (None: none ended it / no consumer read across it)
-    fault_ack_gaps_ms: list[Optional[float]]
-    fault_recv_gaps_ms: list[Optional[float]]
-    ack_latency_ms: Optional[Latency]
+    fault_ack_gaps_ms: Annotated[list[Optional[float]], PER_TOPIC]
+    fault_recv_gaps_ms: Annotated[list[Optional[float]], PER_TOPIC]
+    ack_latency_ms: Annotated[Optional[Latency], PER_TOPIC]
     e2e_latency_ms: Optional[Latency]
     # live consumers that only observed (`workload.consumers`; subscribe rows "observer")
     live_consumers: int
-    live_recv_rows: int
-    live_duplicates: int
+    live_recv_rows: Annotated[int, PER_TOPIC]
+    live_duplicates: Annotated[int, PER_TOPIC]
     live_redeliveries: int
-    live_read_status: Optional[str]
+    live_read_status: Annotated[Optional[str], PER_TOPIC]
     latency_exact: bool
     timing: bool
     # at a steady rate (`workload.rate`): sends more than 100 ms after their intended time,
@@ -252,5 +259,18 @@ class Verdict(TypedDict, total=False):
     mechanisms: list[dict]
     mechanisms_missing: Optional[int]
     # pass / fail / unknown (policy.result_of), and why it is not a pass, in words
-    result: str
+    result: Annotated[str, PER_TOPIC]
     result_why: list[str]
+
+
+def shown(where: str) -> tuple[str, ...]:
+    """The verdict's figures marked `where` (TOTAL, PER_TOPIC), in the order Verdict declares them."""
+    hints = get_type_hints(Verdict, include_extras=True)
+    return tuple(k for k, t in hints.items() if get_origin(t) is Annotated and where in t.__metadata__)
+
+
+def type_words(key: str) -> str:
+    """A figure's type as Verdict declares it, without where it shows: "Optional[bool]"."""
+    t = Verdict.__annotations__[key]
+    t = getattr(t, "__forward_arg__", t)
+    return re.sub(r"^Annotated\[(.+?)(, (TOTAL|PER_TOPIC))+\]$", r"\1", t)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional
 
 from ..history.schema import EFFECT_STATES
 from ..sandbox.probe import gone, proc_state
+from ..sandbox.process import stopped as all_stopped
 from ..systems.runtime import port_open
 
 Fault = Any  # a faults.base.Fault (base imports nothing of this module's, and this nothing of base's)
@@ -177,11 +178,20 @@ async def restarted(fault: Fault, nodes: list[str], before: dict[str, Optional[i
     return observed("running again: " + ", ".join(back))
 
 
+def _stop_state(pid: Optional[int]) -> Optional[str]:
+    """T when every thread of the process is stopped, else its state (one still running
+    makes it not stopped: it may still take work)."""
+    state = proc_state(pid)
+    if state == "T" and not all_stopped(pid):
+        return "T, a thread still running"
+    return state
+
+
 def stopped(fault: Fault, nodes: list[str], stage: str) -> Seen:
     """Each node's process is stopped (SIGSTOP: state T in /proc) during the window, and no
     longer after the heal; not known where no pid is held (an external cluster's pause hook:
     a paused process still takes TCP connections, so no probe from outside can tell)."""
-    states = {n: proc_state(pid_of(fault, n)) for n in nodes}
+    states = {n: _stop_state(pid_of(fault, n)) for n in nodes}
     if any(pid_of(fault, n) is None for n in nodes):
         return not_known("no pid held for " + ", ".join(n for n in nodes if pid_of(fault, n) is None)
                          + " (a paused process still accepts connections: no probe can tell)")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .schema import EVENT_TYPES, FORMAT_VERSION, SCHEMA, VERSION_KEY
@@ -102,6 +103,25 @@ def _check_rows(f: Path, pf: pq.ParquetFile) -> None:
         if col not in names or _null_count(pf, col) == rows:
             raise HistoryError(f"history file '{f}': column '{col}' is {'missing' if col not in names else 'empty'}, "
                                f"and the file holds a producer's rows ({', '.join(sent)})")
+    _check_placed(f, pf, names)
+
+
+def _check_placed(f: Path, pf: pq.ParquetFile, names: set[str]) -> None:
+    """A member's position is in a partition: a row with a `position` and no `partition`
+    would drop out of the verdicts that compare positions (group_nonmonotonic, commits
+    backwards, the group's outages), so it is refused, not left out."""
+    if "position" not in names or _null_count(pf, "position") == pf.metadata.num_rows:
+        return
+    t = pf.read(columns=[c for c in ("type", "position", "partition") if c in names])
+    unplaced = pc.is_valid(t.column("position"))
+    if "partition" in names:
+        unplaced = pc.and_(unplaced, pc.is_null(t.column("partition")))
+    n = pc.sum(unplaced.cast(pa.int64())).as_py() or 0
+    if n:
+        first = t.column("type").filter(unplaced)[0].as_py()
+        raise HistoryError(f"history file '{f}': rows with a 'position' and no 'partition': {n} (the first a "
+                           f"'{first}'; a member's position is in a partition; group_nonmonotonic and commits "
+                           f"backwards compare positions per partition: docs/history-format.md)")
 
 
 def check(path: Path) -> Checked:

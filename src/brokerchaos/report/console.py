@@ -1,9 +1,12 @@
 """What a person sees in the terminal: the seeds' result block per run and a summary table."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..analysis import policy
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 
 def _ms(x: Optional[float]) -> str:
@@ -42,7 +45,7 @@ def fault_lines(fault: dict) -> list[str]:
     return [f"Fault: {name} never fired ({fault.get('why', 'trigger not reached')})"]
 
 
-def run_block(v: dict, meta: Optional[dict] = None) -> str:
+def run_block(v: Verdict, meta: Optional[dict] = None) -> str:
     meta = meta or {}
     lines = []
     for fault in meta.get("faults") or ([meta["fault"]] if meta.get("fault") else []):
@@ -68,7 +71,7 @@ def run_block(v: dict, meta: Optional[dict] = None) -> str:
     return "\n".join(lines)
 
 
-def _seed_rows(v: dict) -> list[tuple[str, object]]:
+def _seed_rows(v: Verdict) -> list[tuple[str, object]]:
     """The seeds' own bookkeeping first (their programs' result block), ours beneath it."""
     rows = [
         ("Final send count", v["send_count"]),
@@ -96,13 +99,13 @@ def _seed_rows(v: dict) -> list[tuple[str, object]]:
     return rows + [("Stowaways", v["stowaways"])]
 
 
-def _scoped_rows(v: dict) -> list[tuple[str, object]]:
+def _scoped_rows(v: Verdict) -> list[tuple[str, object]]:
     """The checks of what only some runs have (a consumer group, transactions, an
     exactly-once output), those this run has, from the policy's table: each with its figure
     and, where it is not a pass, its judgement."""
     rows = []
     for c in policy.CHECKS:
-        if not c.kind.startswith(("group-", "txn-", "eos-")):
+        if c.scope not in policy.SCOPED:
             continue
         judged = c.judge(v)
         if judged != policy.NA:
@@ -111,7 +114,7 @@ def _scoped_rows(v: dict) -> list[tuple[str, object]]:
     return rows
 
 
-def _timing_rows(v: dict) -> list[tuple[str, object]]:
+def _timing_rows(v: Verdict) -> list[tuple[str, object]]:
     """Gaps, outages and latency (none under --no-timing)."""
     if not v.get("timing", True):
         return [("Gaps, outages, latency", "not computed (--no-timing)")]
@@ -131,7 +134,7 @@ def _timing_rows(v: dict) -> list[tuple[str, object]]:
     return rows + _parts_rows(v)
 
 
-def _evidence_rows(v: dict) -> list[tuple[str, str]]:
+def _evidence_rows(v: Verdict) -> list[tuple[str, str]]:
     """What the harness saw the faults do, whether the cluster was whole before the read, and
     the mechanisms the scenario requires (history format 1.9)."""
     rows = []
@@ -148,7 +151,7 @@ def _evidence_rows(v: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def summary_table(verdicts: list[dict], metas: dict[str, dict]) -> str:
+def summary_table(verdicts: list[Verdict], metas: dict[str, dict]) -> str:
     head = ["run", "fault on", "sent", "acked", "neg", "unk", "recv", "acked_missing", "dups", "ooo", "outage",
             "result"]
     body = []
@@ -222,7 +225,7 @@ def outage_lines(o: dict | None) -> list[str]:
 CONSOLE_TOPICS = 8  # topics given a line each
 
 
-def _parts_rows(v: dict) -> list[tuple[str, str]]:
+def _parts_rows(v: Verdict) -> list[tuple[str, str]]:
     """Each outage's parts (analysis/parts.py), and per topic its verdict and outages."""
     rows = []
     for i, p in enumerate(v.get("outage_parts") or [], 1):

@@ -11,9 +11,12 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from ..analysis.policy import CHECKS, NA, PASS, UNDECIDED, Check, evidence_short, read_decides
+from ..analysis.policy import CHECKS, CLUSTER, GROUP, NA, PASS, UNDECIDED, Check, Way, evidence_short, read_decides
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 EXIT_PASS, EXIT_VIOLATED, EXIT_UNDECIDED = 0, 3, 4
 
@@ -30,14 +33,14 @@ def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
         status = c.judge(v)
         if status == NA:
             return UNDECIDED, c.outside
-        short = evidence_short(v) if c.kind != "evidence" else None
+        short = evidence_short(v) if c.way is not Way.EVIDENCE else None
         if status == PASS and short:  # a pass is only as good as the evidence that the run tested it
             return UNDECIDED, f"{c.why(v)}, but the run did not test what it names: {short}"
-        if status == UNDECIDED and c.kind.startswith("group-") and read_decides(v):
+        if status == UNDECIDED and c.scope is GROUP and read_decides(v):
             return status, "a consumer group's read did not finish (" + "; ".join(
                 f"{g}: {x.get('read_status') or 'no read_end'}" for g, x in (v.get("consumer_groups") or {}).items()
                 if x.get("read_complete") is not True) + ")"
-        if status == UNDECIDED and c.kind != "cluster":
+        if status == UNDECIDED and c.scope is not CLUSTER:
             return status, f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
         return status, c.why(v)
     return check
@@ -78,7 +81,7 @@ class Expectation:
     arg: Optional[float]
     text: str
 
-    def check(self, v: dict) -> Outcome:
+    def check(self, v: Verdict) -> Outcome:
         return KINDS[self.name].check(v, self.arg)
 
 
@@ -125,7 +128,7 @@ class Case:
     detail: str
 
 
-def evaluate(suite: str, verdicts: list[dict], expectations: list[Expectation]) -> list[Case]:
+def evaluate(suite: str, verdicts: list[Verdict], expectations: list[Expectation]) -> list[Case]:
     return [Case(suite, v["run"], e.text, *e.check(v)) for v in verdicts for e in expectations]
 
 

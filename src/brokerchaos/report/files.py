@@ -6,12 +6,16 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..analysis import outages, policy
+from ..analysis.verdicts import TOTAL, shown
 from ..analysis.metrics import Analysis
 from . import session_table
 from .stats import merge, wilson
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 SEED_COLUMNS = [
     ("DedupEnabled", None), ("TestRun", None), ("SendCount", "send_count"), ("AckCount", "ack_count"),
@@ -96,7 +100,7 @@ def load_metas(root: Path) -> dict[str, dict]:
     return metas
 
 
-def _csv_row(i: int, v: dict, meta: dict) -> dict:
+def _csv_row(i: int, v: Verdict, meta: dict) -> dict:
     dedup = (meta.get("scenario") or {}).get("workload", {}).get("dedup")
     row = {"DedupEnabled": "" if dedup is None else str(dedup).lower(), "TestRun": i}
     for col, key in SEED_COLUMNS[2:]:
@@ -121,13 +125,11 @@ def _csv_row(i: int, v: dict, meta: dict) -> dict:
     return row
 
 
-# the figures summary.json sums over the session's runs (`totals`)
-TOTALS = ("send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "received", "acked_missing",
-          "acked_missing_overwritten", "missing", "received_no_ack", "msgs_with_dups", "duplicate_deliveries",
-          "stored_duplicates", "redeliveries", "stowaways", "jf", "jb", "djf", "djb")
+# the figures summary.json sums over the session's runs (`totals`): those the verdict marks TOTAL
+TOTALS = shown(TOTAL)
 
 
-def summarize(verdicts: list[dict]) -> dict:
+def summarize(verdicts: list[Verdict]) -> dict:
     """The session's results, its totals, and each check's rate (analysis/policy.py)."""
     out = policy.rates(verdicts, wilson)
     totals = {key: sum(v[key] for v in verdicts) for key in TOTALS}
@@ -147,7 +149,7 @@ def _skips(analysis: Analysis, out: Path) -> None:
                 w.writerow([r["run"], r["group"], r["producer"], r["value"], r["stored_at"], r["committed_past"]])
 
 
-def _results(verdicts: list[dict], metas: dict, out: Path) -> None:
+def _results(verdicts: list[Verdict], metas: dict, out: Path) -> None:
     """results.csv (the seeds' columns, then ours) and session_table.csv."""
     cols = [c for c, _ in SEED_COLUMNS] + EXTRA_COLUMNS
     with open(out / "results.csv", "w", newline="") as fh:

@@ -10,7 +10,7 @@ import html
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -21,6 +21,9 @@ from ..analysis.timeline import BUCKET_NS, RunTimeline
 from . import session_table
 from .files import JUMP_NAMES, SEED_COLUMNS, _csv_row
 from .parts_html import parts_figure, topics_table
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 COLORS = {"send": "#8c8c8c", "ack": "#2ca02c", "nack": "#d62728", "unknown": "#ff7f0e", "recv": "#1f77b4"}
 JUMP_COLORS = {"JF": "#9467bd", "JB": "#e377c2", "DJF": "#17becf", "DJB": "#bcbd22", "JF0": "#8c564b"}
@@ -90,7 +93,7 @@ def _link(run: str, drawn: Optional[set] = None) -> str:
     return f"<a href='#{_e(run)}'>{_e(run)}</a>" if drawn is None or run in drawn else _e(run)
 
 
-def drawn_runs(verdicts: list[dict], limit: int = MAX_RUN_SECTIONS) -> list[str]:
+def drawn_runs(verdicts: list[Verdict], limit: int = MAX_RUN_SECTIONS) -> list[str]:
     """The runs that get a section, in session order: every one that did not pass first,
     then the others, up to `limit`."""
     ranked = [v["run"] for v in verdicts if v["result"] != "pass"] + [v["run"] for v in verdicts
@@ -151,7 +154,7 @@ def header(scenario: dict, metas: dict, session_dir: Path, command: Optional[str
 
 # -- the per-run tables -----------------------------------------------------------------------
 
-def run_tables(verdicts: list[dict], metas: dict, drawn: Optional[set] = None) -> str:
+def run_tables(verdicts: list[Verdict], metas: dict, drawn: Optional[set] = None) -> str:
     classes = [v["result"] if v["result"] != "pass" else "" for v in verdicts]
     seed_cols = [c for c, _ in SEED_COLUMNS]
     extra = ["result", "unknown_count", "stowaways", "max_ack_gap_ms", "fault_outages_ms"]
@@ -173,7 +176,7 @@ def _s(t_ns: Optional[float], t0: int) -> Optional[float]:
     return None if t_ns is None else (t_ns - t0) / 1e9
 
 
-def timeline_figure(v: dict, tl: RunTimeline) -> Optional[go.Figure]:
+def timeline_figure(v: Verdict, tl: RunTimeline) -> Optional[go.Figure]:
     t0 = tl.t0
     if t0 is None:
         return None
@@ -228,7 +231,7 @@ def _passed_at(stream: list[tuple[int, int, int]], value: int) -> Optional[int]:
     return stream[-1][0] if stream else None
 
 
-def positions_figure(v: dict, tl: RunTimeline) -> Optional[go.Figure]:
+def positions_figure(v: Verdict, tl: RunTimeline) -> Optional[go.Figure]:
     if not tl.positions:
         return None
     fig = go.Figure()
@@ -261,7 +264,7 @@ def positions_figure(v: dict, tl: RunTimeline) -> Optional[go.Figure]:
     return fig
 
 
-def _lost_table(v: dict, tl: RunTimeline) -> str:
+def _lost_table(v: Verdict, tl: RunTimeline) -> str:
     if not tl.lost:
         return ""
     rows = [[_e(r["producer"]), _fmt(r["value"]), _e(r["acked_at"]), _e(r["acked_by"]),
@@ -272,7 +275,7 @@ def _lost_table(v: dict, tl: RunTimeline) -> str:
             + _table(["producer", "value", "acked at", "acked by", "first ack (ms)", "read there"], rows, left=1))
 
 
-def _jump_table(v: dict, tl: RunTimeline) -> str:
+def _jump_table(v: Verdict, tl: RunTimeline) -> str:
     if not tl.jumps:
         return ""
     total = sum(v.get(k, 0) for k in ("jf", "jb", "djf", "djb"))
@@ -284,7 +287,7 @@ def _jump_table(v: dict, tl: RunTimeline) -> str:
             + _table(["consumer", "producer", "class", "position", "line"], rows, left=2))
 
 
-def _shade_faults(fig: go.Figure, v: dict, t0: int) -> None:
+def _shade_faults(fig: go.Figure, v: Verdict, t0: int) -> None:
     for f in v.get("faults") or []:
         action = (f.get("detail") or "fault").split()
         fig.add_vrect(x0=_s(f["t_ms"] * 1e6, t0), x1=_s(f["until_ms"] * 1e6, t0), fillcolor="#d62728",
@@ -292,7 +295,7 @@ def _shade_faults(fig: go.Figure, v: dict, t0: int) -> None:
                       annotation_position="top left", row="all", col=1)
 
 
-def group_figure(v: dict, tl: RunTimeline, group: str) -> Optional[go.Figure]:
+def group_figure(v: Verdict, tl: RunTimeline, group: str) -> Optional[go.Figure]:
     """A consumer group's deliveries per member and 100 ms, its rebalances (assign and
     revoke rows), the faults shaded, and its lag: acks so far − messages processed so far."""
     t0 = tl.t0
@@ -327,7 +330,7 @@ def group_figure(v: dict, tl: RunTimeline, group: str) -> Optional[go.Figure]:
     return fig
 
 
-def _groups_html(v: dict, tl: RunTimeline) -> str:
+def _groups_html(v: Verdict, tl: RunTimeline) -> str:
     """Per consumer group: its figures, its plot, and the first of its skips (skips.csv)."""
     out = []
     for g, x in (v.get("consumer_groups") or {}).items():
@@ -348,7 +351,7 @@ def _groups_html(v: dict, tl: RunTimeline) -> str:
     return "".join(out)
 
 
-def _evidence_html(v: dict) -> str:
+def _evidence_html(v: Verdict) -> str:
     """What the harness saw the faults do, the cluster before the read, the required
     mechanisms, and why the run is not a pass (history format 1.9)."""
     items = [f"fault window {e['window']}: {e['detail']}" for e in v.get("effects") or []]
@@ -361,7 +364,7 @@ def _evidence_html(v: dict) -> str:
     return "<ul class='evidence'>" + "".join(f"<li>{_e(x)}</li>" for x in items) + "</ul>" if items else ""
 
 
-def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
+def run_section(v: Verdict, meta: dict, tl: RunTimeline) -> str:
     figs = []
     t = timeline_figure(v, tl)
     if t is not None:
@@ -384,7 +387,7 @@ def run_section(v: dict, meta: dict, tl: RunTimeline) -> str:
 
 # -- the session summary ----------------------------------------------------------------------
 
-def outage_figure(verdicts: list[dict]) -> Optional[go.Figure]:
+def outage_figure(verdicts: list[Verdict]) -> Optional[go.Figure]:
     vals = [o for v in verdicts for o in v.get("fault_outages_ms") or [] if o is not None]
     if not vals:
         return None
@@ -400,7 +403,7 @@ def outage_figure(verdicts: list[dict]) -> Optional[go.Figure]:
     return fig
 
 
-def summary_section(summary: dict, verdicts: list[dict]) -> str:
+def summary_section(summary: dict, verdicts: list[Verdict]) -> str:
     rows = []
     for name, d in (summary.get("verdicts") or {}).items():
         lo, hi = d["wilson95"]
@@ -418,7 +421,7 @@ def summary_section(summary: dict, verdicts: list[dict]) -> str:
             f"<h3>Totals</h3>{totals}<h3>Outages</h3>{dist}{note}")
 
 
-def session_page(scenario: dict, verdicts: list[dict], metas: dict, summary: dict,
+def session_page(scenario: dict, verdicts: list[Verdict], metas: dict, summary: dict,
                  timelines: dict[str, RunTimeline], session_dir: Path, command: Optional[str] = None) -> str:
     drawn = drawn_runs(verdicts)
     body = [f"<h1>brokerchaos: {_e(scenario.get('name'))}</h1>",

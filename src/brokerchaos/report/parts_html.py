@@ -4,18 +4,21 @@ reconnect and resume (analysis/parts.py), and a table of each topic's verdicts."
 from __future__ import annotations
 
 import html
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import plotly.graph_objects as go
 
 from ..analysis.parts import PARTS
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 PART_COLORS = {"detect": "#d62728", "serve": "#ff7f0e", "reconnect": "#1f77b4", "resume": "#2ca02c"}
 MAX_BARS = 40
 TOPIC_COLUMNS = ("send_count", "pos_ack_count", "acked_missing", "msgs_with_dups", "jb", "max_ack_gap_ms", "result")
 
 
-def _bars(v: dict) -> list[tuple[str, dict]]:
+def _bars(v: Verdict) -> list[tuple[str, dict]]:
     """(label, parts) per window, or per window and topic."""
     out = []
     sources = [(f"{t} ", x) for t, x in (v.get("topics") or {}).items()] or [("", v)]
@@ -26,7 +29,7 @@ def _bars(v: dict) -> list[tuple[str, dict]]:
     return out[:MAX_BARS]
 
 
-def parts_figure(v: dict) -> Optional[go.Figure]:
+def parts_figure(v: Verdict) -> Optional[go.Figure]:
     bars = _bars(v)
     if not bars:
         return None
@@ -45,7 +48,7 @@ def parts_figure(v: dict) -> Optional[go.Figure]:
     return fig
 
 
-def topics_table(v: dict) -> str:
+def topics_table(v: Verdict) -> str:
     """Each topic's verdicts (a run of several topics), as a small HTML table."""
     topics = v.get("topics") or {}
     if not topics:

@@ -7,7 +7,10 @@ verdicts, in seconds; None where a column does not apply or never ended (NA in t
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 # (CSV header, verdict key)
 COLUMNS = [
@@ -19,7 +22,7 @@ COLUMNS = [
 ]
 
 
-def rx_error(v: dict) -> Optional[str]:
+def rx_error(v: Verdict) -> Optional[str]:
     """The receiver's error, `nil` when it had none (the seed's Erlang client's word): the
     live consumers' read when there were any (they received through the fault, as the
     seed's Rx did), else the reader's. None when no read recorded how it ended."""
@@ -31,7 +34,7 @@ def rx_error(v: dict) -> Optional[str]:
     return "; ".join(errors) or "nil"
 
 
-def columns(v: dict) -> dict[str, Any]:
+def columns(v: Verdict) -> dict[str, Any]:
     """The table's own columns for one verdict."""
     f = v["facts"]
     digits = re.search(r"(\d+)$", v["run"])
@@ -60,14 +63,14 @@ def columns(v: dict) -> dict[str, Any]:
     }
 
 
-def complete(verdicts: list[dict]) -> list[dict]:
+def complete(verdicts: list[Verdict]) -> list[dict]:
     """The verdicts with the table's columns added (in place, and returned)."""
     for v in verdicts:
         v.update(columns(v))
     return verdicts
 
 
-def row(v: dict) -> list:
+def row(v: Verdict) -> list:
     out = []
     for _, key in COLUMNS:
         x = v.get(key)

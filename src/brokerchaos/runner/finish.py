@@ -7,16 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..analysis import outages
 from ..report import files, html, session_table
 from ..systems import SYSTEMS
 
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
+
 
 @dataclass
 class Finished:
-    verdicts: list[dict]
+    verdicts: list[Verdict]
     summary: dict
     report: Optional[Path] = None
     report_error: str = ""  # why report.html was not written, if it was asked for and failed

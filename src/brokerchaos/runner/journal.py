@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..history import Recorder
+
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
 
 FACTS = "session.json"
 VERDICTS = "verdicts.jsonl"
@@ -90,7 +93,7 @@ class Journal:
             kept[v["run"]] = v  # once per run, whatever was appended twice
         return kept
 
-    def keep(self, v: dict) -> None:
+    def keep(self, v: Verdict) -> None:
         """A finished run's verdict, appended at once: the soak's progress survives a kill."""
         self.kept[v["run"]] = v
         with open(self.dir / VERDICTS, "a") as fh:

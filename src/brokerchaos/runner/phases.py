@@ -1,6 +1,7 @@
 """One run's client side, as phases: bring the cluster up, start the readers, write with
 the nemeses, heal and read, tear down. Each phase takes what it works on explicitly and
-writes what it found into the run's record; client_side() is their order.
+hands what it found to the run's record as a small result (record.py: BringUp, WriteEnd,
+GroupEnd, ReadEnd, Health); client_side() is their order.
 
 Everything here runs on the thread the sandbox puts in the client namespace
 (Sandbox.run_client); process control (starting the cluster) stays on the main thread.
@@ -28,7 +29,7 @@ from ..workload.group import ConsumerGroup, GroupEvents, Journal, MemberError
 from ..workload.producer import quick_switches
 from .endcheck import end_check
 from .observe import Observer, progress_line
-from .record import RunRecord
+from .record import BringUp, GroupEnd, Health, ReadEnd, RunRecord, WriteEnd
 from .topics import bounded_gather
 from .whole import WHOLE_S, mechanisms, whole_before_read
 
@@ -146,7 +147,7 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
     readers = None
     switches = contextlib.ExitStack()
     try:
-        await bring_up(c, rec)
+        rec.take(await bring_up(c))
         readers = Readers(c.dep.client.reader("c1"), c.recorder("c1"), False)
         readers.live = isinstance(readers.client, LiveReader)  # reads during the write phase (MQTT)
         await readers.start(c)
@@ -174,22 +175,20 @@ def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: lis
     return [Nemesis(i, spec, ctx) for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
 
 
-async def bring_up(c: RunContext, rec: RunRecord) -> None:
+async def bring_up(c: RunContext) -> BringUp:
     """The cluster serving (its staged start-up, the client's connection) and the run's
     stream created; the servers' versions and durability settings as they report them."""
     await c.dep.up(timeout=90)
     await c.dep.client.create_stream(timeout=30)
-    extra = topic_names(c.scenario.workload.topics)[1:]
+    extra, topics = topic_names(c.scenario.workload.topics)[1:], None
     if extra:  # the first is the run's stream, created above; the others alike, a few at a time
         await bounded_gather([c.dep.client.for_topic(t).create_stream(timeout=30) for t in extra])
-        rec.topics = [c.dep.client.for_topic(t).stream_name for t in topic_names(c.scenario.workload.topics)]
+        topics = [c.dep.client.for_topic(t).stream_name for t in topic_names(c.scenario.workload.topics)]
     for f in c.scenario.faults_for_run(c.run_id):  # set-up a fault needs before the write (power-off's settle)
         cls = FAULTS.get(f.action)
         await asyncio.to_thread(cls.before_write, cls.Params.model_validate(f.params), c.dep.cluster)
-    rec.cluster_ready_s = round(time.monotonic() - c.t_start, 3)
-    rec.servers = c.dep.cluster.versions()
-    rec.server_settings = c.dep.cluster.settings()
-    rec.client = c.dep.client.library()
+    return BringUp(round(time.monotonic() - c.t_start, 3), c.dep.cluster.versions(), c.dep.cluster.settings(),
+                   c.dep.client.library(), topics)
 
 
 async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[Nemesis], gate: AckGate,
@@ -218,12 +217,11 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
         await asyncio.gather(*tasks, progress, return_exceptions=True)
         for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
             await n.wait_healed()
-        rec.write_s = round(time.monotonic() - t_write, 3)
+        write_s = round(time.monotonic() - t_write, 3)
         gc.unfreeze()  # what the run left behind is the collector's again (soaks)
         stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
-        rec.write_stopped_early = "; ".join(stopped) or None
-        if w.rate is not None:
-            rec.late_sends = sum(p.late for p in producers)
+        rec.take(WriteEnd(write_s, "; ".join(stopped) or None,
+                          sum(p.late for p in producers) if w.rate is not None else None))
         c.line(progress_line(producers))
 
 
@@ -322,9 +320,8 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
     w = c.scenario.workload
     t_read = time.monotonic()
     if readers.group is not None:
-        rec.group_read_status = await readers.group.finish(w.read_timeout)
-        rec.group_members = readers.group.pids()
-        rec.group_held = readers.group.held_by()
+        status = await readers.group.finish(w.read_timeout)
+        rec.take(GroupEnd(status, readers.group.pids(), readers.group.held_by()))
         if w.group.commit == "transaction":
             rec.output_read_status = await read_output(c, w.group.name)
     if readers.consumers:
@@ -332,15 +329,14 @@ async def read(c: RunContext, rec: RunRecord, readers: Readers) -> None:
                                       for con, r, prog in readers.consumers))
         rec.live_read_status = "; ".join(sorted(set(ends)))
     if readers.live:
-        rec.read_status = await finish_live(readers.client, readers.rec, readers.arrived, w.read_idle,
-                                            w.read_timeout)
+        status = await finish_live(readers.client, readers.rec, readers.arrived, w.read_idle, w.read_timeout)
     elif w.topics > 1:
-        rec.read_status = await read_topics(c, readers.rec)
+        status = await read_topics(c, readers.rec)
     else:
-        rec.read_status = await read_all(readers.client, readers.rec, w.read_idle, w.read_timeout, c.line)
+        status = await read_all(readers.client, readers.rec, w.read_idle, w.read_timeout, c.line)
     readers.rec.close()
-    rec.t_read_end = time.monotonic()
-    rec.read_s = round(rec.t_read_end - t_read, 3)
+    t_end = time.monotonic()
+    rec.take(ReadEnd(status, round(t_end - t_read, 3), t_end))
 
 
 async def read_topics(c: RunContext, rec: Recorder) -> str:
@@ -395,7 +391,7 @@ async def check_health(c: RunContext, rec: RunRecord) -> None:
     ok = False
     if c.more and s.cluster.reuse and dep.reusable and rec.read_status is not None:
         ok, why = await dep.healthy(timeout=30)
-        rec.healthy_after, rec.health_after = ok, why
+        rec.take(Health(ok, why))
     if ok or s.external:
         await _bounded(dep.client.drop_stream(), 30)
         extra = topic_names(s.workload.topics)[1:]

@@ -7,9 +7,58 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class BringUp:
+    """The bring-up phase: the cluster ready and the run's streams created, the servers and
+    the client as they report themselves."""
+
+    cluster_ready_s: float
+    servers: dict
+    server_settings: dict
+    client: dict
+    topics: Optional[list] = None  # workload.topics > 1: every topic's stream
+
+
+@dataclass(frozen=True)
+class WriteEnd:
+    """The write phase: how long it took, producers that stopped before their last message,
+    and the late sends of a steady rate."""
+
+    write_s: float
+    write_stopped_early: Optional[str]
+    late_sends: Optional[int]
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    """The consumer group finished: how its read ended, each incarnation's pid, the member
+    that held its work."""
+
+    group_read_status: str
+    group_members: dict
+    group_held: Optional[str]
+
+
+@dataclass(frozen=True)
+class ReadEnd:
+    """The end read: how it ended, how long it took, when it ended."""
+
+    read_status: str
+    read_s: float
+    t_read_end: float
+
+
+@dataclass(frozen=True)
+class Health:
+    """May the next run take the cluster: whether, and what the health check said."""
+
+    healthy_after: Optional[bool]
+    health_after: Optional[str]
 
 
 @dataclass
@@ -64,6 +113,13 @@ class RunRecord:
     incomplete: Optional[str] = None
     # when the read ended (monotonic): the verdict's wait is measured from it; not in run.json
     t_read_end: Optional[float] = field(default=None, repr=False)
+
+    def take(self, part) -> None:
+        """A phase's result (BringUp, WriteEnd, GroupEnd, ReadEnd, Health), into the record."""
+        for f in fields(part):
+            if not hasattr(self, f.name):
+                raise AttributeError(f"RunRecord has no field {f.name!r} ({type(part).__name__})")
+            setattr(self, f.name, getattr(part, f.name))
 
     def to_json(self) -> dict:
         """run.json's content: every field that has a value (an unset one is left out, as the

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..analysis import metrics, spark as spark_mod, warmup
 from ..report import console, session_table
@@ -32,11 +32,14 @@ from .observe import Observer, _on_sigterm, main_thread
 from .record import RunRecord
 from .run import Clusters, RunRefused, run_one
 
+if TYPE_CHECKING:
+    from ..analysis.verdicts import Verdict
+
 
 @dataclass
 class SessionResult:
     dir: Path
-    verdicts: list[dict] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
     metas: dict[str, dict] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
     report: Optional[Path] = None

@@ -88,6 +88,37 @@ def send_signal(proc: Proc, sig: int, group: bool = False) -> None:
         pass
 
 
+def stopped(pid: int) -> bool:
+    """Every thread of the process is stopped (state T or t), or the process is gone. A
+    SIGSTOP is not in effect when kill() returns: the kernel stops a process's threads as
+    each is next scheduled, and on a busy machine another of them may first take a new
+    connection and answer it (a paused NATS server once sent its INFO that way)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def wait_stopped(proc: Proc, timeout: float) -> bool:
+    """Wait until every thread of the process has stopped (after a SIGSTOP); False when
+    some still runs after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while proc.alive() and not stopped(proc.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 def wait_exit(proc: Proc, timeout: float) -> bool:
     # on the pidfd: Popen.wait polls with sleeps of up to 50 ms, which a fault's timing shows
     if proc.pidfd is not None and proc.popen.returncode is None:

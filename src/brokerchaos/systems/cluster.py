@@ -38,6 +38,8 @@ from .localnode import PowerAndClock, Supervised
 
 __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
 
+PAUSE_S = 2.0  # a paused node's threads have all stopped within this (milliseconds, under load)
+
 
 class LocalCluster(Supervised, PowerAndClock, Cluster):
     """Broker processes started by us in the sandbox, one host (namespace) per node.
@@ -222,8 +224,12 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
         raise LookupError("this cluster cannot wipe a node's data")
 
     def pause(self, node: str) -> None:
-        """SIGSTOP the node's whole process group (a broker's helpers were started in it)."""
+        """SIGSTOP the node's whole process group (a broker's helpers were started in it),
+        returning once every thread of the broker has stopped (process.wait_stopped), or
+        after PAUSE_S: a thread in an uninterruptible wait stops when it ends, and the
+        window's look says whether the node was stopped (effect.stopped)."""
         process.send_signal(self.procs[node], signal.SIGSTOP, group=True)
+        process.wait_stopped(self.procs[node], PAUSE_S)
 
     def resume(self, node: str) -> None:
         process.send_signal(self.procs[node], signal.SIGCONT, group=True)

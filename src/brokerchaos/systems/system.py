@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 
 from pydantic import BaseModel
 from .base import LOCAL_VERBS, NETNS, Client, Cluster, NoOptions
+from .needs import Need
 from .roles import Roles
 
 if TYPE_CHECKING:
@@ -41,10 +42,19 @@ class System:
         cluster.version); one, with the defaults, unless the system says more."""
         return ((cls.name, {}, None),)
 
+    # the needs of the machine this system brings (needs.py: its server programs, its
+    # releases' jars), by name; doctor lists them beside the machine's own (Java, root, …)
+    machine_setup: ClassVar[tuple[Need, ...]] = ()
+
     @classmethod
     def machine_needs(cls, options: dict, version: Optional[str]) -> tuple[str, ...]:
-        """What a local cluster with these options needs of the machine: doctor's names
-        (doctor.NEEDS: server programs, Java, a release's jars); nothing unless it says."""
+        """What a local cluster with these options needs of the machine, by name (its own
+        `machine_setup`, another system's, or the machine's: doctor.NEEDS); nothing unless it says."""
+        return ()
+
+    @classmethod
+    def server_versions(cls) -> tuple[str, ...]:
+        """The servers it runs as resolved on this machine, a line each (`brokerchaos --version`)."""
         return ()
 
     @classmethod

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
 from ..base import COORDINATOR, ELECT, REASSIGN
+from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
@@ -92,9 +93,17 @@ class Kafka(System):
     def variants(cls):
         return (*((f"kafka {v}", {}, v) for v in VERSIONS), ("kafka on tansu", {"broker": "tansu"}, None))
 
+    machine_setup = (needs.server_set("kafka-3.9", "Kafka 3.9 and ZooKeeper"),
+                     needs.server_set("kafka-4.1", "Kafka 4.1 (KRaft)"))
+
     @classmethod
     def machine_needs(cls, options, version):
         return () if options.get("broker") == "tansu" else ("java", f"kafka-{version or next(iter(VERSIONS))}")
+
+    @classmethod
+    def server_versions(cls):
+        v = {k: needs.pom_version(f"kafka-{k}", "kafka_2.13") for k in VERSIONS}
+        return (f"  kafka           {v['3.9']} (ZooKeeper), {v['4.1']} (KRaft): Maven Central, pinned poms",)
 
     @classmethod
     def versions(cls, scenario) -> tuple[str, ...]:

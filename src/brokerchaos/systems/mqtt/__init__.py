@@ -25,6 +25,7 @@ from ..base import SystemError_, node_names
 from ..cluster import LocalCluster
 from ..nats import bin as natsbin
 from ..rabbitmq.cluster import RabbitMqttServers
+from .. import needs
 from ..registry import SYSTEMS
 from ..roles import Roles
 from ..system import System
@@ -86,10 +87,19 @@ class Mqtt(System):
     def variants(cls):
         return tuple((f"mqtt on {b}", {"broker": b}, None) for b in BACKENDS)
 
+    machine_setup = (needs.package("mosquitto", "MQTT on Mosquitto", "mosquitto", "/usr/sbin/mosquitto"),
+                     needs.Need("vernemq", "MQTT on VerneMQ",
+                                f"put the release in ../shared/vernemq or set {vernemq.RELEASE_ENV}", vernemq.missing))
+
     @classmethod
     def machine_needs(cls, options, version):
         backend = options.get("broker", "rabbitmq")
         return ("nats-server",) if backend == "nats" else (backend,)
+
+    @classmethod
+    def server_versions(cls):
+        return (f"  mosquitto       {needs.debian('mosquitto')} (Debian)",
+                f"  vernemq         {vernemq.version_found()}")
 
     @classmethod
     def services_needed(cls, scenario) -> tuple[str, ...]:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
+from typing import Optional
 
 from ..base import POWER, SystemError_
 from ..cluster import LocalCluster
@@ -48,6 +50,22 @@ def release() -> Path:
         raise SystemError_(f"no VerneMQ release: set {RELEASE_ENV} to a release directory or tarball (looked in "
                            f"{SHARED} too)")
     return _unpacked(found[-1])
+
+
+def missing() -> Optional[str]:
+    """None when a release is found, else why not (`brokerchaos doctor`)."""
+    try:
+        release()
+    except Exception as e:
+        return str(e)[:200]
+    return None
+
+
+def version_found() -> str:
+    """The release's version, by its file name (nothing is unpacked to say it)."""
+    found = [os.environ.get(RELEASE_ENV, "")] + sorted(p.name for p in SHARED.glob("vernemq-*"))
+    verne = next((m.group(1) for f in found if (m := re.search(r"vernemq-(\d[\w.]*?)-", f))), None)
+    return verne or f"no release found (../shared/vernemq, or {RELEASE_ENV})"
 
 
 def _unpacked(tarball: Path) -> Path:

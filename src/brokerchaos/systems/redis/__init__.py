@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ...errors import ScenarioError
 from ..base import STEPDOWN
+from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
 from .client import RedisClient
@@ -39,9 +40,16 @@ class Redis(System):
     offers = frozenset({STEPDOWN})  # SENTINEL FAILOVER
     external_services = ("sentinel",)  # the primary, as the sentinels name it
 
+    machine_setup = (needs.Need("redis", "Redis and Sentinel", needs.APT.format("redis-server redis-sentinel"),
+                                lambda: needs.absent("redis-server") or needs.absent("redis-sentinel")),)
+
     @classmethod
     def machine_needs(cls, options, version):
         return ("redis",)
+
+    @classmethod
+    def server_versions(cls):
+        return (f"  redis           {needs.debian('redis-server')} (Debian)",)
 
     @classmethod
     def check(cls, scenario) -> None:

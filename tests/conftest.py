@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
     # costliest files first, so that what is left at the end is short and the workers end
     # together (by test count, the few-but-long broker files came last: one worker ran on
     # alone for two minutes)
-    if getattr(config.option, "dist", "no") == "loadfile":
+    if hasattr(config, "workerinput"):  # an xdist worker: each reports this order to the controller
         cost: dict = {}
         for item in items:
             cost[item.path] = cost.get(item.path, 0.0) + _cost(item)

@@ -611,8 +611,17 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
     kinds = [r["type"] for r in sorted(rows, key=lambda r: r["t_ns"]) if r["client"] == "nemesis"]
     assert [k for k in kinds if k not in ("ready", "effect", "whole")] == ["fault", "heal"] * 3
     assert "ready" in kinds and kinds.count("effect") == 3
-    starts = [w["t_ms"] for w in f["windows"]]
-    assert all(1000 < b - a < 2000 for a, b in zip(starts, starts[1:])), starts
+    # each window is due at the trigger plus its offset, and in effect `delay_ms` later: the
+    # schedule is kept to the millisecond, the lateness is measured, and no window begins
+    # before the one before it was healed. (The actual starts were asserted 1-2 s apart;
+    # a clean-clone run beside two more test workers had one 2,021 ms after the other: the
+    # harness's event loop, busy with the ack backlog of the node just resumed, ran the
+    # second window 455 ms after it was due, and run.json said so.)
+    ws = f["windows"]
+    due = [w["t_ms"] - w["delay_ms"] for w in ws]
+    assert all(abs(b - a - 1500) < 5 for a, b in zip(due, due[1:])), due
+    assert all(0 <= w["delay_ms"] < 1000 for w in ws), [w["delay_ms"] for w in ws]
+    assert all(b["t_ms"] > a["healed_ms"] for a, b in zip(ws, ws[1:])), ws
     assert len(v["fault_outages_ms"]) == 3
 
 

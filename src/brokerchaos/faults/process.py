@@ -8,6 +8,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..sandbox.process import wait_pid_stopped
+from ..systems.cluster import PAUSE_S
 from . import effect
 from .base import Fault, Target
 from .effect import HEALED, INJECTED
@@ -173,6 +175,9 @@ class Pause(Fault):
             if group is not None and group.owns(n):  # a consumer group's member process
                 t = group.pause(n)
                 self.effect_ns = self.effect_ns or t
+                pid = group.pid_of(n)  # in effect once each of its threads has stopped (as a node's)
+                if pid is not None:
+                    wait_pid_stopped(pid, PAUSE_S)
             else:
                 self.ctx.cluster.pause(n)
 

@@ -111,8 +111,14 @@ def stopped(pid: int) -> bool:
 def wait_stopped(proc: Proc, timeout: float) -> bool:
     """Wait until every thread of the process has stopped (after a SIGSTOP); False when
     some still runs after `timeout` seconds."""
+    return wait_pid_stopped(proc.pid, timeout, proc.alive)
+
+
+def wait_pid_stopped(pid: int, timeout: float, alive=lambda: True) -> bool:
+    """wait_stopped for a process known by its pid (a consumer group's member: a child of
+    the harness, so its pid is not reused while it is unreaped)."""
     deadline = time.monotonic() + timeout
-    while proc.alive() and not stopped(proc.pid):
+    while alive() and not stopped(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.002)

@@ -264,8 +264,8 @@ class ConsumerGroup:
     def holder(self) -> Optional[str]:
         """The member holding its work in hand now (`hold_after`), while its first
         incarnation runs; else None."""
-        slot = self.slots.get(f"{self.spec.name}-m{self.hold.slot.value}")
-        if not self.hold.t.value or slot is None or len(slot.runs) != 1 or not slot.runs[0].proc.is_alive():
+        slot = self.slots.get(self.held_by() or "")
+        if slot is None or len(slot.runs) != 1 or not slot.runs[0].proc.is_alive():
             return None
         return slot.name
 

@@ -14,6 +14,7 @@ class Loaded:
     requests: list[str] = field(default_factory=list)
     console: list[str] = field(default_factory=list)  # errors and warnings only
     plots: int = 0  # plotly graph divs on the page
+    ids: list[str] = field(default_factory=list)  # their element ids, in page order
     drawn: int = 0  # of those, the ones plotly drew (data, and a trace or heat map in its SVG)
     links: list[str] = field(default_factory=list)  # in-page links whose target is missing
     title: str = ""
@@ -38,7 +39,8 @@ def open_page(url: str, screenshot: Path) -> Loaded:
             page.goto(url, wait_until="load", timeout=60_000)
             page.wait_for_load_state("networkidle", timeout=30_000)
             out.title = page.title()
-            out.plots = page.evaluate("document.querySelectorAll('div.plotly-graph-div').length")
+            out.ids = page.evaluate("[...document.querySelectorAll('div.plotly-graph-div')].map(d => d.id)")
+            out.plots = len(out.ids)
             out.drawn = page.evaluate(
                 "[...document.querySelectorAll('div.plotly-graph-div')].filter("
                 "d => (d.data || []).length > 0 && d.querySelector('svg.main-svg')"

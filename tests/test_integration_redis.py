@@ -57,7 +57,11 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     assert "positions-run-001" in page and "acked, lost" in page and "Acked, never read" in page
     assert "<tr class='fail'>" in page
     got = check_report(result.report, "redis-split-brain")
-    assert got.plots == 3, got  # outages, the timeline, the positions
+    # the outages, the timeline, the positions; the outage taken apart only when a mark was seen
+    # in it (under load an ack may still come after the fault: then a window has its parts)
+    parted = any(p and p["order"] for p in v.get("outage_parts") or [])
+    expected = {"outages", "timeline-run-001", "positions-run-001"} | ({"parts-run-001"} if parted else set())
+    assert set(got.ids) == expected, (got, v.get("outage_parts"))
 
 
 # -- external mode: the walk-through of docs/external.md, servers and sentinels by hand -------

@@ -1,7 +1,9 @@
 """The roles watched through the write, per topic: in each fault window, when the cluster
 noticed (its answer about the topic's owner changed from the last one before the fault) and
 when the topic was served again. Two `owner` rows per topic and window at most (format
-1.8); the outage's `detect` and `serve` parts start from them (analysis/parts.py).
+1.8); the outage's `detect` and `serve` parts start from them (analysis/parts.py). A change
+is from a known owner: with none answered before the fault, the first answered after it is
+the base.
 
 Each row is timed when its look was asked: the answer says how the cluster was then, give
 or take how long it took to answer (said in the row's detail). A look not answered within
@@ -100,11 +102,20 @@ class OwnerWatch:
         if st is None or st["done"]:
             return
         took = f"answered in {(t_answer - t) / 1e6:.0f} ms"
-        if owner is not None and st["base"] is not None and owner != st["base"]:
+        if st["base"] is None and not st["changed"]:
+            # no owner answered before the fault (none asked yet, or each look timed out): the
+            # first one answered after it becomes the base, not a move; a move is a change
+            # from a known owner, so a window whose base came late may miss its marks (then
+            # the mechanism is missing and the run says unknown), never invent them
+            if owner is not None:
+                st["base"], st["late"] = owner, True
+            return
+        if owner is not None and owner != st["base"]:
             self.moves.setdefault(w["id"], f"{st['base']} -> {owner}" + (f" ({topic})" if topic else ""))
         if not st["changed"] and owner != st["base"]:
-            self.record("owner", owner, f"changed: {st['base'] or 'none'} -> {owner or 'none'}"
-                        + (f" ({why})" if why else "") + f"; {took}", w["id"], topic, t)
+            self.record("owner", owner, f"changed: {st['base']} -> {owner or 'none'}"
+                        + (f" ({why})" if why else "") + (" (the base first seen after the inject)"
+                        if st.get("late") else "") + f"; {took}", w["id"], topic, t)
             st["changed"] = True
         if st["changed"] and owner is not None:
             self.record("owner", owner, f"serving; {took}", w["id"], topic, t)

@@ -78,7 +78,7 @@ def spark_analyze(spark):
         while last:
             last.pop().release()
         last.append(metrics.analyze(spark, df, tuning=tuning))
-        session_table.complete(last[0].verdicts)
+        last[0].verdicts[:] = session_table.complete(last[0].verdicts)
         return last[0]
 
     yield run

@@ -247,7 +247,7 @@ def test_the_report_draws_a_group_and_lists_its_skips(spark, tmp_path):
     df = metrics.read_history(spark, str(tmp_path / "h"))
     analysis = metrics.analyze(spark, df)
     try:
-        session_table.complete(analysis.verdicts)
+        analysis.verdicts[:] = session_table.complete(analysis.verdicts)
         summary = files.write_session(analysis, tmp_path, {}, history=df)
         path = html.write_session(spark, df, analysis, tmp_path, {}, summary)
         tl = timeline.collect(spark, df, analysis.verdicts, analysis.jumps, analysis.losses, None, analysis.skips)

@@ -1,6 +1,7 @@
 """The owner watch over recorded answer sequences: what it records as the cluster noticing
 (`changed`), the topic served again (`serving`), and the owner-moved evidence (`moves`)."""
 from brokerchaos.faults.owners import OwnerWatch
+from brokerchaos.faults.window import Window
 
 
 def _watch(answers_before, answers_after):
@@ -10,9 +11,9 @@ def _watch(answers_before, answers_after):
     watch = OwnerWatch({None: object()}, lambda _type, owner, detail, *a: rows.append((owner, detail)))
     for owner in answers_before:
         watch._seen(None, None, False, 0, 1_000_000, owner, None if owner else "timed out")
-    w = {"id": 1}
+    w = Window(1, 0)
     watch.arm(w)
-    w["inject_at_ms"] = 100.0
+    w.injecting(100.0)
     for owner in answers_after:
         watch._seen(None, w, True, 0, 1_000_000, owner, None if owner else "no leader")
     return rows, watch.moves

@@ -70,7 +70,7 @@ def _session(tmp_path, spark):
         "fault": {"action": "kill", "target": "leader", "trigger": {"after_acks": 45}}}))
     df = metrics.read_history(spark, str(tmp_path / "h"))
     analysis = metrics.analyze(spark, df)
-    session_table.complete(analysis.verdicts)
+    analysis.verdicts[:] = session_table.complete(analysis.verdicts)
     summary = files.write_session(analysis, tmp_path, {}, history=df)
     return df, analysis, summary
 

@@ -14,7 +14,8 @@ import pkgutil
 from .base import Fault, FaultContext, Target, needs_of, supported
 from .registry import FAULTS, TARGETS
 
-SHARED = frozenset({"base", "effect", "nemesis", "owners", "registry", "schedule", "trigger", "view", "windowbook"})
+SHARED = frozenset({"base", "effect", "nemesis", "owners", "registry", "schedule", "trigger", "view", "window",
+                    "windowbook"})
 KINDS = tuple(importlib.import_module(f"{__name__}.{m.name}")
               for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name) if m.name not in SHARED)
 

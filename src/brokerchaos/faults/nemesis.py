@@ -26,6 +26,7 @@ from .registry import FAULTS
 from .schedule import plan, rng_for
 from .trigger import AckGate, fired, jitter_of, not_reached
 from .view import RoleView
+from .window import Window
 from .windowbook import WindowBook
 
 
@@ -68,11 +69,11 @@ class Nemesis:
         self.group = ctx.group
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
         self.jitter_s = jitter_of(spec.trigger, rng_for(seed, run_id, index, "trigger"))
-        self.active: Optional[tuple[Fault, dict]] = None
+        self.active: Optional[tuple[Fault, Window]] = None
         self.pending: Optional[Fault] = None  # prepared, not injected yet
         self.stopping = False  # the write phase is over: finish the current window, start no other
         self.injecting: Optional[float] = None  # an inject under way: how long it may still take
-        self.windows: list[dict] = []
+        self.windows: list[Window] = []
         self.state: dict = _state(index, spec, self.schedule, self.windows)
         self._uid = 0
         self.task: Optional[asyncio.Task] = None  # start()
@@ -195,11 +196,10 @@ class Nemesis:
 
     async def _window(self, k: int, t_start: int, fault: Fault) -> bool:
         # the window's id in the history: unique in the run (a fault's index and its own count)
-        w: dict = {"window": k, "id": fault.ctx.uid, "nodes": []}
+        w = Window(fault.ctx.uid, k)
         if self.spec.trigger.jitter:
-            w["trigger_jitter_ms"] = round(self.jitter_s * 1e3, 3)
+            w.trigger_jitter_ms = round(self.jitter_s * 1e3, 3)
         self.windows.append(w)
-        self.book.open(w["id"])
         self.active = (fault, w)  # from here on, heal_active undoes whatever it did
         if self._owner_watch is not None and not self.cls.own_windows:  # those arm their own (OwnerWatch.own_window)
             self._owner_watch.arm(w)
@@ -207,17 +207,17 @@ class Nemesis:
         described = asyncio.ensure_future(self.view.roles())  # asked at the trigger, with the target
         try:
             target, view = await self.view.target_of(fault.ctx, w, t_start)
-            w["resolve_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
+            w.resolved(round((time.monotonic_ns() - t_start) / 1e6, 3))
             await self.ctx.before_fault(self.deployment, target.nodes)
             if view is None:
                 await self.view.roles_before(w, described, t_start)
             elif view[2]:
-                w["roles_before"] = view[2]  # as the view saw the cluster (view_age_ms)
+                w.roles_before = view[2]  # as the view saw the cluster (view_age_ms)
             if first:
                 self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
             # trigger -> inject called: lookup, roles_before and the loop's own delays (the
             # rest of delay_ms is the action's)
-            w["inject_at_ms"] = round((time.monotonic_ns() - t_start) / 1e6, 3)
+            w.injecting(round((time.monotonic_ns() - t_start) / 1e6, 3))
             self.injecting = fault.inject_bound(len(target.nodes))
             fault.target = target
             try:
@@ -232,8 +232,8 @@ class Nemesis:
         described.cancel()
         if not first:
             self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
-        w["effect"] = fault.effect
-        self.book.look_injected(w["id"], fault)
+        w.effect = fault.effect
+        self.book.look_injected(w.id, fault)
         if not self.cls.recoverable:
             self.active = None
             self.view.watchers.append(asyncio.ensure_future(self.book.seen_once_looked(w)))
@@ -269,30 +269,33 @@ class Nemesis:
         fault, w = self.active
         self.active = None
         await self.book.took_injected(w)
-        looks = self.book.looks.setdefault(w["id"], [])
-        if "t_ms" in w:
+        looks = w.looks
+        if w.in_effect:
             await self.view.describe(w, "roles_during")
             if self.view.names_a_role():  # a target that named a role: did the role move? (asked
                 # now, answered beside the heal: a slow answer must not lengthen the window)
                 self.view.watchers.append(asyncio.ensure_future(self.view.role_into(fault.ctx, w)))
-            if "error" not in w:
+            if w.error is None:
                 looks.append(await look(fault, HEALING))
+        heal_error = None
         try:
             await _bounded(fault.heal(), fault.heal_bound())
         except Exception as e:
-            w["heal_error"] = f"{type(e).__name__}: {e}"
-            why += f"; heal FAILED: {w['heal_error']}"
-            self.line(f"Heal: {self.label} FAILED: {w['heal_error']}")
-            looks.append(failed(f"heal: {w['heal_error']}"))
-        if "t_ms" in w and not self.cls.own_windows:  # only windows recorded as in effect get a heal row
-            t = self.rec.record("heal", node=w["label"], detail=f"{self.label} ({why})", window=w["id"])
+            heal_error = f"{type(e).__name__}: {e}"
+            why += f"; heal FAILED: {heal_error}"
+            self.line(f"Heal: {self.label} FAILED: {heal_error}")
+            looks.append(failed(f"heal: {heal_error}"))
+        healed_ms = None
+        if w.in_effect and not self.cls.own_windows:  # only windows recorded as in effect get a heal row
+            t = self.rec.record("heal", node=w.label, detail=f"{self.label} ({why})", window=w.id)
             self.rec.flush()
-            w["healed_ms"] = round(t / 1e6, 3)
-            if "heal_error" not in w and not fault.ready_recorded:
-                self.view.watchers.append(asyncio.ensure_future(self.view.ready_after(w, self.group, self.book.record)))
-        if "t_ms" in w and "error" not in w and "heal_error" not in w:
+            healed_ms = round(t / 1e6, 3)
+        w.healed(healed_ms, heal_error)
+        if healed_ms is not None and heal_error is None and not fault.ready_recorded:
+            self.view.watchers.append(asyncio.ensure_future(self.view.ready_after(w, self.group, self.book.record)))
+        if w.in_effect and w.error is None and heal_error is None:
             looks.append(await look(fault, HEALED))
-        w["effect"] = fault.effect
+        w.effect = fault.effect
         self.book.seen(w)
 
     async def settle(self, timeout: float) -> None:
@@ -305,7 +308,7 @@ class Nemesis:
         await self.view.settle(timeout)
 
 
-def _state(index: int, spec: FaultSpec, schedule: list, windows: list) -> dict:
+def _state(index: int, spec: FaultSpec, schedule: list, windows: list[Window]) -> dict:
     """What run.json keeps of one fault of the run (its windows filled in as they happen)."""
     return {"index": index, "action": spec.action, "target": spec.target, "params": spec.params,
             "trigger": spec.trigger.model_dump(exclude_none=True), "duration": spec.duration,

@@ -15,6 +15,7 @@ import time
 from typing import Callable, Optional
 
 from ..scenario import topic_names
+from .window import Window
 
 POLL_S = 0.1  # between two looks at a topic while a window is watched: the marks' precision
 IDLE_S = 1.0  # …and while none is: the baseline, kept current at little cost
@@ -32,7 +33,7 @@ class OwnerWatch:
     def __init__(self, roles: dict, record: Callable[..., int]) -> None:
         self.roles, self.record = roles, record
         self.last: dict = {t: None for t in roles}  # the last owner answered, per topic
-        self.w: Optional[dict] = None
+        self.w: Optional[Window] = None
         self.state: dict = {}
         self.t_armed = 0.0
         self.pending: set = set()
@@ -54,11 +55,13 @@ class OwnerWatch:
         watches its own: from its fault row until its node is back (window None) and
         AFTER_HEAL_S more, or until every topic was served again."""
         if window is not None:
-            self.arm({"id": window, "inject_at_ms": 0.0})
-        elif self.w is not None:
-            self.w["healed_ms"] = 0.0
+            w = Window(window)
+            w.injecting(0.0)
+            self.arm(w)
+        elif self.w is not None and not self.w.ended:
+            self.w.healed(None)
 
-    def arm(self, w: dict) -> None:
+    def arm(self, w: Window) -> None:
         self.w, self.t_armed = w, time.monotonic()
         self.state = {t: {"base": self.last[t], "changed": False, "done": False} for t in self.roles}
 
@@ -78,10 +81,10 @@ class OwnerWatch:
                 d.cancel()
             await asyncio.gather(*self.pending, return_exceptions=True)
 
-    async def _look(self, topic, w: Optional[dict]) -> tuple:
+    async def _look(self, topic, w: Optional[Window]) -> tuple:
         """(topic, the window armed when asked, asked after its inject began, when asked, when
         answered, owner serving or None, why none)."""
-        t, after = time.monotonic_ns(), w is not None and "inject_at_ms" in w
+        t, after = time.monotonic_ns(), w is not None and w.begun
         try:
             owner, why = await asyncio.wait_for(self.roles[topic].serving(), ASK_S), None
         except Exception as e:  # none right now: that is what is watched for
@@ -95,7 +98,7 @@ class OwnerWatch:
         if not after:
             if owner is not None and (self.w is None or not self.state[topic]["changed"]):
                 self.last[topic] = owner
-                if self.w is not None and "inject_at_ms" not in self.w:
+                if self.w is not None and not self.w.begun:
                     self.state[topic]["base"] = owner
             return
         st = self.state.get(topic) if w is self.w else None
@@ -111,14 +114,14 @@ class OwnerWatch:
                 st["base"], st["late"] = owner, True
             return
         if owner is not None and owner != st["base"]:
-            self.moves.setdefault(w["id"], f"{st['base']} -> {owner}" + (f" ({topic})" if topic else ""))
+            self.moves.setdefault(w.id, f"{st['base']} -> {owner}" + (f" ({topic})" if topic else ""))
         if not st["changed"] and owner != st["base"]:
             self.record("owner", owner, f"changed: {st['base']} -> {owner or 'none'}"
                         + (f" ({why})" if why else "") + (" (the base first seen after the inject)"
-                        if st.get("late") else "") + f"; {took}", w["id"], topic, t)
+                        if st.get("late") else "") + f"; {took}", w.id, topic, t)
             st["changed"] = True
         if st["changed"] and owner is not None:
-            self.record("owner", owner, f"serving; {took}", w["id"], topic, t)
+            self.record("owner", owner, f"serving; {took}", w.id, topic, t)
             st["done"] = True
             self.last[topic] = owner
 
@@ -126,7 +129,7 @@ class OwnerWatch:
         w = self.w
         if w is None:
             return
-        healed = "healed_ms" in w or "error" in w
+        healed = w.ended
         if healed and "healed_at" not in self.state:
             self.state["healed_at"] = time.monotonic()
         over = time.monotonic() - self.t_armed > WATCH_S or (

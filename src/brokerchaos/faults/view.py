@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from .base import FaultContext
 from .effect import serving
 from .targets import parse, resolve
+from .window import Window
 
 # Roles a target is resolved from with no random choice: the background view may answer for
 # them (a seeded choice, `follower` or `random`, is drawn once, when the fault fires)
@@ -55,9 +56,10 @@ class RoleView:
             return False
         return bool(terms) and all(n in ("leader", "coordinator") and c is None for n, c in terms)
 
-    async def role_into(self, ctx: FaultContext, w: dict) -> None:
+    async def role_into(self, ctx: FaultContext, w: Window) -> None:
         """role_now for a window, into it."""
-        w.update(await self.role_now(ctx, w["nodes"]))
+        got = await self.role_now(ctx, w.nodes)
+        w.role_at_heal, w.role_moved = got["role_at_heal"], got["role_moved"]
 
     async def role_now(self, ctx: FaultContext, hit: list[str]) -> dict:
         """Who holds the target's role now (asked before the heal): whether it moved off the
@@ -108,7 +110,7 @@ class RoleView:
         except Exception as e:
             return {"error": f"{type(e).__name__}: {e}"[:200]}
 
-    async def target_of(self, ctx: FaultContext, w: dict, t_start: int) -> tuple:
+    async def target_of(self, ctx: FaultContext, w: Window, t_start: int) -> tuple:
         """The target, from the cluster when it answers within FRESH_WAIT, else from the
         background view (at most VIEW_MAX_AGE_NS old); the lookup then goes on, and what it
         answers confirms the view or says it was stale (`target_confirmed` in run.json)."""
@@ -119,28 +121,28 @@ class RoleView:
         done, _ = await asyncio.wait({fresh}, timeout=FRESH_WAIT)
         if done:
             return fresh.result(), None
-        w["target_by"] = "view"
-        w["view_age_ms"] = round((t_start - view[1]) / 1e6, 3)
+        w.target_by = "view"
+        w.view_age_ms = round((t_start - view[1]) / 1e6, 3)
         self.watchers.append(asyncio.ensure_future(self._confirm(fresh, view[0], w)))
         return view[0], view
 
-    async def _confirm(self, fresh: asyncio.Future, viewed, w: dict) -> None:
+    async def _confirm(self, fresh: asyncio.Future, viewed, w: Window) -> None:
         try:
             got = await asyncio.wait_for(fresh, 10)
         except asyncio.CancelledError:
             fresh.cancel()
             raise
         except Exception as e:  # asked before the fault; a node it hit may never answer
-            w["target_confirmed"] = None
-            w["confirm_error"] = f"{type(e).__name__}: {e}"[:200]
+            w.target_confirmed = None
+            w.confirm_error = f"{type(e).__name__}: {e}"[:200]
             return
-        w["target_confirmed"] = got.nodes == viewed.nodes and got.groups == viewed.groups
-        if not w["target_confirmed"]:
-            w["target_when_asked"] = got.nodes
+        w.target_confirmed = got.nodes == viewed.nodes and got.groups == viewed.groups
+        if not w.target_confirmed:
+            w.target_when_asked = got.nodes
             self.line(f"Fault: {self.label}: the background view named {viewed.label()}, the cluster "
                       f"answered {got.label()} (asked at the trigger)")
 
-    async def roles_before(self, w: dict, described: asyncio.Future, t_start: int) -> None:
+    async def roles_before(self, w: Window, described: asyncio.Future, t_start: int) -> None:
         """The description asked at the trigger, if it answers within ROLES_WAIT_NS of it;
         else the background look (at most VIEW_MAX_AGE_NS old, its age in
         `roles_before_age_ms`); with neither, the fault waits for its answer."""
@@ -149,20 +151,20 @@ class RoleView:
             left = (t_start + ROLES_WAIT_NS - time.monotonic_ns()) / 1e9
             done = described.done() or (await asyncio.wait({described}, timeout=max(0.0, left)))[0]
             if not done:
-                w["roles_before"] = seen[1]
-                w["roles_before_age_ms"] = round((time.monotonic_ns() - seen[0]) / 1e6, 3)
+                w.roles_before = seen[1]
+                w.roles_before_age_ms = round((time.monotonic_ns() - seen[0]) / 1e6, 3)
                 return
         got = await described
         if got:
-            w["roles_before"] = got
+            w.roles_before = got
 
-    async def describe(self, w: dict, key: str) -> None:
+    async def describe(self, w: Window, key: str) -> None:
         """The cluster's description, into the window's `key` (roles_during, roles_after)."""
         got = await self.roles()
         if got:
-            w[key] = got
+            setattr(w, key, got)
 
-    async def ready_after(self, w: dict, group: Callable[[], object],
+    async def ready_after(self, w: Window, group: Callable[[], object],
                           record: Callable[[str, Optional[str], Optional[str], Optional[int]], int]) -> None:
         """Record when the cluster is whole again after a window's heal (the seeds' end of
         downtime): every node the window hit serving again (its process running, its client
@@ -170,16 +172,16 @@ class RoleView:
         the stream ready; its `ready` row, and what the cluster says of itself then."""
         deadline = time.monotonic() + READY_S
         while True:
-            down = [n for n in w["nodes"] if await serving(self.deployment.cluster, group(), n)]
+            down = [n for n in w.nodes if await serving(self.deployment.cluster, group(), n)]
             if not down:
                 break
             if time.monotonic() >= deadline:
-                w["not_ready"] = f"not serving {READY_S:.0f} s after the heal: {', '.join(down)}"
+                w.not_ready = f"not serving {READY_S:.0f} s after the heal: {', '.join(down)}"
                 return
             await asyncio.sleep(0.25)
         if await self.deployment.roles.wait_stream_ready(timeout=max(1.0, deadline - time.monotonic())):
-            t = record("ready", w["label"], f"{self.label}: cluster whole again", w["id"])
-            w["ready_ms"] = round(t / 1e6, 3)
+            t = record("ready", w.label, f"{self.label}: cluster whole again", w.id)
+            w.ready_ms = round(t / 1e6, 3)
             await self.describe(w, "roles_after")
 
     async def settle(self, timeout: float) -> None:

@@ -2,7 +2,8 @@
 it, the harness's looks at it (effect.py: at injection, while healing, once healed)
 combined into its one `effect` row and `observed`, the `owner` rows of the roles watched
 through it (owners.py), and a console line when a window failed or was not seen. The
-nemesis opens a window's page, adds its looks, and closes it."""
+nemesis moves each window along (window.py: its life, its looks); the book writes down what
+the window leaves behind."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +15,7 @@ from ..history.schema import EFFECT
 from .base import Fault, Target
 from .effect import INJECTED, LOOK_S, Seen, combine, failed, look, not_known
 from .owners import OwnerWatch
+from .window import Window
 
 
 class WindowBook:
@@ -26,24 +28,20 @@ class WindowBook:
         self.action = action
         self.target = target
         self.owner_moves = owner_moves
-        self.looks: dict[int, list[Seen]] = {}  # per window id: what the harness saw
         # per window id, its `injected` look: taken beside the window, not in its time (a
         # probe across a cut takes a few hundred ms); the heal waits for it before undoing
         self._injected: dict[int, asyncio.Future] = {}
 
-    def open(self, window: int) -> None:
-        self.looks[window] = []
-
-    def inject_failed(self, k: int, w: dict, e: Exception, state: dict) -> None:
+    def inject_failed(self, k: int, w: Window, e: Exception, state: dict) -> None:
         """An inject that raised: said on the console, in the window (and the fault's state,
         for its first window) and as the window's failed look."""
-        w["error"] = f"{type(e).__name__}: {e}"
+        w.failed(f"{type(e).__name__}: {e}")
         if k == 0:
-            state["error"] = w["error"]
-        self.line(f"Fault: {self.label} FAILED: {w['error']}")
-        self.add(w["id"], failed(f"inject: {w['error']}"))
+            state["error"] = w.error
+        self.line(f"Fault: {self.label} FAILED: {w.error}")
+        w.looks.append(failed(f"inject: {w.error}"))
 
-    def opened(self, k: int, w: dict, fault: Fault, target: Target, t_start: int, acks: int, state: dict) -> None:
+    def opened(self, k: int, w: Window, fault: Fault, target: Target, t_start: int, acks: int, state: dict) -> None:
         """The window is in effect: its fault row (unless the fault records its own windows),
         and what run.json keeps of it. At the moment the fault says it took effect, if it
         says (a kill: the signal, not the reaping of a JVM 50-100 ms later)."""
@@ -51,17 +49,16 @@ class WindowBook:
         if self.own_windows:
             t = self.rec.now()
         else:
-            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w["id"],
+            t = self.rec.record("fault", node=target.label(), detail=self.label, window=w.id,
                                 t_ns=t_eff - self.rec.origin)
             self.rec.flush()
-        w.update(nodes=target.nodes, label=target.label(), groups=target.groups if len(target.groups) > 1 else None,
-                 acks_at_effect=acks, t_ms=round(t / 1e6, 3),
-                 delay_ms=round((t_eff - t_start) / 1e6, 3), effect=fault.effect)
+        w.took_effect(nodes=target.nodes, label=target.label(), groups=target.groups, acks=acks,
+                      t_ms=round(t / 1e6, 3), delay_ms=round((t_eff - t_start) / 1e6, 3), effect=fault.effect)
         if k == 0:
             for key in ("nodes", "acks_at_effect", "t_ms", "delay_ms", "resolve_ms"):
-                state[key] = w.get(key)
+                state[key] = getattr(w, key)
         self.line(f"Fault: {self.label} -> {target.label()} at ack {acks} "
-                  f"({w['delay_ms']:.0f} ms after the trigger)")
+                  f"({w.delay_ms:.0f} ms after the trigger)")
 
     def record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
         """A row of the nemesis's own, written at once (FaultContext.record, `ready`)."""
@@ -79,37 +76,32 @@ class WindowBook:
 
         return OwnerWatch.of(deployment, topics, record)
 
-    def add(self, window: int, seen: Optional[Seen]) -> None:
-        self.looks.setdefault(window, []).append(seen)
-
     def look_injected(self, window: int, fault: Fault) -> None:
         """The `injected` look, started beside the window."""
         self._injected[window] = asyncio.ensure_future(look(fault, INJECTED))
 
-    async def took_injected(self, w: dict) -> None:
-        task = self._injected.pop(w["id"], None)
+    async def took_injected(self, w: Window) -> None:
+        task = self._injected.pop(w.id, None)
         if task is not None:
-            self.add(w["id"], await asyncio.shield(task))
+            w.looks.append(await asyncio.shield(task))
 
-    async def seen_once_looked(self, w: dict) -> None:
+    async def seen_once_looked(self, w: Window) -> None:
         await self.took_injected(w)
         self.seen(w)
 
-    def seen(self, w: dict) -> None:
+    def seen(self, w: Window) -> None:
         """The window's effect, from its looks (effect.combine), written once: its `effect`
         row and `observed` in run.json; the console says so when it was not seen."""
-        if "observed" in w:
+        if w.observed is not None:
             return
-        seen = combine(self.looks.get(w["id"], ()))
-        if seen is None and "t_ms" not in w and "error" not in w:
+        seen = combine(w.looks)
+        if seen is None and not w.in_effect and w.error is None:
             # opened, never injected: the write ended while its target was being resolved
             seen = failed("never injected: the write ended before the fault landed")
         seen = seen or not_known(f"no look saw this window ({self.action} has none for what happened in it)")
-        w["observed"] = {"state": seen.state, "evidence": seen.evidence}
-        moved = self.owner_moves().get(w["id"])
-        if moved:
-            w["owner_moved"] = moved
-        self.effect_row(w["id"], w.get("label"), seen)
+        w.observed = {"state": seen.state, "evidence": seen.evidence}
+        w.owner_moved = self.owner_moves().get(w.id) or w.owner_moved
+        self.effect_row(w.id, w.label, seen)
 
     def effect_row(self, window: int, node: Optional[str], seen: Seen) -> None:
         detail = f"{seen.state}: {self.label}: {seen.evidence}"[:2000]
@@ -118,15 +110,13 @@ class WindowBook:
         if seen.state != "observed":
             self.line(f"Effect: {self.label}: {seen.detail()}")
 
-    async def finish(self, windows: list[dict]) -> None:
+    async def finish(self, windows: list[Window]) -> None:
         """Every window left without its effect row (the run ended in its middle) gets one;
         where the owner moved after a heal (a look after it), run.json says so too."""
         for w in windows:
-            if w["id"] in self._injected:
-                await asyncio.wait([self._injected[w["id"]]], timeout=LOOK_S + 1)
-                if self._injected[w["id"]].done():
+            if w.id in self._injected:
+                await asyncio.wait([self._injected[w.id]], timeout=LOOK_S + 1)
+                if self._injected[w.id].done():
                     await self.took_injected(w)
             self.seen(w)
-            moved = self.owner_moves().get(w["id"])
-            if moved:
-                w["owner_moved"] = moved
+            w.owner_moved = self.owner_moves().get(w.id) or w.owner_moved

@@ -160,7 +160,7 @@ def _results(verdicts: list[Verdict], metas: dict, out: Path) -> None:
     with open(out / "session_table.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow([c for c, _ in session_table.COLUMNS])
-        for v in session_table.complete(verdicts):
+        for v in verdicts:
             w.writerow(session_table.row(v))
 
 
@@ -213,7 +213,7 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
     summary.json keeps beside the verdicts' (why it stopped early)."""
     out.mkdir(parents=True, exist_ok=True)
     metas = metas if metas is not None else load_metas(out)
-    verdicts = analysis.verdicts
+    verdicts = session_table.complete(analysis.verdicts)  # summary.json's runs keep the table's columns
     _results(verdicts, metas, out)
     index = {v["run"]: i for i, v in enumerate(verdicts, 1)}
     _jumps(analysis, index, out)

@@ -1,8 +1,9 @@
 """The VerneMQ seed's per-run table (Seq_ix … Rxm), from the facts the analysis gives.
 
 Presentation, not analysis: each column is a difference of two times or a node the
-analysis found (docs/history-format.md defines them). `complete()` adds the columns to the
-verdicts, in seconds; None where a column does not apply or never ended (NA in the CSV).
+analysis found (docs/history-format.md defines them). `complete()` gives the verdicts with
+the columns beside their own (copies: the analysis's are left as they are), in seconds; None
+where a column does not apply or never ended (NA in the CSV).
 """
 from __future__ import annotations
 
@@ -63,14 +64,15 @@ def columns(v: Verdict) -> dict[str, Any]:
     }
 
 
-def complete(verdicts: list[Verdict]) -> list[dict]:
-    """The verdicts with the table's columns added (in place, and returned)."""
-    for v in verdicts:
-        v.update(columns(v))
-    return verdicts
+def complete(verdicts: list[Verdict]) -> list[Verdict]:
+    """Each verdict with the table's columns beside its own, a new dict."""
+    return [{**v, **columns(v)} for v in verdicts]
 
 
 def row(v: Verdict) -> list:
+    """One verdict's row of the table (its columns computed when it has none yet)."""
+    if "seq_ix" not in v:
+        v = {**v, **columns(v)}
     out = []
     for _, key in COLUMNS:
         x = v.get(key)

@@ -304,7 +304,7 @@ async def heal_before_read(c: RunContext, rec: RunRecord, nemeses: list[Nemesis]
         if n.spec.heal == "before-read":
             await n.heal_active("before read")
     # a node a heal could not bring back will not come back by waiting long
-    failed = any(w.get("heal_error") for n in nemeses for w in n.windows)
+    failed = any(w.heal_error for n in nemeses for w in n.windows)
     await whole_before_read(c.dep, nemeses, readers.group, rec, nem_rec, c.line, bound=10.0 if failed else WHOLE_S)
     for n in nemeses:
         await n.settle(5)

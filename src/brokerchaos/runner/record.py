@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -123,9 +123,9 @@ class RunRecord:
 
     def to_json(self) -> dict:
         """run.json's content: every field that has a value (an unset one is left out, as the
-        dict this record replaced left it out)."""
-        d = asdict(self)
-        d.pop("t_read_end")
+        dict this record replaced left it out); a typed part says what it keeps (as_json:
+        a fault's windows)."""
+        d = {f.name: jsonable(getattr(self, f.name)) for f in fields(self) if f.name != "t_read_end"}
         return {k: v for k, v in d.items() if v is not None}
 
     def write(self, run_dir: Path) -> None:
@@ -146,3 +146,17 @@ class RunRecord:
         if self.t_read_end is not None:
             p["after_read_s"] = round(time.monotonic() - self.t_read_end, 3)
         self.phases.update(p)
+
+
+def jsonable(x: Any) -> Any:
+    """A copy of `x` made of dicts, lists and scalars: what has `as_json` gives that, a
+    dataclass its fields."""
+    if hasattr(x, "as_json"):
+        return jsonable(x.as_json())
+    if is_dataclass(x) and not isinstance(x, type):
+        return {f.name: jsonable(getattr(x, f.name)) for f in fields(x)}
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    return x

@@ -98,7 +98,7 @@ def _seen(name: str, nemeses: list) -> tuple[Optional[int], str]:
         return (1, "; ".join(moves)) if moves else (0, "the stream's owner never moved in a fault window")
     if name == "unsynced-dropped":
         dropped = {n: b for nem in nemeses for w in nem.windows
-                   for n, b in ((w.get("effect") or {}).get("bytes_dropped") or {}).items() if b}
+                   for n, b in ((w.effect or {}).get("bytes_dropped") or {}).items() if b}
         return ((1, ", ".join(f"{n}: {b:,} bytes" for n, b in dropped.items())) if dropped
                 else (0, "no power cut dropped an unsynced byte"))
     return None, "judged by the analysis"

@@ -17,6 +17,19 @@ def test_near_steps_counts_outages_within_50_ms_of_each_step():
     assert [g["outages"] for g in got] == [2, 1]
 
 
+def test_a_jittered_step_counts_from_its_earliest_to_its_latest():
+    # the Pulsar availability seed: delays of 100, 200, 400, 800 ms, each after the first up
+    # to 10% shorter, so the 1,500 ms step comes as early as 1,360 ms
+    steps = outages.jittered([100.0, 300.0, 700.0, 1500.0], (-0.10, 0.0))
+    assert steps == [(100.0, 100.0, 100.0), (300.0, 280.0, 300.0), (700.0, 640.0, 700.0), (1500.0, 1360.0, 1500.0)]
+    got = outages.near_steps(steps, [1320.0, 1305.0, 1550.0, 1551.0, 600.0, 589.0])
+    assert [g["outages"] for g in got] == [0, 0, 1, 2]
+    assert (got[3]["from_ms"], got[3]["to_ms"]) == (1310.0, 1550.0)
+    # a client without jitter keeps its steps as they are: ±50 ms
+    assert outages.jittered([200.0, 400.0], (0.0, 0.0)) == [200.0, 400.0]
+    assert [g["outages"] for g in outages.near_steps([1500.0], [1320.0, 1460.0])] == [1]
+
+
 @pytest.mark.spark
 def test_distribution_on_spark_matches_numpy(spark):
     rng = np.random.default_rng(7)

@@ -9,7 +9,7 @@ histories (metrics.py); the distributions are two small Spark aggregations over 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional, Union
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -73,13 +73,33 @@ def resend_steps(retry_backoff: float, retry_backoff_max: float, retries: int,
     return steps
 
 
-def near_steps(steps: list[float], values: Iterable[Optional[float]], tol: float = STEP_TOLERANCE_MS) -> list[dict]:
-    """For each step, how many outages lie within ±tol ms of it."""
+Step = Union[float, tuple[float, float, float]]  # a step, or (step, earliest, latest) with its jitter
+
+
+def jittered(steps: Iterable[float], jitter: tuple[float, float]) -> list[Step]:
+    """A client's back-off steps (summed delays, ms) with the jitter of every delay after the
+    first (fractions: the Pulsar C++ client's -10% is (-0.1, 0)): (step, earliest, latest)."""
+    steps = list(steps)
+    if not steps or jitter == (0.0, 0.0):
+        return steps
+    first = steps[0]
+    return [(s, round(first + (1 + jitter[0]) * (s - first), 3), round(first + (1 + jitter[1]) * (s - first), 3))
+            for s in steps]
+
+
+def near_steps(steps: list[Step], values: Iterable[Optional[float]], tol: float = STEP_TOLERANCE_MS) -> list[dict]:
+    """For each step, how many outages lie within ±tol ms of it; of a jittered step, from tol
+    before its earliest to tol after its latest (`from_ms`, `to_ms`)."""
     vals = [v for v in values if v is not None]
-    return [{"step_ms": s, "within_ms": tol, "outages": sum(1 for v in vals if abs(v - s) <= tol)} for s in steps]
+    out = []
+    for step in steps:
+        s, lo, hi = step if isinstance(step, tuple) else (step, step, step)
+        out.append({"step_ms": s, "within_ms": tol, "from_ms": lo - tol, "to_ms": hi + tol,
+                    "outages": sum(1 for v in vals if lo - tol <= v <= hi + tol)})
+    return out
 
 
-def summary(spark: SparkSession, verdicts: list[Verdict], schedules: dict[str, list[float]]) -> dict:
+def summary(spark: SparkSession, verdicts: list[Verdict], schedules: dict[str, list[Step]]) -> dict:
     """The `outages` block of summary.json: producer and consumer distributions, and each
     back-off schedule (name -> steps in ms) with the producer outages near its steps."""
     prod = [g for v in verdicts for g in (v.get("fault_ack_gaps_ms") or [])]

@@ -218,7 +218,8 @@ def outage_lines(o: dict | None) -> list[str]:
     for name, steps in (o.get("schedules") or {}).items():
         near = [f"{s['step_ms']:g}:{s['outages']}" for s in steps if s["outages"]]
         if near:
-            out.append(f"  producer outages within ±50 ms of the {name} back-off steps (ms:windows): {' '.join(near)}")
+            out.append(f"  producer outages near the {name} back-off steps (within ±{steps[0]['within_ms']:g} ms, "
+                       f"and its jitter; ms:windows): {' '.join(near)}")
     return out
 
 

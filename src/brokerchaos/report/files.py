@@ -205,7 +205,7 @@ def _lost(analysis: Analysis, out: Path) -> None:
 
 
 def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
-                  schedules: Optional[dict[str, list[float]]] = None, history=None,
+                  schedules: Optional[dict[str, list[outages.Step]]] = None, history=None,
                   extra: Optional[dict] = None) -> dict:
     """Every session output; `schedules` are the back-off steps the clients followed
     (runner.backoff_schedules), for the outage block of summary.json; `history` (the

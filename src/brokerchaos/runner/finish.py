@@ -53,7 +53,7 @@ def finish(spark, df, analysis, metas: dict, out: Optional[Path], report: bool =
         analysis.release()
 
 
-def backoff_schedules(metas: dict) -> dict[str, list[float]]:
+def backoff_schedules(metas: dict) -> dict[str, list[outages.Step]]:
     """The back-off steps a session's clients followed, in ms after a failure, from its
     scenario (run.json): the harness's resends, and the client library's reconnects where
     the system declares them. summary.json counts the outages near each step."""
@@ -65,8 +65,8 @@ def backoff_schedules(metas: dict) -> dict[str, list[float]]:
             out["resend"] = outages.resend_steps(w.get("retry_backoff", 0.1), w.get("retry_backoff_max", 1.0),
                                                  w["retries"])
         system = sc.get("system")
-        steps = SYSTEMS.get(system).Client.reconnect_steps_ms if system in SYSTEMS.names() else ()
-        if steps:
-            out["reconnect"] = list(steps)
+        client = SYSTEMS.get(system).Client if system in SYSTEMS.names() else None
+        if client is not None and client.reconnect_steps_ms:
+            out["reconnect"] = outages.jittered(client.reconnect_steps_ms, client.reconnect_jitter)
         return out
     return {}

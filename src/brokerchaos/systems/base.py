@@ -365,8 +365,10 @@ class Client:
         return self.ctx.stream_name
 
     # when the client library tries to reconnect after a lost connection, in ms after the
-    # loss (its configured back-off, summed); summary.json counts the outages near each step
+    # loss (its configured back-off, summed); summary.json counts the outages near each step;
+    # the jitter of each delay after the first, as fractions (earlier, later), widens the step
     reconnect_steps_ms: ClassVar[tuple[float, ...]] = ()
+    reconnect_jitter: ClassVar[tuple[float, float]] = (0.0, 0.0)
 
     async def connect(self, timeout: float) -> None:
         """Open the control-plane connection and wait until the cluster serves requests."""

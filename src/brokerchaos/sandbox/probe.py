@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from . import netns
+from . import netns, procstat
 from .netfilter import IPTABLES_WAIT, run_sync
 
 PROBE_PORT = 9  # discard: a port nothing of ours listens on; a reachable host refuses it
@@ -72,15 +72,7 @@ def _connect(ip: str, port: int, timeout: float) -> Reach:
         so.close()
 
 
-def proc_state(pid: Optional[int]) -> Optional[str]:
-    """A process's state letter from /proc (R, S, D, T, Z, …); None when it is gone."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+proc_state = procstat.state  # a process's state letter (R, S, D, T, Z, …); None when it is gone
 
 
 def gone(pid: Optional[int]) -> bool:

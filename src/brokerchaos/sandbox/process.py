@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from . import procstat
+
 
 
 @dataclass
@@ -93,19 +95,7 @@ def stopped(pid: int) -> bool:
     SIGSTOP is not in effect when kill() returns: the kernel stops a process's threads as
     each is next scheduled, and on a busy machine another of them may first take a new
     connection and answer it (a paused NATS server once sent its INFO that way)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # a thread that ended meanwhile
-        if state not in ("T", "t"):
-            return False
-    return True
+    return procstat.every_thread_stopped(pid)
 
 
 def wait_stopped(proc: Proc, timeout: float) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
-from . import mounts, netns, process
+from . import mounts, netns, process, procstat
 from .process import Proc
 
 STATE_ROOT = Path(os.environ.get("BROKERCHAOS_STATE", "/tmp/brokerchaos"))
@@ -48,22 +48,13 @@ class Host:
     ns: Optional[str]  # None in loopback mode
 
 
-def _proc_start_time(pid: int) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except OSError:
-        return None
+_proc_start_time = procstat.start_time
 
 
 def _running(pid: int, start: str) -> bool:
     """That process (pid and start time) exists and is not a zombie (dead, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[19] == start and fields[0] != "Z"
+    f = procstat.fields(pid)
+    return f is not None and len(f) > 19 and f[19] == start and f[0] != "Z"
 
 
 class Sandbox:

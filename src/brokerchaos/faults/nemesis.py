@@ -129,6 +129,14 @@ class Nemesis:
         self.task = asyncio.create_task(self.run())
         return self.task
 
+    def crashed(self, e: BaseException) -> None:
+        """The nemesis's task raised (a harness bug, e.g. a window step out of order): said on
+        the console and in run.json, never lost with the task; its windows still get their
+        effect rows (finish_effects), so the run cannot pass on them quietly."""
+        why = f"the nemesis stopped: {type(e).__name__}: {e}"
+        self.state.setdefault("error", why)
+        self.line(f"Fault: {self.label} FAILED: {why}")
+
     async def end_of_write(self) -> None:
         """The write phase is over, and how this nemesis ends is its own rule: an operation
         under way finishes (a rolling restart, bounded by its inject bound); a window under
@@ -266,35 +274,24 @@ class Nemesis:
         await self._release()
         if self.active is None:
             return
-        fault, w = self.active
-        self.active = None
+        (fault, w), self.active = self.active, None
         await self.book.took_injected(w)
-        looks = w.looks
         if w.in_effect:
-            await self.view.describe(w, "roles_during")
-            if self.view.names_a_role():  # a target that named a role: did the role move? (asked
-                # now, answered beside the heal: a slow answer must not lengthen the window)
-                self.view.watchers.append(asyncio.ensure_future(self.view.role_into(fault.ctx, w)))
+            await self.view.at_heal(fault.ctx, w)
             if w.error is None:
-                looks.append(await look(fault, HEALING))
-        heal_error = None
-        try:
-            await _bounded(fault.heal(), fault.heal_bound())
-        except Exception as e:
-            heal_error = f"{type(e).__name__}: {e}"
+                w.looks.append(await look(fault, HEALING))
+        heal_error = await _undone(fault)
+        if heal_error is not None:
             why += f"; heal FAILED: {heal_error}"
             self.line(f"Heal: {self.label} FAILED: {heal_error}")
-            looks.append(failed(f"heal: {heal_error}"))
-        healed_ms = None
-        if w.in_effect and not self.cls.own_windows:  # only windows recorded as in effect get a heal row
-            t = self.rec.record("heal", node=w.label, detail=f"{self.label} ({why})", window=w.id)
-            self.rec.flush()
-            healed_ms = round(t / 1e6, 3)
+            w.looks.append(failed(f"heal: {heal_error}"))
+        # only windows recorded as in effect get a heal row
+        healed_ms = self.book.heal_row(w, why) if w.in_effect and not self.cls.own_windows else None
         w.healed(healed_ms, heal_error)
         if healed_ms is not None and heal_error is None and not fault.ready_recorded:
             self.view.watchers.append(asyncio.ensure_future(self.view.ready_after(w, self.group, self.book.record)))
         if w.in_effect and w.error is None and heal_error is None:
-            looks.append(await look(fault, HEALED))
+            w.looks.append(await look(fault, HEALED))
         w.effect = fault.effect
         self.book.seen(w)
 
@@ -317,6 +314,15 @@ def _state(index: int, spec: FaultSpec, schedule: list, windows: list[Window]) -
 
 class HealTimeout(Exception):
     pass
+
+
+async def _undone(fault: Fault) -> Optional[str]:
+    """The fault's heal, bounded (_bounded); why it failed, or None."""
+    try:
+        await _bounded(fault.heal(), fault.heal_bound())
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 async def _bounded(heal, bound: float) -> None:

@@ -56,6 +56,14 @@ class RoleView:
             return False
         return bool(terms) and all(n in ("leader", "coordinator") and c is None for n, c in terms)
 
+    async def at_heal(self, ctx: FaultContext, w: Window) -> None:
+        """Before a window in effect is healed: the cluster's description (`roles_during`),
+        and for a target that named a role, whether the role moved (asked now, answered
+        beside the heal: a slow answer must not lengthen the window)."""
+        await self.describe(w, "roles_during")
+        if self.names_a_role():
+            self.watchers.append(asyncio.ensure_future(self.role_into(ctx, w)))
+
     async def role_into(self, ctx: FaultContext, w: Window) -> None:
         """role_now for a window, into it."""
         got = await self.role_now(ctx, w.nodes)

@@ -60,6 +60,12 @@ class WindowBook:
         self.line(f"Fault: {self.label} -> {target.label()} at ack {acks} "
                   f"({w.delay_ms:.0f} ms after the trigger)")
 
+    def heal_row(self, w: Window, why: str) -> float:
+        """The window's `heal` row, written at once; its time (ms on the history's clock)."""
+        t = self.rec.record("heal", node=w.label, detail=f"{self.label} ({why})", window=w.id)
+        self.rec.flush()
+        return round(t / 1e6, 3)
+
     def record(self, type_: str, node: Optional[str], detail: Optional[str], window: Optional[int]) -> int:
         """A row of the nemesis's own, written at once (FaultContext.record, `ready`)."""
         t = self.rec.record(type_, node=node, detail=detail, window=window)

@@ -214,7 +214,10 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
             t.cancel()  # the group's steps not yet taken are not taken
         for n in nemeses:
             await n.end_of_write()
-        await asyncio.gather(*tasks, progress, return_exceptions=True)
+        ended = await asyncio.gather(*tasks, progress, return_exceptions=True)
+        for n, r in zip(nemeses, ended):
+            if isinstance(r, Exception):
+                n.crashed(r)
         for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
             await n.wait_healed()
         write_s = round(time.monotonic() - t_write, 3)

@@ -10,7 +10,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from brokerchaos.analysis.metrics import pair_windows
-from brokerchaos.faults.nemesis import Nemesis, NemesisContext
+from brokerchaos.faults.nemesis import Nemesis, NemesisContext, said
+from brokerchaos.faults.window import Window, WindowError
 from brokerchaos.faults.trigger import AckGate
 from brokerchaos.history import Recorder
 from brokerchaos.scenario import FaultSpec
@@ -125,7 +126,7 @@ def _run(tmp_path, specs, acks=0, extra=0.0, fail_inject=False, roles=None, dep=
             await n.settle(1)
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        said(nems, await asyncio.gather(*tasks, return_exceptions=True))  # as the runner's write phase
         rec.close()
         return nems
 
@@ -221,6 +222,20 @@ def test_repeated_windows_follow_the_plan(tmp_path):
     assert all(abs(b - a - 300) < 1 for a, b in zip(due, due[1:])), due
     assert all(b["t_ms"] >= a["healed_ms"] for a, b in zip(ws, ws[1:])), [w.as_json() for w in ws]
     assert all(0 <= w["delay_ms"] < 1000 for w in ws), [w["delay_ms"] for w in ws]
+
+
+def test_a_nemesis_that_raises_says_so_and_its_window_cannot_pass(tmp_path, monkeypatch):
+    # a harness bug (here a window step refused) ends the nemesis's task: said on the
+    # console and in run.json, and the window it left gets an effect row that is not a pass
+    def refused(self, **kw):
+        raise WindowError(f"window {self.id}: in effect in phase {self.phase.value}")
+    monkeypatch.setattr(Window, "took_effect", refused)
+    specs = [{"action": "kill", "target": "n1", "trigger": {"at_seconds": 0}, "duration": 0.1}]
+    dep, nems, rows, lines = _run(tmp_path, specs)
+    assert nems[0].state["error"].startswith("the nemesis stopped: WindowError: window"), nems[0].state
+    assert any("FAILED: the nemesis stopped" in line for line in lines), lines
+    (eff,) = [r for r in rows if r["type"] == "effect"]
+    assert eff["value"] != 1, eff
 
 
 def test_a_failed_injection_is_reported_and_healed_without_a_fault_row(tmp_path):

@@ -312,6 +312,13 @@ def _state(index: int, spec: FaultSpec, schedule: list, windows: list[Window]) -
             "schedule": schedule, "windows": windows, "nodes": []}
 
 
+def said(nemeses: list[Nemesis], results: list) -> None:
+    """The nemeses' tasks as gathered (return_exceptions): a task that raised is said (crashed)."""
+    for n, r in zip(nemeses, results):
+        if isinstance(r, Exception):
+            n.crashed(r)
+
+
 class HealTimeout(Exception):
     pass
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from ..faults import FAULTS
-from ..faults.nemesis import Nemesis, NemesisContext
+from ..faults.nemesis import Nemesis, NemesisContext, said
 from ..faults.trigger import AckGate
 from ..history import Recorder
 from ..history.schema import OBSERVER, OUTPUT, TAKES
@@ -214,10 +214,7 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
             t.cancel()  # the group's steps not yet taken are not taken
         for n in nemeses:
             await n.end_of_write()
-        ended = await asyncio.gather(*tasks, progress, return_exceptions=True)
-        for n, r in zip(nemeses, ended):
-            if isinstance(r, Exception):
-                n.crashed(r)
+        said(nemeses, await asyncio.gather(*tasks, progress, return_exceptions=True))
         for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
             await n.wait_healed()
         write_s = round(time.monotonic() - t_write, 3)

@@ -15,6 +15,7 @@ from observers import Quiet, namespaces_of
 
 from brokerchaos import validation as sc
 from brokerchaos.runner import Observer, Session
+from brokerchaos.runner.session import SPARK_WAIT_S
 from brokerchaos.sandbox import netns
 
 pytestmark = [
@@ -279,8 +280,10 @@ def test_sigterm_heals_and_tears_down(tmp_path):
     h, names = _start_harness(tmp_path, "--fault", "kill-leader", "--after-acks", "1000")
     pids = _broker_pids(names)
     # the signal must come after the fault: a loaded machine can take far longer than the
-    # brokers' start-up to reach 1000 acks (a fixed 3 s sleep once saw no fault row in CI)
-    h.wait_for_line("Fault: ", 90)
+    # brokers' start-up to reach 1000 acks (a fixed 3 s sleep once saw no fault row in CI),
+    # and the write itself waits for Spark's start-up, up to its own bound (a clean-clone run
+    # with a busy core beside it waited 87 s: "Spark: the write waited …")
+    h.wait_for_line("Fault: ", SPARK_WAIT_S + 90)
     h.p.send_signal(signal.SIGTERM)
     out = h.finish(120)
     assert h.p.returncode == 130, out

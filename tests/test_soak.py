@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from brokerchaos.runner.session import SPARK_WAIT_S
 from brokerchaos.sandbox import netns
 from brokerchaos.sandbox.sandbox import STATE_ROOT, _running
 
@@ -48,7 +49,8 @@ def test_soak_killed_mid_run_resumes_without_losing_or_recounting_a_run(tmp_path
     p = subprocess.Popen([CLI, "soak", str(scenario), "--runs", "3", "--out", str(out)], stdout=log,
                          stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 240
+        # run-001's write waits for Spark's start-up, up to the harness's own bound
+        deadline = time.monotonic() + SPARK_WAIT_S + 240
         while True:
             sessions = list(out.glob("it-soak-*"))
             run2 = sessions[0] / "run-002" if sessions else None

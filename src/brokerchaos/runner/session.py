@@ -36,6 +36,12 @@ if TYPE_CHECKING:
     from ..analysis.verdicts import Verdict
 
 
+# how long a write waits at most for Spark's start-up and first analysis (then it begins
+# anyway), and from how long a wait on it is said on the console
+SPARK_WAIT_S = 300.0
+SPARK_WAIT_SAID_S = 10.0
+
+
 @dataclass
 class SessionResult:
     dir: Path
@@ -260,12 +266,18 @@ class Session:
         second into a first run's write (a 503 ms ack gap with no fault at all): it is done
         first. And gc.freeze() moves what exists now out of the collector's way: full
         collections scanning it paused a 2,000 msg/s producer for 28–115 ms (unfrozen when
-        the write phase ends, so that nothing is kept for good over a long session)."""
+        the write phase ends, so that nothing is kept for good over a long session). A long
+        wait (a loaded machine: 87 s was seen) is said, so that a silent pause is explained."""
+        t0 = time.monotonic()
         await asyncio.to_thread(self._stop_warm)
+        waited = time.monotonic() - t0
+        if waited >= SPARK_WAIT_SAID_S:
+            self._line(f"Spark: the write waited {waited:.1f} s for Spark's start-up and first analysis "
+                       "(a stall in the write would count as the broker's outage)")
         gc.collect()
         gc.freeze()
 
     def _stop_warm(self) -> None:
         warm = self._warm
         if warm is not None and warm.is_alive():
-            warm.stop(300)
+            warm.stop(SPARK_WAIT_S)

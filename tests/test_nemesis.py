@@ -15,6 +15,7 @@ from brokerchaos.faults.window import Window, WindowError
 from brokerchaos.faults.trigger import AckGate
 from brokerchaos.history import Recorder
 from brokerchaos.scenario import FaultSpec
+from brokerchaos.systems.runtime import cancel_all
 
 
 class FakeCluster:
@@ -605,3 +606,30 @@ def test_a_member_holding_trigger_fires_that_long_after_the_member_began_to_hold
         return await fired(TriggerSpec(member_holding=0.5), AckGate(), time.monotonic(), 0.0, lambda: Group())
 
     assert asyncio.run(body()) == 1_500_000_000
+
+
+def test_a_watcher_that_swallows_its_cancel_is_cancelled_again_within_the_bound():
+    # Python 3.11's wait_for can lose a cancel; a teardown's settle(0) must not then wait
+    # for the watcher to finish on its own (a `ready` row 7 s after a SIGTERM's heal)
+    give_in = asyncio.Event()
+
+    async def stubborn(times):
+        for _ in range(times):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                if give_in.is_set():
+                    raise
+        await asyncio.sleep(30)
+
+    async def main():
+        once, always = asyncio.ensure_future(stubborn(1)), asyncio.ensure_future(stubborn(10 ** 6))
+        await asyncio.sleep(0)
+        t0 = time.monotonic()
+        assert await cancel_all([once]) == [] and once.cancelled()
+        assert time.monotonic() - t0 < 2
+        assert await cancel_all([always], bound=0.5) == [always]
+        give_in.set()
+        assert await cancel_all([always]) == [] and always.cancelled()
+
+    asyncio.run(main())

@@ -9,6 +9,7 @@ import time
 from typing import Callable, Optional
 
 from .base import FaultContext
+from ..systems.runtime import cancel_all
 from .effect import serving
 from .targets import parse, resolve
 from .window import Window
@@ -196,7 +197,7 @@ class RoleView:
         """Let the watchers finish (bounded: ready rows, role moves), then stop what is left."""
         if self.watchers:
             await asyncio.wait(self.watchers, timeout=timeout)
-        for t in self.watchers:
-            t.cancel()
-        await asyncio.gather(*self.watchers, return_exceptions=True)
+        still = await cancel_all(self.watchers)
         self.watchers.clear()
+        if still:
+            self.line(f"Fault: {self.label}: {len(still)} watcher(s) still running after their cancel")

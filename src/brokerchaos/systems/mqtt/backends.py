@@ -10,7 +10,7 @@ import time
 
 from ..base import POWER, SystemError_
 from ..cluster import LocalCluster
-from ..nats.cluster import NatsServers, meta_whole
+from ..nats.cluster import NatsServers, meta_whole, streams_whole
 from ..rabbitmq.cluster import Management
 from ..roles import Roles
 from ..runtime import wait_until
@@ -116,7 +116,7 @@ class MqttRoles(Roles):
             await mqtt_ports(self.cluster, 5)
         except SystemError_ as e:
             return False, str(e)
-        return True, "healthy"
+        return True, why
 
     async def backend_whole(self) -> tuple[bool, str]:
         return True, "one node"
@@ -146,4 +146,8 @@ class RabbitMqttRoles(MqttRoles):
 
 class NatsMqttRoles(MqttRoles):
     async def backend_whole(self) -> tuple[bool, str]:
-        return await meta_whole(self.cluster)
+        ok, meta = await meta_whole(self.cluster)
+        if not ok:
+            return ok, meta
+        ok, streams = await streams_whole(self.cluster, "$MQTT_")
+        return ok, f"{meta}; {streams}"

@@ -1,0 +1,90 @@
+"""A NATS cluster serving MQTT is whole only when the streams its MQTT keeps sessions and
+QoS 1 messages in are led, every replica current in the leader's own view. Recorded /jsz
+answers of a 2.9.10 cluster (tests/data/nats-mqtt-jsz/views.json, see its `about`)."""
+import asyncio
+import json
+from pathlib import Path
+
+from brokerchaos.systems.nats import cluster as natscluster
+
+VIEWS = json.loads((Path(__file__).parent / "data" / "nats-mqtt-jsz" / "views.json").read_text())
+
+
+class _Cluster:
+    node_names = ["n1", "n2", "n3"]
+
+    def address(self, node, port):
+        return node, 8222
+
+
+def _look(monkeypatch, name):
+    async def http_get(host, port, path, timeout):
+        body = VIEWS[name][host]
+        if body is None:
+            raise ConnectionRefusedError(f"{host} does not answer")
+        return json.dumps(body)
+
+    monkeypatch.setattr(natscluster, "http_get", http_get)
+    return asyncio.run(natscluster.streams_whole(_Cluster(), "$MQTT_"))
+
+
+def test_every_mqtt_stream_led_and_current_is_whole(monkeypatch):
+    # the followers' own views call some peers not current: only the leader's view counts
+    for name in ("whole", "back"):
+        ok, said = _look(monkeypatch, name)
+        assert ok, said
+        assert "$MQTT_msgs" in said and "$MQTT_sess" in said and "$MQTT_rmsgs" in said
+
+
+def _without(monkeypatch, name, node):
+    views = {n: (None if n == node else body) for n, body in VIEWS[name].items()}
+    monkeypatch.setitem(VIEWS, "edited", views)
+    return _look(monkeypatch, "edited")
+
+
+def test_a_stream_no_node_leads_is_not_whole(monkeypatch):
+    # the killed leader's followers still name it: nobody answering as leader is no leader
+    ok, said = _without(monkeypatch, "leader-killed", "n2")
+    assert not ok and "$MQTT_msgs: no leader" in said and "$MQTT_sess: no leader" in said, said
+    assert "n2: no answer" in said and "$MQTT_rmsgs" not in said, said
+    # the same views with the old leader's own answer: led, and the followers agree
+    ok, said = _look(monkeypatch, "whole")
+    assert ok, said
+
+
+def test_a_replica_the_leader_calls_not_current_is_not_whole(monkeypatch):
+    ok, said = _without(monkeypatch, "re-elected-node-down", "n2")
+    assert not ok and "not current: n2" in said, said
+
+
+def test_no_stream_at_all_is_not_whole(monkeypatch):
+    monkeypatch.setitem(VIEWS, "none", {n: {"account_details": []} for n in ("n1", "n2", "n3")})
+    ok, said = _look(monkeypatch, "none")
+    assert not ok and said == "no $MQTT_ stream yet"
+
+
+# /jsz meta_cluster of a 2.9.10 cluster whose meta leader is n3: only the leader lists peers
+FOLLOWER = {"name": "c", "leader": "n3", "peer": "BXScrY9i", "cluster_size": 3}
+LEADER = {**FOLLOWER, "replicas": [{"name": "n1", "current": True, "peer": "fjFyEjc1"},
+                                   {"name": "n2", "current": True, "peer": "44jzkV9D"}]}
+
+
+def _meta(monkeypatch, views):
+    async def http_get(host, port, path, timeout):
+        return json.dumps({"meta_cluster": views[host]})
+
+    monkeypatch.setattr(natscluster, "http_get", http_get)
+    return asyncio.run(natscluster.meta_whole(_Cluster()))
+
+
+def test_the_meta_group_is_judged_by_its_leader_s_own_view(monkeypatch):
+    ok, said = _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": LEADER})
+    assert ok and "('n1', True)" in said and "('n2', True)" in said, said
+    lagging = {**LEADER, "replicas": [LEADER["replicas"][0], {**LEADER["replicas"][1], "current": False}]}
+    assert not _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": lagging})[0]
+    one = {**LEADER, "replicas": LEADER["replicas"][:1]}
+    assert not _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": one})[0]
+    # a follower's view alone (no peers listed) passed before; the leader that no longer leads does not
+    ok, said = _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": {**FOLLOWER, "leader": "n2"}})
+    assert not ok and "n3 is named the meta leader" in said, said
+    assert not _meta(monkeypatch, {n: {**FOLLOWER, "leader": ""} for n in ("n1", "n2", "n3")})[0]

@@ -105,3 +105,37 @@ def test_no_check_where_the_system_keeps_no_account(monkeypatch):
 def test_describe_shortens_a_long_list():
     d = describe([str(i) for i in range(30)], [str(i) for i in range(25)], 180.0, None)
     assert "25 ledger(s)" in d and "and 5 more" in d and "30 under-replicated at the first look" in d
+
+
+def test_the_background_watch_keeps_what_a_repair_before_the_first_look_would_hide(monkeypatch):
+    # a loaded machine: AutoRecovery marked 2 ledgers and copied them again before the end
+    # check first looked; the watch from the write's start saw them
+    from brokerchaos.runner.endcheck import CopiesWatch
+
+    monkeypatch.setattr("brokerchaos.runner.endcheck.EVERY_S", 0.01)
+    roles = _Roles([[], OSError("bookie down"), ["7", "9"], ["9"], []], 30)
+    rec, nem, lines = RunRecord("r1", 1, "pulsar", "netns", {}), _Rec(), []
+
+    async def main():
+        watch = CopiesWatch(_Dep(roles), 0)
+        watch.start()
+        while roles.asked < 6:
+            await asyncio.sleep(0.01)
+        await end_check(_Dep(roles), rec, nem, lines.append, watch)
+        assert watch.task is None and await watch.stop() is None
+
+    asyncio.run(main())
+    assert rec.copies_during["most"] == 2 and rec.copies_during["looks"] >= 4 and rec.copies_during["first_ms"] > 0
+    assert "0 under-replicated at the first look; during the run at most 2, first named at" in rec.end_check
+    assert rec.under_replicated == [] and nem.rows[0][1]["value"] == 0
+
+
+def test_no_watch_where_the_system_keeps_no_account():
+    from brokerchaos.runner.endcheck import CopiesWatch
+
+    async def main():
+        watch = CopiesWatch(_Dep(_Roles([[]], None)), 0)
+        watch.start()
+        return watch.task, await watch.stop()
+
+    assert asyncio.run(main()) == (None, None)

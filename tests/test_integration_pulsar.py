@@ -231,14 +231,18 @@ def _autorecovery(tmp_path, name: str, **options):
 
 
 def test_autorecovery_leaves_no_ledger_under_replicated(tmp_path, spark):
-    """The end check's negative control: the wiped bookie's ledgers were under-replicated
-    when the check first looked (the topic's, open, waits out its 30 s grace), and
-    AutoRecovery copied every one again."""
-    # the grace ends ~40 s after the kill (10 s to the auditor's mark, then 30 s), the first
-    # look comes ~23 s after it (the 20 s fault, the read): 60 s made the check wait ~50 s
+    """The end check's negative control: the wiped bookie's ledgers were marked
+    under-replicated (the topic's, open, waits out its 30 s grace), and AutoRecovery copied
+    every one again."""
+    # the grace ends ~40 s after the kill (10 s to the auditor's mark, then 30 s). The check's
+    # first look comes ~23 s after the kill on an idle machine, but 55 s with a busy core
+    # beside the suite (the bookie's restart and the wait for the cluster whole took 21 s):
+    # the copies were back by then. The background watch from the write's start looks
+    # throughout the ~30 s the marks stand, whatever the load.
     v, meta = _autorecovery(tmp_path, "it-pulsar-autorecovery", rereplication_grace_s=30)
-    first = int(meta["end_check"].split("(")[1].split(" under-replicated at the first look")[0])
-    assert first > 0 and meta["under_replicated"] == [], meta["end_check"]
+    during = meta["copies_during"]
+    assert during["most"] > 0 and during["first_ms"] > meta["fault"]["windows"][0]["t_ms"], meta["end_check"]
+    assert meta["under_replicated"] == [], meta["end_check"]
     assert v["under_replicated"] == 0 and v["end_check"] == meta["end_check"]
     assert expect.parse("replicated")[0].check(v)[0] == "pass"
 

@@ -105,6 +105,7 @@ class RunRecord:
     # the end check of the copies (endcheck.py): what was still short at its last look
     under_replicated: Optional[list[str]] = None
     end_check: Optional[str] = None
+    copies_during: Optional[dict] = None  # the background looks from the write's start: looks, most, first_ms
     # may the next run take this cluster?
     healthy_after: Optional[bool] = None
     health_after: Optional[str] = None

@@ -29,7 +29,9 @@ from .base import SystemError_
 
 SOURCES = Path(__file__).parent / "java"
 COMPILE_TIMEOUT_S = 300
-START_TIMEOUT_S = 60
+# a JVM's start on a loaded machine, and a Pulsar client with transactions that waits up to
+# 60 s for its coordinators to load (java/PulsarBridge.java)
+START_TIMEOUT_S = 120
 PUSH_BATCH = 256  # sends gathered before a write, at most (a poll writes what there is)
 # the client's own log, to stderr (its file): stdout is the protocol. Kafka 3.9's jars
 # log through reload4j, Kafka 4.x's and Pulsar's through log4j 2

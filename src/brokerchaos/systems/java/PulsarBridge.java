@@ -59,6 +59,16 @@ public final class PulsarBridge {
         Protocol.open();
         Properties c = Protocol.load(args[0]);
         boolean txns = Boolean.parseBoolean(c.getProperty("transactions", "false"));
+        if (txns) {
+            // A broker loads a transaction coordinator (recovers its log) on a client's first
+            // connect to it, and a client with transactions connects to all 16 as it is built:
+            // with a busy core beside the suite they took over 10 s, and the run's client, built
+            // with its operation timeout, gave up before its first send. A first client waits
+            // for them (startTimeoutMs) and is closed; the run's client finds them loaded.
+            PulsarClient.builder().serviceUrl(c.getProperty("serviceUrl"))
+                    .operationTimeout(Integer.parseInt(c.getProperty("startTimeoutMs", "60000")), TimeUnit.MILLISECONDS)
+                    .enableTransaction(true).build().close();
+        }
         PulsarClient client = PulsarClient.builder().serviceUrl(c.getProperty("serviceUrl"))
                 .operationTimeout(Integer.parseInt(c.getProperty("operationTimeoutMs", "10000")), TimeUnit.MILLISECONDS)
                 .enableTransaction(txns).build();

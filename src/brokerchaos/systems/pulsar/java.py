@@ -60,7 +60,7 @@ class PulsarJavaProducer:
                 "batching": str(o.batching).lower(), "batchingMaxMessages": o.batching_max_messages,
                 "batchingMaxPublishDelayMs": o.batching_max_publish_delay_ms,
                 "maxPendingMessages": w.in_flight + 1000, "operationTimeoutMs": 10_000,
-                "transactions": str(txn is not None).lower(),
+                "transactions": str(txn is not None).lower(), "startTimeoutMs": 60_000,
                 "txnTimeoutMs": int(2 * txn.commit_timeout * 1000) if txn is not None else 60_000}
 
     def _handle(self) -> jclient.Handle:

@@ -27,6 +27,7 @@ from ..systems import Deployment, LiveReader, SystemError_
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
 from ..workload.group import ConsumerGroup, GroupEvents, Journal, MemberError
 from ..workload.producer import quick_switches
+from .drops import DropCount
 from .endcheck import CopiesWatch, end_check
 from .observe import Observer, progress_line
 from .record import BringUp, GroupEnd, Health, ReadEnd, RunRecord, WriteEnd
@@ -144,7 +145,7 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
     nem_rec = c.recorder("nemesis")
     nemeses = make_nemeses(c, nem_rec, gate)
     rec.faults, rec.fault = [n.state for n in nemeses], nemeses[0].state
-    readers, watch = None, CopiesWatch(c.dep, c.origin)
+    readers, watch, drops = None, CopiesWatch(c.dep, c.origin), DropCount(c.dep.roles)
     switches = contextlib.ExitStack()
     try:
         rec.take(await bring_up(c))
@@ -155,12 +156,13 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         await c.quiet()
         switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
         watch.start()
+        await drops.start()
         await write(c, rec, readers, nemeses, gate, producers)
         await heal_before_read(c, rec, nemeses, readers, nem_rec)
         await read(c, rec, readers)
     finally:
         switches.close()
-        await teardown(c, rec, readers, nemeses, nem_rec, watch)
+        await teardown(c, rec, readers, nemeses, nem_rec, watch, drops)
 
 
 def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate) -> list[Nemesis]:
@@ -364,7 +366,7 @@ async def read_output(c: RunContext, group: str) -> str:
 
 
 async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis], nem_rec: Recorder,
-                   watch: CopiesWatch) -> None:
+                   watch: CopiesWatch, drops: DropCount) -> None:
     """Every fault healed, the cluster checked for the next run, every client closed."""
     try:
         for n in reversed(nemeses):
@@ -375,6 +377,7 @@ async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis
         mechanisms(c.scenario.requires, nemeses, nem_rec)
         if c.dep.cluster.restarts:  # the supervisor's, during this run (a reused cluster's are the next run's)
             rec.restarts, c.dep.cluster.restarts = list(c.dep.cluster.restarts), []
+        await drops.record(nem_rec, rec, c.line)
         await end_check(c.dep, rec, nem_rec, c.line, watch)  # before check_health drops the stream
         await check_health(c, rec)
     finally:

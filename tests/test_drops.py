@@ -11,20 +11,20 @@ from brokerchaos.runner.drops import DropCount, difference
 from brokerchaos.runner.record import RunRecord
 from brokerchaos.systems.mqtt.vernemq import drop_counts_of
 
-# lines as VerneMQ 2.1.2 writes them (vmq_metrics_http.erl: `name{node="…",labels} value`)
-METRICS = """# HELP queue_message_drop The number of messages dropped due to full queues.
-# TYPE queue_message_drop counter
-queue_message_drop{node="VerneMQ@198.18.0.11"} 885
-# HELP cluster_bytes_dropped The number of bytes dropped while sending data to other cluster nodes.
-# TYPE cluster_bytes_dropped counter
-cluster_bytes_dropped{node="VerneMQ@198.18.0.11"} 0
-queue_message_drop_other{node="VerneMQ@198.18.0.11"} 7
-mqtt_publish_received{node="VerneMQ@198.18.0.11",mqtt_version="4"} 4000
+# lines in the form of a VerneMQ 2.1.2 node's /metrics (read 2026-11-29; the counts changed), and one
+# without the namespace
+METRICS = """# HELP vernemq_socket_open The number of times an MQTT socket has been opened.
+# TYPE vernemq_socket_open counter
+vernemq_socket_open{node="VerneMQ@198.18.0.11"} 1
+vernemq_queue_message_drop{node="VerneMQ@198.18.0.11"} 885
+vernemq_cluster_bytes_dropped{node="VerneMQ@198.18.0.11"} 0
+queue_message_drop{node="VerneMQ@198.18.0.11",extra="x"} 5
+vernemq_queue_message_drop_other{node="VerneMQ@198.18.0.11"} 7
 """
 
 
 def test_vernemq_s_drop_counters_are_read_from_its_metrics():
-    assert drop_counts_of(METRICS) == {"queue_message_drop": (885, "messages"), "cluster_bytes_dropped": (0, "bytes")}
+    assert drop_counts_of(METRICS) == {"queue_message_drop": (890, "messages"), "cluster_bytes_dropped": (0, "bytes")}
     assert drop_counts_of("mqtt_publish_received{node=\"x\"} 1\n") == {}
 
 

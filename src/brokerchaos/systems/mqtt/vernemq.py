@@ -230,11 +230,13 @@ DROP_COUNTERS = {"queue_message_drop": "messages", "cluster_bytes_dropped": "byt
 
 
 def drop_counts_of(metrics: str) -> dict[str, tuple[int, str]]:
-    """The drop counters in one node's /metrics (`name{node="VerneMQ@…"} 12`), summed over
-    their label sets; a counter the text lacks is left out."""
+    """The drop counters in one node's /metrics (`vernemq_queue_message_drop{node="…"} 12`:
+    the names carry `prometheus_namespace`, "vernemq_" by default), summed over their label
+    sets; a counter the text lacks is left out."""
     out: dict[str, tuple[int, str]] = {}
     for line in metrics.splitlines():
         name, _, rest = line.partition("{")
+        name = name.removeprefix("vernemq_")
         if name in DROP_COUNTERS and "} " in rest:
             count = int(float(rest.rsplit("} ", 1)[1]))
             out[name] = (out.get(name, (0, ""))[0] + count, DROP_COUNTERS[name])

@@ -92,7 +92,20 @@ async def _no_observer(_dep, _nodes):
 
 def _context(dep, rec, gate, lines) -> NemesisContext:
     """What the run's nemeses share on the fake deployment, as the runner builds it (client on n1)."""
-    return NemesisContext(dep, None, 1, "r1", rec, gate, lambda: ["n1"], lines.append, _no_observer)
+    ctx = NemesisContext(dep, None, 1, "r1", rec, gate, lines.append, _no_observer)
+    ctx.workload.bind([_Producer("n1")], None)
+    return ctx
+
+
+class _Producer:
+    """A producer as a nemesis sees it: its client says which node it is connected to."""
+
+    def __init__(self, node):
+        self.client = self
+        self._node = node
+
+    def node(self):
+        return self._node
 
 
 def _nemesis(i, spec, dep, rec, gate, lines):
@@ -189,7 +202,7 @@ def test_a_jittered_trigger_fires_later_by_a_delay_drawn_with_the_seed(tmp_path)
     again = _run(tmp_path / "b", specs, acks=5)[1][0].windows[0]["trigger_jitter_ms"]
     assert again == w["trigger_jitter_ms"]  # same seed, run and fault: the same delay
     other = Nemesis(0, FaultSpec(**specs[0]), NemesisContext(FakeDeployment(), None, 2, "r1", None, AckGate(),
-                                                             lambda: ["n1"], print, _no_observer))
+                                                             print, _no_observer))
     assert other.jitter_s * 1e3 != w["trigger_jitter_ms"]  # another seed, another delay
     plain = _run(tmp_path / "c", [{**specs[0], "trigger": {"after_acks": 5}}], acks=5)[1][0].windows[0]
     assert "trigger_jitter_ms" not in plain

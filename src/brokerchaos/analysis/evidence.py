@@ -1,13 +1,14 @@
 """The evidence that a run tested what it names (history format 1.9), as verdict figures:
 each fault window's effect as the harness saw it (`effect` rows), the cluster whole before the
 read (`whole`), and the mechanisms the scenario requires (`mechanism` rows; those the run
-leaves to the analysis judged here from the messages' own figures). No Spark: a handful of
-rows, collected with the other rows that are not messages (job.other_rows)."""
+leaves to the analysis judged here from the messages' own figures); and what the broker
+counted of its own drops (`drops`, 1.10). No Spark: a handful of rows, collected with the
+other rows that are not messages (job.other_rows)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..history.schema import EFFECT, EFFECT_STATES, MECHANISM, WHOLE
+from ..history.schema import DROPS, EFFECT, EFFECT_STATES, MECHANISM, WHOLE
 
 if TYPE_CHECKING:
     from .verdicts import Verdict
@@ -29,6 +30,7 @@ def figures(rows: list[dict], counts: dict[str, Any]) -> dict[str, Any]:
                for r in rows if r["type"] == EFFECT]
     whole = [r for r in rows if r["type"] == WHOLE]
     mechanisms = [_mechanism(r, counts) for r in rows if r["type"] == MECHANISM]
+    drops = [r for r in rows if r["type"] == DROPS]
     return {
         "effects": effects,
         "faults_not_in_effect": sum(e["state"] not in (OBSERVED, NOT_KNOWN) for e in effects) if effects else None,
@@ -38,6 +40,10 @@ def figures(rows: list[dict], counts: dict[str, Any]) -> dict[str, Any]:
         "whole_detail": whole[-1]["detail"] if whole else None,
         "mechanisms": mechanisms,
         "mechanisms_missing": sum(not m["occurred"] for m in mechanisms) if mechanisms else None,
+        # what the broker counted of its own drops over the run (format 1.10): not evidence of
+        # the fault, but of where a loss went
+        "broker_dropped": None if not drops or drops[-1]["value"] is None else int(drops[-1]["value"]),
+        "broker_drops": drops[-1]["detail"] if drops else None,
     }
 
 

@@ -23,7 +23,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..history.schema import ACKED, EVIDENCE_TYPES, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
+from ..history.schema import ACKED, DROPS, EVIDENCE_TYPES, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
 from .counts import (
     block_rollup,
     duplicates,
@@ -171,16 +171,26 @@ def topics_read(small: list[dict]) -> dict[str, list]:
     return {run: sorted(ts, key=lambda t: (len(t), t)) for run, ts in seen.items() if len(ts) > 1}
 
 
+# the run's own account of itself: the evidence that it tested what it names, and what the
+# broker counted of its own drops (evidence.py)
+SAID = (*EVIDENCE_TYPES, DROPS)
+
+
+def _apart(small: list[dict]) -> tuple[list[dict], dict[str, list[dict]], list[dict]]:
+    """The owner and reconnect marks; per run, its SAID rows in time order; and the rest."""
+    marks = [r for r in small if r["type"] in (OWNER, "reconnect")]
+    evidence: dict[str, list[dict]] = {}
+    for r in sorted((r for r in small if r["type"] in SAID), key=lambda r: r["t_ns"]):
+        evidence.setdefault(r["run"], []).append(r)
+    return marks, evidence, [r for r in small if r["type"] not in (OWNER, "reconnect", *SAID)]
+
+
 def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     """Faults, heals, read ends, observers' and members' subscribes: a handful of rows, collected."""
     small = [r.asDict() for r in df.where(F.col("type").isin("fault", "heal", "read_end", "subscribe", "check",
-                                                             OWNER, "reconnect", *EVIDENCE_TYPES))
+                                                             OWNER, "reconnect", *SAID))
              .select("run", "client", "t_ns", "type", "node", "value", "detail", "window", "group", "topic").collect()]
-    marks = [r for r in small if r["type"] in (OWNER, "reconnect")]
-    evidence: dict[str, list[dict]] = {}
-    for r in sorted((r for r in small if r["type"] in EVIDENCE_TYPES), key=lambda r: r["t_ns"]):
-        evidence.setdefault(r["run"], []).append(r)
-    small = [r for r in small if r["type"] not in (OWNER, "reconnect", *EVIDENCE_TYPES)]
+    marks, evidence, small = _apart(small)
     observers = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["detail"] == OBSERVER
                  and r["group"] is None}
     outputs = {(r["run"], r["client"]) for r in small if r["type"] == "subscribe" and r["group"] is not None

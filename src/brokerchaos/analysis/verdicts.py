@@ -258,6 +258,10 @@ class Verdict(TypedDict, total=False):
     whole_detail: Optional[str]
     mechanisms: list[dict]
     mechanisms_missing: Optional[int]
+    # what the broker itself counted of what it dropped on purpose over the run (format 1.10):
+    # the messages (None: no count kept, or it could not be read) and each counter in words
+    broker_dropped: Optional[int]
+    broker_drops: Optional[str]
     # pass / fail / unknown (policy.result_of), and why it is not a pass, in words
     result: Annotated[str, PER_TOPIC]
     result_why: list[str]

@@ -30,12 +30,31 @@ from .window import Window
 from .windowbook import WindowBook
 
 
+class Workload:
+    """What a nemesis asks of the run's workload, bound once that exists (`bind`, at the
+    write's start): the nodes the producers are connected to (a `client-node` target) and
+    the consumer group (a `consumer` target, a member-holding trigger, a member's heal)."""
+
+    def __init__(self) -> None:
+        self.producers: tuple = ()
+        self.consumer_group: Optional[object] = None
+
+    def bind(self, producers: list, group: Optional[object]) -> None:
+        self.producers, self.consumer_group = tuple(producers), group
+
+    def client_nodes(self) -> list[str]:
+        return [n for n in (p.client.node() for p in self.producers) if n]
+
+    def group(self) -> Optional[object]:
+        return self.consumer_group
+
+
 @dataclass(frozen=True)
 class NemesisContext:
     """What every nemesis of a run shares: the deployment and sandbox it acts on, the seed
     and run its draws come from, where its rows go, the gate that counts first acks, the
-    console, and what it asks of the workload (the nodes the producers are connected to,
-    the consumer group, the observer's hook before a fault)."""
+    console, the observer's hook before a fault, and the run's workload (bound when the
+    write starts)."""
 
     deployment: Any
     sandbox: Any
@@ -43,11 +62,10 @@ class NemesisContext:
     run_id: str
     recorder: Recorder
     gate: AckGate
-    client_nodes: Callable[[], list[str]]
     line: Callable[[str], None]
     before_fault: Callable[[object, list[str]], Awaitable[None]]
-    group: Callable[[], object] = lambda: None
     topics: int = 1
+    workload: Workload = field(default_factory=Workload)
     ended: dict = field(default_factory=dict)  # a fault's index: set once its nemesis has run (ended_event)
 
     def ended_event(self, index: int) -> asyncio.Event:
@@ -66,7 +84,7 @@ class Nemesis:
         self.cls: type[Fault] = FAULTS.get(spec.action)
         self.params = self.cls.Params.model_validate(spec.params)
         self.target_rng = rng_for(seed, run_id, index, "target")
-        self.group = ctx.group
+        self.group = ctx.workload.group
         self.schedule = plan(spec, rng_for(seed, run_id, index, "schedule"))
         self.jitter_s = jitter_of(spec.trigger, rng_for(seed, run_id, index, "trigger"))
         self.active: Optional[tuple[Fault, Window]] = None
@@ -95,8 +113,8 @@ class Nemesis:
         return self._owner_watch.moves if self._owner_watch is not None else {}
 
     def _context(self, uid: int = 0) -> FaultContext:
-        return FaultContext(self.deployment, self.target_rng, self.ctx.sandbox, self.params, self.ctx.client_nodes,
-                            uid=uid, record=self.book.record, group=self.group,
+        return FaultContext(self.deployment, self.target_rng, self.ctx.sandbox, self.params,
+                            self.ctx.workload.client_nodes, uid=uid, record=self.book.record, group=self.group,
                             watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
 
     def _new_fault(self) -> Fault:

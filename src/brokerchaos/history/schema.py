@@ -1,4 +1,4 @@
-"""History format 1.9: the only contract between the workload/nemesis and the analysis.
+"""History format 1.10: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 9)
+FORMAT_VERSION = (1, 10)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -105,8 +105,12 @@ MECHANISMS = {
     "duplicates": "the read found some message more than once",
     "unknown-outcomes": "some message's send had no answer (its outcome unknown)",
 }
+# What the broker itself counted of what it dropped on purpose over the run (1.10, optional,
+# nemesis): once, after the read; `value` the messages dropped since the write's start (null:
+# it could not be asked), `detail` each counter ("queue_message_drop 885 messages, …")
+DROPS = "drops"
 EVENT_TYPES = (MESSAGE_TYPES + NEMESIS_TYPES + ("read_end", "ready", "subscribe", "check") + CLIENT_EVENT_TYPES
-               + GROUP_TYPES + (OWNER,) + EVIDENCE_TYPES)
+               + GROUP_TYPES + (OWNER,) + EVIDENCE_TYPES + (DROPS,))
 OBSERVER = "observer"
 COMMIT_OK = "ok"  # a commit row's detail when the broker took the position (and all before it)
 ACKED = "acked"  # … when it took one message's ack (NATS, Redis, MQTT: no position order)

@@ -135,8 +135,9 @@ def _timing_rows(v: Verdict) -> list[tuple[str, object]]:
 
 
 def _evidence_rows(v: Verdict) -> list[tuple[str, str]]:
-    """What the harness saw the faults do, whether the cluster was whole before the read, and
-    the mechanisms the scenario requires (history format 1.9)."""
+    """What the harness saw the faults do, whether the cluster was whole before the read, what
+    the broker counted of its own drops, and the mechanisms the scenario requires (history
+    format 1.9, 1.10)."""
     rows = []
     effects = v.get("effects") or []
     if effects:
@@ -146,6 +147,8 @@ def _evidence_rows(v: Verdict) -> list[tuple[str, str]]:
                      + "".join(f"; window {e['window']}: {e['detail']}" for e in effects if e["state"] != "observed")))
     if v.get("whole_detail"):
         rows.append(("Cluster before the read", v["whole_detail"]))
+    if v.get("broker_drops"):
+        rows.append(("Dropped, the broker counted", v["broker_drops"]))
     for m in v.get("mechanisms") or []:
         rows.append((f"Required: {m['name']}", ("occurred: " if m["occurred"] else "DID NOT OCCUR: ") + m["evidence"]))
     return rows

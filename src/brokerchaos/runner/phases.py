@@ -27,6 +27,7 @@ from ..systems import Deployment, LiveReader, SystemError_
 from ..workload import LiveProgress, ProducerLoop, ProducerProcesses, finish_live, read_all, start_live
 from ..workload.group import ConsumerGroup, GroupEvents, Journal, MemberError
 from ..workload.producer import quick_switches
+from .drops import DropCount
 from .endcheck import CopiesWatch, end_check
 from .observe import Observer, progress_line
 from .record import BringUp, GroupEnd, Health, ReadEnd, RunRecord, WriteEnd
@@ -140,39 +141,36 @@ def start_group(c: RunContext) -> ConsumerGroup:
 async def client_side(c: RunContext, rec: RunRecord) -> None:
     """The run's phases in their order; whatever happens, every fault is healed and every
     client closed (teardown)."""
-    gate, producers, group = AckGate(), [], []
+    gate, producers = AckGate(), []
     nem_rec = c.recorder("nemesis")
-    nemeses = make_nemeses(c, nem_rec, gate, producers, group)
+    nemeses = make_nemeses(c, nem_rec, gate)
     rec.faults, rec.fault = [n.state for n in nemeses], nemeses[0].state
-    readers, watch = None, CopiesWatch(c.dep, c.origin)
+    readers, watch, drops = None, CopiesWatch(c.dep, c.origin), DropCount(c.dep.roles)
     switches = contextlib.ExitStack()
     try:
         rec.take(await bring_up(c))
         readers = Readers(c.dep.client.reader("c1"), c.recorder("c1"), False)
         readers.live = isinstance(readers.client, LiveReader)  # reads during the write phase (MQTT)
         await readers.start(c)
-        group.append(readers.group)
         rec.leader_at_start = await c.dep.roles.leader()
         await c.quiet()
         switches.enter_context(quick_switches())  # until the read's end (workload/producer.py)
         watch.start()
+        await drops.start()
         await write(c, rec, readers, nemeses, gate, producers)
         await heal_before_read(c, rec, nemeses, readers, nem_rec)
         await read(c, rec, readers)
     finally:
         switches.close()
-        await teardown(c, rec, readers, nemeses, nem_rec, watch)
+        await teardown(c, rec, readers, nemeses, nem_rec, watch, drops)
 
 
-def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate, producers: list, group: list) -> list[Nemesis]:
-    """One nemesis per fault of the run; a `client-node` target asks the producers (filled
-    in when the write starts) which nodes they are connected to, a `consumer` target the
-    consumer group (filled in when the readers start)."""
-    def client_nodes() -> list[str]:
-        return [n for n in (p.client.node() for p in producers) if n]
-
-    ctx = NemesisContext(c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, client_nodes, c.line,
-                         c.observer.before_fault, lambda: group[0] if group else None, c.scenario.workload.topics)
+def make_nemeses(c: RunContext, nem_rec: Recorder, gate: AckGate) -> list[Nemesis]:
+    """One nemesis per fault of the run, built before the cluster comes up (run.json names
+    the faults, the teardown heals them whatever happens); the producers and the consumer
+    group are bound when the write starts (`write`)."""
+    ctx = NemesisContext(c.dep, c.sandbox, c.scenario.seed, c.run_id, nem_rec, gate, c.line,
+                         c.observer.before_fault, c.scenario.workload.topics)
     return [Nemesis(i, spec, ctx) for i, spec in enumerate(c.scenario.faults_for_run(c.run_id))]
 
 
@@ -198,6 +196,8 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
     write is over each nemesis ends as its own rule says (Nemesis.end_of_write)."""
     w = c.scenario.workload
     group = await start_producers(c, rec, gate, producers, readers.trackers)
+    for n in nemeses:  # (one workload, shared by the run's nemeses)
+        n.ctx.workload.bind(producers, readers.group)
     tasks = [n.start() for n in nemeses]
     progress = asyncio.create_task(_progress(c, producers))
     t_write = time.monotonic()
@@ -366,7 +366,7 @@ async def read_output(c: RunContext, group: str) -> str:
 
 
 async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis], nem_rec: Recorder,
-                   watch: CopiesWatch) -> None:
+                   watch: CopiesWatch, drops: DropCount) -> None:
     """Every fault healed, the cluster checked for the next run, every client closed."""
     try:
         for n in reversed(nemeses):
@@ -377,6 +377,7 @@ async def teardown(c: RunContext, rec: RunRecord, readers, nemeses: list[Nemesis
         mechanisms(c.scenario.requires, nemeses, nem_rec)
         if c.dep.cluster.restarts:  # the supervisor's, during this run (a reused cluster's are the next run's)
             rec.restarts, c.dep.cluster.restarts = list(c.dep.cluster.restarts), []
+        await drops.record(nem_rec, rec, c.line)
         await end_check(c.dep, rec, nem_rec, c.line, watch)  # before check_health drops the stream
         await check_health(c, rec)
     finally:

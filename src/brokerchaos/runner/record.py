@@ -106,6 +106,7 @@ class RunRecord:
     under_replicated: Optional[list[str]] = None
     end_check: Optional[str] = None
     copies_during: Optional[dict] = None  # the background looks from the write's start: looks, most, first_ms
+    drops: Optional[dict] = None  # what the broker counted of its own drops over the run (drops.py)
     # may the next run take this cluster?
     healthy_after: Optional[bool] = None
     health_after: Optional[str] = None

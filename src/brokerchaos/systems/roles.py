@@ -117,6 +117,13 @@ class Roles:
         """One look: does the stream have a leader with every replica current?"""
         return True
 
+    async def drop_counts(self) -> dict[str, dict[str, tuple[int, str]]]:
+        """What the broker counts of what it dropped on purpose, per node: counter name ->
+        (count since the node started, unit: "messages" or "bytes"). VerneMQ: messages
+        dropped from full session queues, bytes its inter-node buffer dropped. Raises
+        LookupError where the system keeps no such count."""
+        raise LookupError("this system keeps no count of what it drops")
+
     async def copies_behind(self) -> list[str]:
         """One look at each replica's own copy: those that end before the leader's (in words).
         Empty where every copy is whole, or where the system cannot ask a replica for its own."""

@@ -225,6 +225,24 @@ def _link(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
+# the counters of what VerneMQ drops on purpose (its /metrics, Prometheus text), and their unit
+DROP_COUNTERS = {"queue_message_drop": "messages", "cluster_bytes_dropped": "bytes"}
+
+
+def drop_counts_of(metrics: str) -> dict[str, tuple[int, str]]:
+    """The drop counters in one node's /metrics (`vernemq_queue_message_drop{node="…"} 12`:
+    the names carry `prometheus_namespace`, "vernemq_" by default), summed over their label
+    sets; a counter the text lacks is left out."""
+    out: dict[str, tuple[int, str]] = {}
+    for line in metrics.splitlines():
+        name, _, rest = line.partition("{")
+        name = name.removeprefix("vernemq_")
+        if name in DROP_COUNTERS and "} " in rest:
+            count = int(float(rest.rsplit("} ", 1)[1]))
+            out[name] = (out.get(name, (0, ""))[0] + count, DROP_COUNTERS[name])
+    return out
+
+
 class VerneRoles(MqttRoles):
     """The node holding the receiver's session is where the receiver is connected. Whole:
     every node's HTTP `/health` answers, and (a cluster of ours) every node is a running
@@ -239,3 +257,13 @@ class VerneRoles(MqttRoles):
         if isinstance(self.cluster, VerneServers):
             return await self.cluster.whole()
         return True, "every node healthy"
+
+    async def drop_counts(self) -> dict[str, dict[str, tuple[int, str]]]:
+        """Each node's `queue_message_drop` (messages dropped because a session's queue held
+        max_online_messages already) and `cluster_bytes_dropped` (bytes the inter-node buffer,
+        outgoing_clustering_buffer_size, dropped while a peer was away), from its /metrics."""
+        out = {}
+        for n in self.cluster.node_names:
+            body = await http_get(*self.cluster.address(n, "http"), "/metrics", 5.0)
+            out[n] = drop_counts_of(body.decode(errors="replace"))
+        return out

@@ -9,7 +9,6 @@ whose pom is unchanged runs no Maven at all. The cache is `$BROKERCHAOS_CACHE/ma
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import os
 import re
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from .base import SystemError_
-from .runtime import cache_dir
+from .runtime import cache_dir, filling
 
 POMS = Path(__file__).parent / "maven"
 RESOLVE_TIMEOUT_S = 900
@@ -60,9 +59,7 @@ def classpath(name: str) -> str:
     root = cache_root() / name
     stamp = root / "pom.sha256"
     if not _current(stamp, digest):
-        root.parent.mkdir(parents=True, exist_ok=True)
-        with open(root.parent / f".{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions resolving at once: one does it
+        with filling(root):  # two sessions resolving at once: one does it
             if not _current(stamp, digest):
                 _resolve(pom, root, digest)
     return str(root / "lib" / "*")

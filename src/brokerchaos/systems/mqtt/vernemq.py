@@ -19,18 +19,21 @@ import os
 import re
 import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 from ..base import POWER, SystemError_
 from ..cluster import LocalCluster
-from ..runtime import cache_dir, http_get, port_open, wait_until
+from ..runtime import cache_dir, filling, http_get, port_open, wait_until
 from .backends import MqttRoles
 
 RELEASE_ENV = "BROKERCHAOS_VERNEMQ"
 # ../shared/vernemq beside the checkout: src/brokerchaos/systems/mqtt/vernemq.py -> parents[4]
 SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "vernemq"
 COOKIE = "brokerchaos"
+# written last into an unpacked release's cache entry: the entry is whole
+COMPLETE = "unpacked"
 
 
 def release() -> Path:
@@ -69,20 +72,31 @@ def version_found() -> str:
 
 
 def _unpacked(tarball: Path) -> Path:
-    """A release tarball unpacked once into the cache (its name and size say which)."""
+    """A release tarball unpacked once into the cache (its name and size say which). The
+    test workers' first VerneMQ runs come at once: one unpacks, under the entry's lock, into
+    a directory of its own that becomes the entry whole (its COMPLETE mark last); the other
+    finds it done. An entry without the mark (an unpack cut short) is unpacked again."""
     d = cache_dir("vernemq") / f"{tarball.name.removesuffix('.tar.gz')}-{tarball.stat().st_size}"
-    if (d / "release" / "bin" / "vernemq").is_file():
+    if (d / COMPLETE).is_file():
         return d / "release"
-    tmp = d.with_name(d.name + ".part")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with tarfile.open(tarball) as tf:
-        tf.extractall(tmp, filter="tar")
-    if not (tmp / "release" / "bin" / "vernemq").is_file():
-        raise SystemError_(f"{tarball}: no release/bin/vernemq in it")
-    shutil.rmtree(d, ignore_errors=True)
-    tmp.rename(d)
+    with filling(d):
+        if not (d / COMPLETE).is_file():
+            _unpack(tarball, d)
     return d / "release"
+
+
+def _unpack(tarball: Path, d: Path) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        with tarfile.open(tarball) as tf:
+            tf.extractall(tmp, filter="tar")
+        if not (tmp / "release" / "bin" / "vernemq").is_file():
+            raise SystemError_(f"{tarball}: no release/bin/vernemq in it")
+        (tmp / COMPLETE).write_text(f"{tarball}\n")
+        shutil.rmtree(d, ignore_errors=True)
+        tmp.rename(d)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def version_of(rel: Path) -> str:

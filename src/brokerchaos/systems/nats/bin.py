@@ -11,7 +11,6 @@ compiling once). Either way the binary lands in `<cache>/nats-server/<version>/`
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ from typing import Optional
 from ...errors import ScenarioError
 from ...sandbox import gotool
 from ..base import SystemError_
-from ..runtime import cache_dir
+from ..runtime import cache_dir, filling
 
 SYSTEM = "system"
 DEBIAN = "/usr/sbin/nats-server"
@@ -64,9 +63,7 @@ def binary(version: Optional[str]) -> str:
     path = root / "nats-server"
     if path.exists():
         return str(path)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions installing at once: one does it
+    with filling(root):  # two sessions installing at once: one does it
         if not path.exists():
             _install(version, root)
     return str(path)

@@ -178,6 +178,10 @@ async def bring_up(c: RunContext) -> BringUp:
     """The cluster serving (its staged start-up, the client's connection) and the run's
     stream created; the servers' versions and durability settings as they report them."""
     await c.dep.up(timeout=90)
+    notes = dict(c.dep.cluster.start_notes)
+    c.dep.cluster.start_notes.clear()
+    for node, note in notes.items():
+        c.line(f"Cluster: {node} {note}")
     await c.dep.client.create_stream(timeout=30)
     extra, topics = topic_names(c.scenario.workload.topics)[1:], None
     if extra:  # the first is the run's stream, created above; the others alike, a few at a time
@@ -187,7 +191,7 @@ async def bring_up(c: RunContext) -> BringUp:
         cls = FAULTS.get(f.action)
         await asyncio.to_thread(cls.before_write, cls.Params.model_validate(f.params), c.dep.cluster)
     return BringUp(round(time.monotonic() - c.t_start, 3), c.dep.cluster.versions(), c.dep.cluster.settings(),
-                   c.dep.client.library(), topics)
+                   c.dep.client.library(), topics, notes or None)
 
 
 async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[Nemesis], gate: AckGate,

@@ -22,6 +22,9 @@ class BringUp:
     server_settings: dict
     client: dict
     topics: Optional[list] = None  # workload.topics > 1: every topic's stream
+    # a node the cluster had to start again while it came up, and why (Kafka 3.9: its
+    # ZooKeeper session expired while it started)
+    bring_up_notes: Optional[dict] = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class RunRecord:
     fault: Optional[dict] = None
     # bring-up: the cluster ready and the stream created, servers as they report themselves
     cluster_ready_s: Optional[float] = None
+    bring_up_notes: Optional[dict] = None
     servers: dict = field(default_factory=dict)
     server_settings: dict = field(default_factory=dict)
     client: dict = field(default_factory=dict)  # the producers' client library and its version

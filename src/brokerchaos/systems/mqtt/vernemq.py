@@ -93,6 +93,7 @@ def _unpack(tarball: Path, d: Path) -> None:
         if not (tmp / "release" / "bin" / "vernemq").is_file():
             raise SystemError_(f"{tarball}: no release/bin/vernemq in it")
         (tmp / COMPLETE).write_text(f"{tarball}\n")
+        tmp.chmod(0o755)  # mkdtemp's 0700 otherwise: the cache readable as a directory made by hand is
         shutil.rmtree(d, ignore_errors=True)
         tmp.rename(d)
     finally:

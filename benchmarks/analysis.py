@@ -48,10 +48,10 @@ def _table(run, client, seq, t, types, producer, value, offset, send_ns=None):
             "node": pa.nulls(n, pa.string()), "detail": pa.nulls(n, pa.string()), "window": pa.nulls(n, pa.int64()),
             "intended_ns": pa.nulls(n, pa.int64()),
             "send_ns": pa.nulls(n, pa.int64()) if send_ns is None else send_ns,
-            # format 1.6's consumer-group columns and 1.7's txn: none here (benchmarks/groups.py
-            # and transactions.py have them)
+            # format 1.6's consumer-group columns, 1.7's txn and 1.8's topic: none here
+            # (benchmarks/groups.py and transactions.py have the first; one topic)
             **{f.name: pa.nulls(n, f.type) for f in SCHEMA
-               if f.name in ("group", "partition", "position", "epoch", "txn")},
+               if f.name in ("group", "partition", "position", "epoch", "txn", "topic")},
         },
         schema=SCHEMA,
     )

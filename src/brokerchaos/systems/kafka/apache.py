@@ -198,7 +198,6 @@ class ApacheKafka(LocalCluster):
 
         await wait_until(look, timeout, "Kafka brokers", every=0.25)
 
-
     async def started_again(self, node: str) -> bool:
         """A broker that exited while starting for a cause that is the machine's, not the
         cluster's, started once more (the cluster's start_notes say why); nothing by default."""

@@ -58,6 +58,10 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"system": "kafka", "fault": "clock-all", "fault_param": ["offset=60", "strobe=0.5"]}, "fault.params.strobe"),
     ({"system": "kafka", "fault": "clock-all"}, "fault.params.offset"),
     ({"system": "nats", "fault": "clock-all", "fault_param": ["offset=60"]}, "fault"),
+    ({"system": "kafka", "fault": "skew-all"}, "fault.params.rate"),
+    ({"system": "kafka", "fault": "skew-all", "fault_param": ["rate=0.01"]}, "fault.params.rate"),
+    ({"system": "kafka", "fault": "skew-all", "fault_param": ["rate=-1"]}, "fault.params.rate"),
+    ({"system": "redis", "fault": "skew-all", "fault_param": ["rate=0.5"]}, "fault"),
     ({"system": "kafka", "fault": "power-off-all", "fault_param": ["stagger=-1"]}, "fault.params.stagger"),
     ({"system": "kafka", "fault": "power-off-all", "fault_param": ["lag=1"]}, "fault.params.lag"),
     ({"system": "pulsar", "option": ["broker=lite", "journal_sync=false"], "nodes": 1, "replicas": 1},
@@ -269,6 +273,8 @@ def test_a_clock_file_holds_whole_seconds_and_the_process_env_reads_it(tmp_path)
     assert f.read_text() == "-30\n" and not list(f.parent.glob("*.tmp"))
     clock.set_offset(f, 0)
     assert f.read_text() == "+0\n"
+    clock.set_offset(f, -2.25)  # a drifting clock's steps (the skew fault)
+    assert f.read_text() == "-2.250\n"
     try:
         env = clock.env(f, {"PATH": "/bin"})
     except clock.ClockError as e:  # not installed: the one line says what to install
@@ -277,6 +283,30 @@ def test_a_clock_file_holds_whole_seconds_and_the_process_env_reads_it(tmp_path)
     assert env["PATH"] == "/bin" and env["LD_PRELOAD"].endswith("libfaketime.so.1")
     assert env["FAKETIME_TIMESTAMP_FILE"] == str(f) and env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
     assert env["FAKETIME_FORCE_MONOTONIC_FIX"] == "0"  # else a JVM's timed waits return at once
+
+
+def _said(*readings):
+    return [{n: {"after_s": t, "said_s": s} for n, (t, s) in r.items()} for r in readings]
+
+
+@pytest.mark.parametrize("rate, readings, seen", [
+    # a fast clock: 0.5 s a second, read 2.6 s and 9.5 s in, to the second and a little late
+    (0.5, _said({"n1": (2.6, 0.0), "n2": (3.4, 1.0)}, {"n1": (9.5, 3.8), "n2": (10.1, 4.0)}), True),
+    (-0.5, _said({"n1": (2.6, -1.8)}, {"n1": (9.5, -5.2)}), True),
+    (2.0, _said({"n1": (2.6, 3.0)}, {"n1": (5.1, 8.0)}), True),
+    # the negatives: a clock that stayed true, one that jumped and held, one drifting the other way
+    (0.5, _said({"n1": (2.6, 0.0)}, {"n1": (9.5, 0.0)}), False),
+    (0.5, _said({"n1": (2.6, 60.0)}, {"n1": (9.5, 60.0)}), False),
+    (0.5, _said({"n1": (2.6, 0.0), "n2": (3.4, 1.0)}, {"n1": (9.5, 4.0), "n2": (10.1, -4.0)}), False),
+    # nobody could say: not known
+    (0.5, _said({"n1": (2.6, None)}, {"n1": (9.5, None)}), None),
+])
+def test_a_skewed_clock_is_seen_drifting_at_its_rate_and_a_true_or_jumped_one_is_not(rate, readings, seen):
+    from brokerchaos.faults.skew import drift_seen
+
+    ok, words = drift_seen(rate, readings)
+    assert ok is seen, words
+    assert ("not drifting so" in words) is (seen is False), words
 
 
 def test_the_delayer_releases_each_packet_when_due_and_everything_held_at_its_end():

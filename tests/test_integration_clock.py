@@ -93,3 +93,21 @@ def test_a_clock_step_back_past_a_classic_queue_s_ttl_expires_acked_messages_and
 
     v = _step_back(tmp_path, TEN_MINUTES_BACK)
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
+def test_a_leader_whose_clock_runs_fast_is_seen_drifting_and_set_true_and_loses_nothing_acked(tmp_path, spark):
+    # the skew fault's run on a real cluster: the leader's JVM says its clock is ahead by the
+    # drift so far, twice, the second further, then true after the heal; acks=all loses
+    # nothing acknowledged while a leader's clock runs at 5x for 12 s
+    s = sc.load("scenarios/kafka-clock-skew.yaml", {"runs": 1, "name": "it-clock-skew"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    (node,) = w["nodes"]
+    first, second = (r[node] for r in w["effect"]["readings"])
+    assert 0 < first["said_s"] < second["said_s"] <= 4 * second["after_s"] + 1.5, w["effect"]
+    assert second["said_s"] - first["said_s"] >= 0.5 * 4 * (second["after_s"] - first["after_s"]), w["effect"]
+    assert abs(w["effect"]["seen_after_heal_s"][node]) <= 2, w["effect"]
+    assert v["faults_not_in_effect"] == 0 and v["not_whole"] == 0, v["effects"]
+    assert v["read_complete"] is True and v["acked_missing"] == 0 and v["result"] == "pass", v

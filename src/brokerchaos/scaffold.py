@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from .errors import ScenarioError
 from .faults.registry import FAULTS
 from .scenario import Scenario
 from .systems.registry import SYSTEMS
 
-# example values for the fault settings that have no default
-EXAMPLES: dict[str, dict[str, Any]] = {
-    "bandwidth": {"rate": "1mbit"}, "clock": {"offset": 3600}, "delay": {"delay_ms": 50},
-    "isolate-from": {"from": "followers"}, "loss": {"probability": 0.3},
-    "command": {"inject": "isolate", "heal": "heal"}, "corrupt": {"bits": 64},
-}
-# a target each action takes where `leader` is not one of them
-TARGETS = {"majorities-ring": "all", "none": "leader", "command": "all", "elect-leaders": "all"}
-NODES = {"reassign": 4}  # a replica moved needs a node that holds none
 
 
 def _comment(text: str, width: int = 96) -> list[str]:
@@ -69,9 +60,9 @@ def scenario_text(system: str, action: str, target: Optional[str] = None) -> str
         raise ScenarioError(f"scenario field 'fault.action': unknown fault {action!r} "
                             f"(known: {', '.join(FAULTS.names())})")
     sys_cls, fault_cls = SYSTEMS.get(system), FAULTS.get(action)
-    target = target or TARGETS.get(action, "leader")
-    params = EXAMPLES.get(action, {})
-    nodes = NODES.get(action, 3) if fault_cls.needs <= sys_cls.offers else 3
+    target = target or fault_cls.example_target
+    params = fault_cls.example  # values for the settings without a default
+    nodes = fault_cls.example_nodes if fault_cls.needs <= sys_cls.offers else 3
     lines = [f"# A scenario written by `brokerchaos new {system} --fault {action}`: edit it, then",
              f"#   brokerchaos run {system}-{action}.yaml --dry-run   (checks it, starts nothing)",
              f"#   brokerchaos run {system}-{action}.yaml",

@@ -93,8 +93,11 @@ TXN = Scope("txn", "txns", "no transactions in this run")
 EOS = Scope("eos", "eos_outputs", "no consume-transform-produce group in this run",
             lambda v: v.get("eos_read_complete") is True, lambda v: _groups_read(v) and read_decides(v))
 EVIDENCE = Scope("evidence")
+# the runs whose read said where each message is stored (Kafka's offsets, Pulsar's message ids,
+# a stream's sequence): only there is a message stored twice told from one delivered twice
+STORED = Scope("stored", "offset_reads", "the read gave no offsets (the system has none)")
 # the scopes whose checks the console shows in the run's block only where the run has them
-SCOPED = (GROUP, TXN, EOS)
+SCOPED = (GROUP, TXN, EOS, STORED)
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,12 @@ CHECKS: tuple[Check, ...] = (
           holds="no message read out of order: no JF/JB/DJF/DJB",
           detail=lambda v: f"{v['out_of_order']} out of order (JF {v['jf']}, JB {v['jb']}, DJF {v['djf']}, "
                            f"DJB {v['djb']})"),
+    Check("stored duplicates", "msgs_stored_twice", STORED, Way.SEEN, False,
+          "messages stored more than once (read at two or more offsets)", expect="no-stored-duplicates",
+          holds="no message stored twice: each read at one offset only (a retried send the broker wrote again is "
+                "one; Kafka's idempotent producer is meant to make it none)",
+          detail=lambda v: f"{v.get('msgs_stored_twice') or 0} messages stored more than once "
+                           f"({v.get('stored_duplicates') or 0} extra copies)"),
     Check("incomplete read", "read_complete", RUN, Way.READ, False, "reads that did not finish"),
     Check("under-replication", "under_replicated", CLUSTER, Way.WORD, False, "ledgers under-replicated at the end",
           expect="replicated", holds="the cluster itself reports nothing short of copies once every fault is "

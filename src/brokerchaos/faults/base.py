@@ -101,6 +101,11 @@ class Fault:
     machine: ClassVar[tuple[str, ...]] = ()
     # it may target workload.group's members (the `consumer` targets)
     acts_on_consumers: ClassVar[bool] = False
+    # what `brokerchaos new` writes for it: values for the settings without a default, the
+    # target, and the nodes where the action needs more than three
+    example: ClassVar[dict[str, Any]] = {}
+    example_target: ClassVar[str] = "leader"
+    example_nodes: ClassVar[int] = 3
 
     def __init__(self, ctx: FaultContext) -> None:
         self.ctx = ctx

@@ -45,6 +45,7 @@ class Clock(Fault):
                    "the processes the harness started there; monotonic clocks stay true, as under an NTP step; "
                    "heal sets it true again. Seen by each process within two seconds (libfaketime)")
     family = "clock"
+    example = {"offset": 3600}
     observes = ("each target's process saying its wall clock is off by the offset (to the second) during the "
                 "window and true after the heal; not known where the system cannot say its clock")
     Params = ClockParams

@@ -147,6 +147,7 @@ class Corrupt(_Restarting):
                    "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files), "
                    "and start it again; run.json keeps each change (file, offset, bit)")
     family = "corrupt"
+    example = {"bits": 64}
     observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "
                 "(a file cut to its recorded size), and a new process running after it")
     Params = CorruptParams

@@ -234,6 +234,7 @@ class ElectLeaders(Fault):
                    "its first replica, what an operator runs after a rolling restart); the target is where the "
                    "window is recorded. Nothing to heal")
     family = "graceful"
+    example_target = "all"
     observes = ("some partition led again by its preferred replica (what the controller moved; none moved: "
                 "every one was led by it already, no effect)")
     Params = ElectParams

@@ -97,6 +97,7 @@ class Reassign(Fault):
                    "dropped; the leader's replica moved moves the leadership). Needs more nodes than replicas; "
                    "heal moves them back. The effect names the replicas before and after")
     family = "membership"
+    example_nodes = 4  # a replica moved needs a node that holds none
     observes = ("the stream's replicas, as the controller names them, on the new nodes, and after the heal back "
                 "where they were (with params.back)")
     Params = ReassignParams

@@ -222,6 +222,7 @@ class IsolateFrom(Cut):
     description = "cut the target off from params.from only (peers, clients, coordinator, …): " \
                   "e.g. a leader isolated from its peers but not from the clients"
     family = "network"
+    example = {"from": "followers"}
     Params = FromParams
 
     async def compute_links(self, target: Target) -> set[tuple[str, str]]:
@@ -258,6 +259,7 @@ class Bridge(Cut):
 class MajoritiesRing(Cut):
     description = "every node sees a majority, no two nodes the same one (a ring of the nodes; target ignored)"
     family = "network"
+    example_target = "all"
 
     @classmethod
     def check(cls, params, node_names, offers, scenario) -> None:

@@ -242,6 +242,8 @@ class Command(Fault):
     description = ("external clusters: run the target nodes' hook params.inject from the cluster file "
                    "(an iptables snippet, docker network disconnect, …); heal runs params.heal")
     family = None
+    example = {"inject": "isolate", "heal": "heal"}
+    example_target = "all"
     observes = ("with params.takes_down, the node no longer answering at its address during the window and "
                 "answering after the heal; otherwise not known (only the hook knows what it did)")
     Params = CommandParams

@@ -32,6 +32,7 @@ class LossParams(BaseModel):
 class Loss(NetFault):
     description = "drop each packet entering or leaving the target with params.probability"
     family = "network"
+    example = {"probability": 0.3}
     observes = "packets of the cluster's dropped by the rule during the window (none dropped: no effect), of those seen"
     Params = LossParams
 
@@ -92,6 +93,7 @@ class Delay(NetFault):
     description = ("add params.delay_ms (± jitter_ms) to packets leaving the target (netem, or an NFQUEUE delayer), "
                    "or arriving at it (direction: in)")
     family = "network"
+    example = {"delay_ms": 50}
     machine = ("nfqueue",)
     observes = ("a probe's round trip from the target across the delayed link at least the delay during the "
                 "window and short again after the heal; the cluster's packets delayed (none: no effect)")
@@ -242,6 +244,7 @@ class BandwidthParams(BaseModel):
 class Bandwidth(NetFault):
     description = "limit the rate of packets leaving the target (tc tbf) to params.rate"
     family = "network"
+    example = {"rate": "1mbit"}
     machine = ("tc",)
     observes = "packets held back or dropped by the rate limit (the qdisc's overlimits; none: nothing exceeded it)"
     Params = BandwidthParams

@@ -48,10 +48,11 @@ def env(clock_file: Path, base: Optional[dict] = None) -> dict:
             "FAKETIME_DONT_RESET": "1"}  # a child process keeps the offset, not a new start
 
 
-def set_offset(clock_file: Path, seconds: int) -> None:
-    """Move the clock `seconds` from true time (0: back to true); written whole, then renamed,
-    so a process never reads half an offset."""
+def set_offset(clock_file: Path, seconds: float) -> None:
+    """Move the clock `seconds` from true time (0: back to true; fractions to the ms, as a
+    drifting clock's steps are); written whole, then renamed, so a process never reads half
+    an offset."""
     clock_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = clock_file.with_suffix(".tmp")
-    tmp.write_text(f"{int(seconds):+d}\n")
+    tmp.write_text(f"{int(seconds):+d}\n" if seconds == int(seconds) else f"{seconds:+.3f}\n")
     os.replace(tmp, clock_file)

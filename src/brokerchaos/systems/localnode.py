@@ -121,7 +121,7 @@ class PowerAndClock:
         except clock.ClockError as e:
             raise SystemError_(str(e)) from None
 
-    def set_clock(self, host: str, seconds: int) -> None:
+    def set_clock(self, host: str, seconds: float) -> None:
         """Move `host`'s wall clock `seconds` from true time for its processes (0: true again);
         each sees it within clock.REREAD_S."""
         if not self.clocked:

@@ -15,12 +15,14 @@ import asyncio
 import json
 import re
 import shutil
+import signal
 from pathlib import Path
 from typing import Optional
 
 from .. import jvm
 from ..base import POWER, WIPE, NodeExited, SystemError_
 from ..cluster import LocalCluster
+from ...sandbox import process
 from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from .roles import PulsarRoles
 
@@ -224,6 +226,14 @@ class ApachePulsar(LocalCluster):
         for n in self.node_names:
             await http_get(*self.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
         return True, "every broker healthy"
+
+    def thread_dumps(self) -> str:
+        """Each running broker's JVM prints its threads to its log (SIGQUIT; it goes on
+        running): what a broker that answers nothing was doing, for a start that timed out."""
+        dumped = [n for n in self.node_names if self.alive(n)]
+        for n in dumped:
+            process.send_signal(self.procs[n], signal.SIGQUIT)
+        return f"thread dumps of {', '.join(dumped)} in their logs" if dumped else "no broker running"
 
     def versions(self) -> dict[str, str]:
         if "zookeeper" not in self._versions:

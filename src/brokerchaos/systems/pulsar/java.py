@@ -17,7 +17,7 @@ import sys
 from typing import Optional
 
 from .. import jclient, jvm
-from ..base import OutcomeCallback
+from ..base import OutcomeCallback, SystemError_
 from ..transact import TxnProducer
 from .library import DEFINITE
 
@@ -71,7 +71,14 @@ class PulsarJavaProducer:
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome
         self.system.follow_owner()
-        self.p = await asyncio.to_thread(self._handle)
+        try:
+            self.p = await asyncio.to_thread(self._handle)
+        except SystemError_ as e:
+            # seen once in ~5 suite runs: a broker began loading its transaction coordinators'
+            # logs ("Opening managed ledger …__transaction_log_N") and neither finished nor
+            # failed, while Pulsar's client retries a coordinator's connect with no deadline
+            dumps = getattr(self.system.cluster, "thread_dumps", None)
+            raise SystemError_(f"{e}; {await asyncio.to_thread(dumps)}" if dumps else str(e)) from None
         self.poller = asyncio.create_task(self._poll())
 
     async def _poll(self) -> None:

@@ -96,12 +96,16 @@ def test_nats_rolling_restart_is_one_window_per_node_leader_last(tmp_path, spark
         assert [k for _, k in mine if k != "owner"] == ["fault", "heal", "ready"], mine
         assert all(r["node"] == st["node"] for r in rows if r["window"] == st["window"] and r["type"] != "owner")
     # each step was watched for the stream's owner (faults/owners.py): stopping the leader,
-    # last, moved it, and the watch saw it change and another node serve
+    # last, took the stream's leadership away, and the watch saw it change, then a node
+    # serve again. Which node is NATS's election, not the harness's: the stopped leader is
+    # back within a fraction of a second, the others elect no one before their election
+    # timeout (4 s), and the restarted node may win (a busy-core run: n2 stopped 11.095,
+    # started 11.136, stream leader again 15.161)
     lead = steps[-1]
     owner = sorted((r["t_ns"], r["detail"], r["node"]) for r in rows
                    if r["type"] == "owner" and r["window"] == lead["window"])
     assert owner and owner[0][1].startswith(f"changed: {lead['node']} -> "), owner
-    assert owner[-1][1].startswith("serving") and owner[-1][2] != lead["node"], owner
+    assert len(owner) >= 2 and owner[-1][1].startswith("serving") and owner[-1][2] is not None, owner
     # the whole round is the three windows, not a fourth around them
     assert len(v["faults"]) == 3 and len(v["fault_ack_gaps_ms"]) == 3
     assert v["read_complete"] is True and v["acked_missing"] == 0, v

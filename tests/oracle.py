@@ -212,8 +212,8 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
         "received_after_unknown": sum(m["recv"] > 0 and not m["ack"] and m["unk"] for m in sent),
         "msgs_with_dups": sum(m["recv"] > 1 for m in sent),
         "duplicate_deliveries": sum(m["recv"] - 1 for m in sent if m["recv"] > 0),
-        "offset_reads": sum(len(m["offsets"]) for m in sent),
         "msgs_stored_twice": sum(len({o for _, o in m["offsets"]}) > 1 for m in sent),
+        "dups_without_offsets": sum(m["recv"] > 1 and len(m["offsets"]) < m["recv"] for m in sent),
         "stored_duplicates": sum(max(0, len({o for _, o in m["offsets"]}) - 1) for m in sent),
         "redeliveries": sum(len(m["offsets"]) - len(set(m["offsets"])) for m in sent),
     }

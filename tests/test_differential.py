@@ -20,7 +20,7 @@ KEYS = [
     "send_count", "pos_ack_count", "neg_ack_count", "unknown_count", "ack_count", "received", "stowaways",
     "acked_missing", "acked_missing_overwritten", "missing", "received_no_ack", "received_after_nack",
     "received_after_unknown", "seed_received_no_ack", "msgs_with_dups", "duplicate_deliveries", "stored_duplicates",
-    "offset_reads", "msgs_stored_twice",
+    "msgs_stored_twice", "dups_without_offsets",
     "redeliveries", "jf", "jb", "djf", "djb", "jf0", "out_of_order", "read_complete",
     "recv_rows", "result", "seq_ix", "killed_node", "txm", "rxm", "late_sends",
     "live_consumers", "live_recv_rows", "live_duplicates", "live_redeliveries", "live_read_status",

@@ -139,7 +139,7 @@ def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
     txns = {"txns": 3, "aborted_reads": 0, "torn_txns": 0, "offset_conflicts": 0}
     eos = {"eos_outputs": 1, "eos_read_complete": True, "eos_duplicates": 0, "eos_missing": 0, "eos_nacked": 0}
     evidence = {"faults_not_in_effect": 0, "not_whole": 0, "mechanisms_missing": 0}
-    stored = {"offset_reads": 10, "msgs_stored_twice": 0}
+    stored = {"send_count": 10, "msgs_stored_twice": 0, "dups_without_offsets": 0}
     su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0, **grouped, **txns, **eos,
                                             **evidence, **stored)}])
     assert list(su["verdicts"]) == [c.name for c in CHECKS]

@@ -85,7 +85,7 @@ def _typed_columns(t: Tuning) -> list:
     tf = F.col("_tf")
     node = F.col("node").isNotNull()
     return [
-        F.bit_or(_bit(t)).alias("_B"), F.count(F.lit(1)).alias("_n"), F.count("offset").alias("_on"),
+        F.bit_or(_bit(t)).alias("_B"), F.count(F.lit(1)).alias("_n"),
         F.min(ts).alias("_lo"), F.max(ts).alias("_hi"),
         # where the transmitter/receiver was: the time of its last event with a node up to
         # the first fault, and of its first; the node itself is looked up afterwards
@@ -112,7 +112,6 @@ def _block_columns() -> list:
         bits("send").alias("S"), bits("ack").alias("A"), bits("nack").alias("N"),
         bits("unknown").alias("U"), bits("recv").alias("R"),
         F.coalesce(of("recv", "_n", F.sum), F.lit(0).cast("long")).alias("rn"),
-        F.coalesce(of("recv", "_on", F.sum), F.lit(0).cast("long")).alias("on"),
         F.coalesce(of(tuple(MESSAGE_TYPES), "_n", F.sum), F.lit(0).cast("long")).alias("mrows"),
         F.sum("_n").alias("rows"),
         F.coalesce(of("ack", "_sn", F.sum), F.lit(0).cast("long")).alias("sn"),
@@ -155,7 +154,7 @@ def block_rollup(blocks: DataFrame) -> DataFrame:
 def _rollup_columns() -> list:
     sets = {x: F.col(x) for x in "SANUR"}
     return [
-        *count_columns_over_blocks(_plain_block(), sets, F.col("rn"), F.col("on")),
+        *count_columns_over_blocks(_plain_block(), sets, F.col("rn")),
         count_when(_unplain_block()).alias("_unplain"),
         F.sum("rn").alias("recv_rows"),
         F.max("t_end").alias("t_end"),

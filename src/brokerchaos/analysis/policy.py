@@ -93,9 +93,12 @@ TXN = Scope("txn", "txns", "no transactions in this run")
 EOS = Scope("eos", "eos_outputs", "no consume-transform-produce group in this run",
             lambda v: v.get("eos_read_complete") is True, lambda v: _groups_read(v) and read_decides(v))
 EVIDENCE = Scope("evidence")
-# the runs whose read said where each message is stored (Kafka's offsets, Pulsar's message ids,
-# a stream's sequence): only there is a message stored twice told from one delivered twice
-STORED = Scope("stored", "offset_reads", "the read gave no offsets (the system has none)")
+# a message stored twice is told from one delivered twice by the offsets (Kafka's offsets,
+# Pulsar's message ids, a stream's sequence) its reads carry: a run in which a message read
+# more than once came without them cannot say (MQTT, a RabbitMQ queue), one without such a
+# message can
+STORED = Scope("stored", "send_count", "nothing sent in this run",
+               lambda v: read_decides(v) and not v.get("dups_without_offsets"))
 # the scopes whose checks the console shows in the run's block only where the run has them
 SCOPED = (GROUP, TXN, EOS, STORED)
 
@@ -192,7 +195,10 @@ CHECKS: tuple[Check, ...] = (
           holds="no message stored twice: each read at one offset only (a retried send the broker wrote again is "
                 "one; Kafka's idempotent producer is meant to make it none)",
           detail=lambda v: f"{v.get('msgs_stored_twice') or 0} messages stored more than once "
-                           f"({v.get('stored_duplicates') or 0} extra copies)"),
+                           f"({v.get('stored_duplicates') or 0} extra copies)" + (
+                               f"; {v['dups_without_offsets']} read more than once without an offset on every "
+                               "read: stored or delivered twice cannot be told" if v.get("dups_without_offsets")
+                               else "")),
     Check("incomplete read", "read_complete", RUN, Way.READ, False, "reads that did not finish"),
     Check("under-replication", "under_replicated", CLUSTER, Way.WORD, False, "ledgers under-replicated at the end",
           expect="replicated", holds="the cluster itself reports nothing short of copies once every fault is "

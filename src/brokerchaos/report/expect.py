@@ -13,7 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..analysis.policy import CHECKS, CLUSTER, GROUP, NA, PASS, UNDECIDED, Check, Way, evidence_short, read_decides
+from ..analysis.policy import (
+    CHECKS,
+    CLUSTER,
+    GROUP,
+    NA,
+    PASS,
+    STORED,
+    UNDECIDED,
+    Check,
+    Way,
+    evidence_short,
+    read_decides,
+)
 
 if TYPE_CHECKING:
     from ..analysis.verdicts import Verdict
@@ -40,6 +52,8 @@ def _check(c: Check) -> Callable[[dict, Optional[float]], Outcome]:
             return status, "a consumer group's read did not finish (" + "; ".join(
                 f"{g}: {x.get('read_status') or 'no read_end'}" for g, x in (v.get("consumer_groups") or {}).items()
                 if x.get("read_complete") is not True) + ")"
+        if status == UNDECIDED and c.scope is STORED and read_decides(v):
+            return status, c.why(v)  # a message read twice without offsets: which kind is not known
         if status == UNDECIDED and c.scope is not CLUSTER:
             return status, f"the read did not finish ({v.get('read_status') or 'no read recorded'})"
         return status, c.why(v)

@@ -74,6 +74,11 @@ class ApachePulsar(LocalCluster):
     def lazy_hosts(self) -> tuple[str, ...]:
         return (ZK, *self.bookies)
 
+    def metadata_store(self) -> tuple[str, int]:
+        """Where the brokers keep who owns what (ZooKeeper): PulsarClient.bundle_owner reads
+        a bundle's owner there."""
+        return self.address(ZK, "zk")
+
     @property
     def supervised(self) -> tuple[str, ...]:
         """With options.session_expired shutdown, a broker exits when its ZooKeeper session

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from typing import ClassVar, Optional
 
 from ..base import Client, NodeExited, SystemError_
 from ..runtime import http_get, wait_until
 from .library import _close, client_logger
+from .owners import ZkOwners, owned_by
 from .producer import PulsarProducer
 from .read import PulsarConsumer, PulsarReader
 
@@ -33,10 +33,10 @@ class PulsarClient(Client):
         self.owner_now: Optional[str] = None
         self._watch: Optional[asyncio.Future] = None
         self._every = 0.5  # seconds between two looks at the owner
-        self._cluster_name: Optional[str] = None  # as the admin API names it (_owned_by)
-        # the ZooKeeper session bundle_owner reads owners through (_zk_session), shared with
-        # the topics' copies like _closing
-        self._zk: dict = {"client": None, "lock": threading.Lock()}
+        self._cluster_name: Optional[str] = None  # as the admin API names it (owners.owned_by)
+        # the ZooKeeper session bundle_owner reads owners through, shared with the topics'
+        # copies like _closing
+        self._zk = ZkOwners()
         # workload.topics: one client library instance per producer, shared by its topics
         # (as an application multiplexes its topics over one client): name -> [client, users]
         self._shared: dict[str, list] = {}
@@ -128,76 +128,21 @@ class PulsarClient(Client):
         return raw.decode().strip().strip('"')
 
     async def bundle_owner(self, timeout: float = 1.0) -> str:
-        """The broker owning the bundle of the topic. A lookup (owner_of) assigns an unowned
-        bundle, and a topic's stats load the topic: either would end an unload's outage it
-        was meant to watch. So the owner is read where the brokers record it, the bundle's
-        ownership entry in ZooKeeper (`/namespace/<tenant>/<ns>/<bundle>`); on a cluster
-        whose metadata store the harness does not know (external), from each broker's list
-        of the bundles it owns, which can hang a broker (`_owned_by`)."""
+        """The broker owning the bundle of the topic, asked without changing it (owners.py:
+        from ZooKeeper on the harness's own clusters, from the brokers on an external one)."""
         if len(self.cluster.node_names) == 1 or not self.admins():
             return self.cluster.node_names[0]
         bundle = f"{self.options.namespace}/{await self.bundle_of(timeout)}"
         store = getattr(self.cluster, "metadata_store", None)
-        owners = await (asyncio.to_thread(self._recorded_owner, store(), bundle, timeout) if store
-                        else self._owned_by(bundle, timeout))
+        if store is not None:
+            owners = await asyncio.to_thread(self._zk.read, store(), bundle, timeout, self.cluster.node_at)
+        else:
+            if self._cluster_name is None:
+                self._cluster_name = json.loads(await self.admin_get("/admin/v2/clusters", timeout))[0]
+            owners = await owned_by(self.cluster, self._cluster_name, bundle, timeout)
         if not owners:
             raise LookupError(f"no broker owns bundle {bundle}")
         return owners[0]
-
-    def _recorded_owner(self, zk: tuple[str, int], bundle: str, timeout: float) -> list[str]:
-        """The bundle's owner as its ownership entry names it ([] while it has none, or while
-        an unload has it disabled). One ZooKeeper session for the client and its topics'
-        copies, kept until close: a session's creation is a write to ZooKeeper's log, and
-        the watch looks twice a second."""
-        from urllib.parse import urlsplit
-
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = self._zk_session(zk, timeout).get_async(f"/namespace/{bundle}").get(timeout=timeout)
-        except NoNodeError:
-            return []
-        entry = json.loads(data or b"{}")
-        if entry.get("disabled"):
-            return []
-        url = urlsplit(entry.get("nativeUrl") or "")
-        node = self.cluster.node_at(url.hostname or "", url.port or 6650)
-        return [node] if node is not None else []
-
-    def _zk_session(self, zk: tuple[str, int], timeout: float):
-        """The shared ZooKeeper session, started again when it is not connected (ZooKeeper
-        killed or cut off): a look then waits at most `timeout` for it."""
-        box = self._zk
-        with box["lock"]:
-            zkc = box["client"]
-            if zkc is None or not zkc.connected:
-                from kazoo.client import KazooClient
-
-                from ..runtime import quiet_logger
-
-                _end_zk(box)
-                zkc = KazooClient(hosts="{}:{}".format(*zk), timeout=max(timeout, 3.0),
-                                  logger=quiet_logger("kazoo"))
-                zkc.start(timeout=timeout)
-                box["client"] = zkc
-            return zkc
-
-    async def _owned_by(self, bundle: str, timeout: float) -> list[str]:
-        """The brokers whose list of owned bundles has `bundle` active. Pulsar 4.0.7 can hang
-        for good answering it: the list waits for each ownership being acquired, on the one
-        thread that completes them (its metadata-store thread), when two are acquired at once
-        (docs/findings/transactions.md, "a broker hung by a question"); on the harness's own clusters the owner is
-        read from ZooKeeper instead."""
-        if self._cluster_name is None:
-            self._cluster_name = json.loads(await self.admin_get("/admin/v2/clusters", timeout))[0]
-
-        async def owns(n: str) -> bool:
-            host, port = self.cluster.address(n, "admin")
-            path = f"/admin/v2/brokers/{self._cluster_name}/{host}:{port}/ownedNamespaces"
-            return bool((json.loads(await http_get(host, port, path, timeout)).get(bundle) or {}).get("is_active"))
-
-        return [n for n, yes in zip(self.cluster.node_names,
-                                    await asyncio.gather(*(owns(n) for n in self.cluster.node_names))) if yes]
 
     def shared_client(self, producer: str):
         """The client library instance of a producer (`p1` for `p1.t3`): its topics' producers
@@ -225,7 +170,7 @@ class PulsarClient(Client):
         self._watches = []
         self._closing = {"now": False}
         self._shared = {}
-        self._zk = {"client": None, "lock": threading.Lock()}  # the parent's session is not this process's
+        self._zk = ZkOwners()  # the parent's session is not this process's
 
     def follow_owner(self) -> None:
         """Keep `owner_now` current while producers run: the client library does not say
@@ -258,11 +203,7 @@ class PulsarClient(Client):
             w.cancel()
         await asyncio.gather(*watches, return_exceptions=True)
         self._watch = None
-        await asyncio.to_thread(self._end_zk_session)
-
-    def _end_zk_session(self) -> None:
-        with self._zk["lock"]:
-            _end_zk(self._zk)
+        await asyncio.to_thread(self._zk.end)
 
     # the Java client's producers (java.py: plain, transactional), set by the package:
     # java.py builds on this module
@@ -315,14 +256,3 @@ class PulsarClient(Client):
         from .group import PulsarGroupMember
 
         return PulsarGroupMember(self, name, spec, events, spec.kind or self.group_kinds[0])
-
-
-def _end_zk(box: dict) -> None:
-    """End the session in `box` (PulsarClient._zk), if any; one already gone is no error."""
-    zkc, box["client"] = box["client"], None
-    if zkc is not None:
-        try:
-            zkc.stop()
-            zkc.close()
-        except Exception:  # its connection gone already: nothing left to end
-            pass

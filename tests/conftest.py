@@ -90,7 +90,37 @@ def spark_analyze(spark):
         last.pop().release()
 
 
+@pytest.fixture(scope="module")
+def _module_pool():
+    from brokerchaos.runner import ClusterPool
+
+    with ClusterPool() as pool:
+        yield pool
+
+
+@pytest.fixture
+def cluster_pool(request, _module_pool):
+    """A module opts in (`pytest.mark.usefixtures("cluster_pool")`): its sessions whose servers
+    are configured alike share one cluster (runner/pool.py), as a campaign's do, one kept at a
+    time and stopped after the module's last test. A test marked `fresh_cluster` (it reads
+    the logs of the run that started its cluster, or asserts a start) has clusters of its own."""
+    from brokerchaos.runner import ClusterPool
+
+    if not request.node.get_closest_marker("fresh_cluster"):
+        yield _module_pool
+        return
+    _module_pool.close()
+    ClusterPool.current = None
+    try:
+        yield None
+    finally:
+        ClusterPool.current = _module_pool
+
+
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fresh_cluster: in a module whose sessions share clusters (cluster_pool), this test's start "
+                   "their own")
     config.addinivalue_line(
         "markers", "effects(states, why): the fault-window effect states (besides observed) this test's sessions "
                    "may show, and why: a positive control of the evidence checks, or a fault no look can see")

@@ -15,6 +15,8 @@ from observers import Quiet
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 needs_nats = pytest.mark.skipif(shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"),
@@ -57,7 +59,7 @@ def test_nats_stepdown_moves_the_leader_without_a_crash(tmp_path, spark):
         (w,) = meta["faults"][0]["windows"]
         # the leader moved to another node, and nothing was restarted to do it
         assert w["effect"]["moved_to"] not in (None, *w["nodes"]), w
-        assert w["effect"]["verbs"] == [f"$JS.API.STREAM.LEADER.STEPDOWN.bc-{v['run']}"]
+        assert w["effect"]["verbs"] == [f"$JS.API.STREAM.LEADER.STEPDOWN.{meta['stream']}"]
         rows = _rows(result.dir / v["run"])
         kinds = [r["type"] for r in rows if r["window"] == w["id"] and r["type"] != "owner"]
         assert sorted(kinds) == ["effect", "fault", "heal", "ready"]

@@ -23,6 +23,8 @@ from observers import Quiet, free_port, kill_ours, started, until
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 
@@ -198,6 +200,10 @@ def test_dedup_campaign_writes_one_seed_csv(tmp_path, spark):
     for r in rows:
         assert int(r["SendCount"]) == 15_000 and int(r["PosAckCount"]) > 5_000
         assert set(r) >= {"NotReceived", "ReceivedNoAck", "MsgsWithDups", "DJF", "DJB", "JF", "JB"}
+    # the second arm differs in its producers alone: it ran on the first arm's cluster (runner/pool.py)
+    off_dir, on_dir = (out["dir"] / s["dir"] for s in out["sessions"])
+    on_meta = json.loads((on_dir / "run-001" / "run.json").read_text())
+    assert on_meta["cluster"] == f"reused (started in {off_dir.name}/run-001)", on_meta["cluster"]
     # what --expect holds against: each session's verdicts under its scenario's name
     from brokerchaos.report import expect
 

@@ -14,6 +14,8 @@ from brokerchaos.systems.rabbitmq import SERVER
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 
@@ -118,6 +120,7 @@ def _ours(marker: str) -> list[int]:
 
 
 @pytest.mark.skipif(_vernemq() is None, reason="no VerneMQ release (../shared/vernemq or $BROKERCHAOS_VERNEMQ)")
+@pytest.mark.fresh_cluster  # nothing of its session may stay
 def test_vernemq_cluster_kill_of_the_receivers_node(tmp_path, spark):
     """The HA session seed on its own system: 3 VerneMQ nodes joined into a cluster, the node
     the receiver is connected to killed, its session table filled, the cluster and the

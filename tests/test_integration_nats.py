@@ -23,6 +23,8 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
     pytest.mark.skipif(shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"),
                        reason="nats-server not installed (make setup)"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 
@@ -69,6 +71,7 @@ def _no_loss_of_ours(v):
     assert v["result"] == ("pass" if v["acked_missing"] == 0 else "fail"), v
 
 
+@pytest.mark.fresh_cluster  # nothing of its session may stay
 def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(tmp_path, spark, capsys):
     # paced: at full speed ack 5,000 comes 250 ms into the write, before the live consumer's
     # first fetch; once (CI, 2026-11-24) its consumer then stalled until the killed node was
@@ -313,6 +316,7 @@ def test_sigterm_heals_and_tears_down(tmp_path):
     assert end["type"] == "read_end" and end["detail"].startswith("incomplete: cut short")
 
 
+@pytest.mark.fresh_cluster  # about its own runs' cluster
 def test_cluster_is_reused_while_healthy_and_rebuilt_when_not(tmp_path, spark, monkeypatch):
     from brokerchaos.systems import Deployment
 
@@ -366,6 +370,38 @@ def test_a_long_session_takes_every_verdict_from_one_analysis_at_its_end(tmp_pat
         assert "analysis_s" not in p and p["write_s"] > 0, p
     assert "Analysis: 3 runs in" in (result.dir / "output.txt").read_text()
 
+
+
+@pytest.mark.fresh_cluster  # a pool of its own
+def test_sessions_whose_servers_are_alike_share_one_cluster_through_a_pool(tmp_path, spark):
+    """runner/pool.py: a session takes the cluster an earlier session left whole when its
+    servers would be configured alike (here another fault, dedup, another workload), with a
+    stream of its own; a session whose servers differ (a server option) starts its own, the
+    kept one stopped first; nothing stays once the pool closes."""
+    from brokerchaos.runner import ClusterPool
+
+    def session(scenario, **over):
+        return Session(sc.load(scenario, over), tmp_path, observer=Quiet(), report=False).run()
+
+    with ClusterPool() as pool:
+        a = session("scenarios/nats-kill-leader.yaml", runs=1, messages=3000, rate=1500, after_acks=1000,
+                    retries=20, name="it-pool-a")
+        b = session("scenarios/nats-no-fault.yaml", runs=2, messages=500, dedup=True, name="it-pool-b")
+        first = pool.kept[0].sandbox.sid
+        c = session("scenarios/nats-no-fault.yaml", runs=1, messages=500, name="it-pool-c",
+                    option=["lame_duck_duration=40s"])
+        assert not [ns for ns in namespaces_of(os.getpid()) if first in ns]  # stopped before c's start
+    metas = [a.metas["run-001"], b.metas["run-001"], b.metas["run-002"], c.metas["run-001"]]
+    assert [m["cluster"] for m in metas] == ["started", f"reused (started in {a.dir.name}/run-001)",
+                                             f"reused (started in {a.dir.name}/run-001)", "started"], metas
+    assert pool.taken == 1 and not pool.kept
+    assert len({m["stream"] for m in metas}) == 4, [m["stream"] for m in metas]  # each session its own names
+    assert "Cluster pool: this session takes the cluster started in" in (b.dir / "output.txt").read_text()
+    for v in a.verdicts + b.verdicts + c.verdicts:
+        assert v["read_complete"] is True and v["stowaways"] == 0, v
+        _no_loss_of_ours(v)
+    assert [v["send_count"] == v["received"] == 500 for v in b.verdicts + c.verdicts] == [True] * 3
+    assert namespaces_of(os.getpid()) == []
 
 
 def test_a_one_run_session_is_analysed_once(tmp_path, spark, monkeypatch):

@@ -17,6 +17,8 @@ from observers import Quiet
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 

@@ -162,7 +162,7 @@ def _sessions_of(root: Path, name: str) -> list[Path]:
 
 def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[str] = None,
         observer=None, resume: Optional[Path] = None, command: Optional[str] = None) -> dict:
-    from .runner import Observer, Session
+    from .runner import ClusterPool, Observer
 
     say = (observer or Observer()).line
     if resume is not None:
@@ -177,6 +177,26 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
              "command": command}, indent=2))
     sessions = []
     by_session: list[tuple[str, list[dict]]] = []
+    # a cluster whose last run left it whole serves the next line whose servers are
+    # configured alike (runner/pool.py): a campaign over faults starts one cluster
+    with ClusterPool():
+        _lines(scenarios, root, resume, spark_master, observer, command, say, sessions, by_session)
+    for x in sessions:
+        x["axes"] = spec._axes.get(x["scenario"], {})
+        x["base"] = spec._base.get(x["scenario"], x["scenario"])
+    # across every window of every session (each session's own block has its schedules)
+    dist = campaign_outages([v for _, vs in by_session for v in vs], spark_master)
+    write(root, sessions, dist)
+    from .report import campaign_html
+
+    report = campaign_html.write_campaign(root, spec.name, sessions, dict(by_session), notes=spec.notes)
+    return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
+
+
+def _lines(scenarios, root, resume, spark_master, observer, command, say, sessions, by_session) -> None:
+    """Each line's session (or the one it left finished, when resuming), in order."""
+    from .runner import Session
+
     for s in scenarios:
         there = _sessions_of(root, s.name) if resume is not None else []
         done = [d for d in there if (d / "summary.json").exists()]
@@ -192,17 +212,6 @@ def run(spec: CampaignSpec, scenarios: list, out: Path, spark_master: Optional[s
                          resume=there[-1] if there else None, command=command).run()
         sessions.append({"scenario": s.name, "dir": result.dir.name, "summary": result.summary})
         by_session.append((s.name, result.verdicts))
-    for x in sessions:
-        x["axes"] = spec._axes.get(x["scenario"], {})
-        x["base"] = spec._base.get(x["scenario"], x["scenario"])
-    # across every window of every session (each session's own block has its schedules)
-    dist = campaign_outages([v for _, vs in by_session for v in vs], spark_master)
-    write(root, sessions, dist)
-    from .report import campaign_html
-
-    report = campaign_html.write_campaign(root, spec.name, sessions, dict(by_session), notes=spec.notes)
-    return {"dir": root, "sessions": sessions, "outages": dist, "verdicts": by_session, "report": report}
-
 
 def campaign_outages(verdicts: list[Verdict], spark_master: Optional[str] = None) -> dict:
     """The outage distributions across every window of a campaign's sessions."""

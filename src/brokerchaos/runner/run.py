@@ -26,11 +26,22 @@ class Clusters:
     """The session's cluster between runs: kept while each run leaves it whole (and reuse is
     on), else stopped, and the next run builds a new one."""
 
-    def __init__(self, scenario: Scenario, sandbox: Sandbox, tag: str) -> None:
+    def __init__(self, scenario: Scenario, sandbox: Sandbox, tag: str, pooled: bool = False) -> None:
         self.s, self.sandbox, self.tag = scenario, sandbox, tag
         self.dep: Optional[Deployment] = None
         self.started_in = ""  # the run that started the kept cluster
         self.rebuild_why = ""
+        # the session's last run may leave its cluster to a pool (pool.py): it is checked
+        # whole after it, as a run before another is
+        self.pooled = pooled
+
+    def serve(self, scenario: Scenario, tag: str, pooled: bool) -> "Clusters":
+        """This session's clusters, kept from another session (pool.py): its deployment now
+        serves this scenario (same servers, new clients and roles)."""
+        self.s, self.tag, self.pooled = scenario, tag, pooled
+        if self.dep is not None:
+            self.dep.serve(scenario, tag, needs_of(scenario))
+        return self
 
     def take(self, run_id: str, index: int, logdir: Path) -> tuple[Deployment, bool, str]:
         """The run's deployment, whether it is new, and how run.json names its cluster."""
@@ -105,7 +116,8 @@ def run_one(s: Scenario, sandbox: Sandbox, clusters: Clusters, session_dir: Path
     try:
         if fresh:
             dep.cluster.start()
-        c = RunContext(s, dep, sandbox, run_id, run_dir, t_run, index < s.runs, line, observer, quiet)
+        more = index < s.runs or clusters.pooled
+        c = RunContext(s, dep, sandbox, run_id, run_dir, t_run, more, line, observer, quiet)
         sandbox.run_client(lambda: client_side(c, rec), timeout=run_bound(s))
         keep = bool(rec.healthy_after)
     except BaseException as e:  # Ctrl-C, SIGTERM, a harness error: the run is cut short

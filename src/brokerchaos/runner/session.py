@@ -24,11 +24,10 @@ from ..analysis import metrics, spark as spark_mod, warmup
 from ..report import console, session_table
 from ..sandbox import Sandbox
 from ..scenario import Scenario
-from ..systems import SYSTEMS
-from ..systems.base import node_names
 from .finish import finish
 from .journal import Journal
 from .observe import Observer, _on_sigterm, main_thread
+from .pool import ClusterPool, leave, place
 from .record import RunRecord
 from .run import Clusters, RunRefused, run_one
 
@@ -60,8 +59,10 @@ class Session:
     def __init__(self, scenario: Scenario, out: Path, spark_master: Optional[str] = None,
                  observer: Optional[Observer] = None, resume: Optional[Path] = None,
                  duration: Optional[float] = None, soak: bool = False, command: Optional[str] = None,
-                 report: bool = True, verdicts: str = "auto") -> None:
+                 report: bool = True, verdicts: str = "auto", pool: Optional[ClusterPool] = None) -> None:
         self.s = scenario
+        # clusters kept between sessions (pool.py): the open pool unless one is given
+        self.pool = pool if pool is not None else ClusterPool.current
         self.spark_master = spark_master
         self.obs = observer or Observer()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -81,8 +82,10 @@ class Session:
         self._warm = None
         # on an external cluster every name the session gives (streams, client ids) carries
         # this mark: the cluster may hold earlier sessions' streams under the same run ids
+        # (and on a cluster a pool may hand to another session, whose run ids are ours too)
+        marked = scenario.external or (self.pool is not None and self.pool.admits(scenario))
         self.tag = self.journal.facts().get("tag", "") if self.resuming else \
-            (f"{int(time.time()):x}{secrets.token_hex(2)}" if scenario.external else "")
+            (f"{int(time.time()):x}{secrets.token_hex(2)}" if marked else "")
         # each run's verdict after its read ("each"), or every verdict from the session's one
         # analysis at its end ("end"): a run's own analysis costs 1-3 s whatever its size, which
         # over a thousand short runs is most of the session, and the session's analysis does
@@ -142,23 +145,20 @@ class Session:
 
     def _runs(self, result: SessionResult, first: int) -> None:
         s = self.s
-        hosts = node_names(s.cluster.nodes)
-        if not s.external:
-            hosts += list(SYSTEMS.get(s.system).service_hosts(s))
         t_begin = time.monotonic()
-        # an external cluster is reached from the root namespace, like any other client
-        with Sandbox(hosts, "loopback" if s.external else s.sandbox) as sb:
-            clusters = Clusters(s, sb, self.tag)
-            try:
-                self._announce(sb)
-                for i in range(first, s.runs + 1):
-                    if self.duration is not None and time.monotonic() - t_begin >= self.duration:
-                        self._line(f"Soak: {self.duration:.0f} s reached; no new run")
-                        break
-                    if not self._one(result, sb, clusters, i):
-                        break
-            finally:
-                clusters.drop()
+        sb, clusters = place(self.pool, s, self.tag, self._line)
+        ended = False
+        try:
+            self._announce(sb)
+            for i in range(first, s.runs + 1):
+                if self.duration is not None and time.monotonic() - t_begin >= self.duration:
+                    self._line(f"Soak: {self.duration:.0f} s reached; no new run")
+                    break
+                if not self._one(result, sb, clusters, i):
+                    break
+            ended = True
+        finally:
+            leave(self.pool, sb, clusters, ended, self.dir.name)
 
     def _one(self, result: SessionResult, sb: Sandbox, clusters: Clusters, i: int) -> bool:
         """Run i of the session, and its verdict (verdicts: each); False when the session stops here."""

@@ -38,6 +38,8 @@ from .localnode import PowerAndClock, Supervised
 
 __all__ = ["Cluster", "LocalCluster", "ExternalCluster", "HOOKS", "KILL", "NETNS", "PAUSE", "START", "STOP"]
 
+# what a local cluster sets up at its start, only for the faults that need it
+SET_UP = frozenset({POWER, CLOCK})
 PAUSE_S = 2.0  # a paused node's threads have all stopped within this (milliseconds, under load)
 
 

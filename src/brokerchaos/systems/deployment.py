@@ -36,6 +36,14 @@ class Deployment:
     def reusable(self) -> bool:
         return self.system.reusable
 
+    def serve(self, scenario: "Scenario", tag: str, needs: frozenset) -> None:
+        """Serve another session's scenario on this cluster, whose servers are configured as
+        that scenario would have them (runner/pool.py): its options, names, clients and roles."""
+        self.ctx.scenario, self.ctx.tag, self.ctx.needs = scenario, tag, needs
+        self.ctx.options = self.system.Options.model_validate(scenario.options)
+        self.client = self.system.Client(self.ctx, self.cluster)
+        self.roles = self.system.roles_class(scenario)(self.ctx, self.cluster, self.client)
+
     def begin_run(self, run_id: str, logdir: Path) -> None:
         self.cluster.begin_run(run_id, logdir)
 

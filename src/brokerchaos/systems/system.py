@@ -13,6 +13,12 @@ from .roles import Roles
 if TYPE_CHECKING:
     from ..scenario import Scenario
 
+# the workload's shape, which no server is configured from: how much, how fast, how many
+# clients and how long they wait
+WORKLOAD_SHAPE = frozenset({
+    "messages", "in_flight", "producers", "processes", "topics", "consumers", "rate", "message_size", "retries",
+    "retry_backoff", "retry_backoff_max", "ack_timeout", "write_timeout", "read_timeout", "read_idle"})
+
 
 class System:
     """A broker as the registry knows it: its settings, static checks and the classes of its
@@ -31,6 +37,27 @@ class System:
     reusable: ClassVar[bool] = True
     # producer names carry the run id, for systems where one run can read another's messages
     tags_runs: ClassVar[bool] = False
+    # options that only the clients and the roles read, never a server's configuration: a
+    # cluster kept from another session (runner/pool.py) may serve a scenario that differs
+    # from its own in these alone. An option not named here is taken to shape the servers
+    # (the safe side: a wrong omission costs a cluster start, a wrong entry a wrong cluster)
+    client_options: ClassVar[frozenset[str]] = frozenset()
+    # the same for the workload's settings beyond its shape (WORKLOAD_SHAPE): a consumer
+    # group, transactions, deduplication, which some servers are configured for (Pulsar)
+    client_workload: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def server_config(cls, scenario: "Scenario") -> dict:
+        """What a local cluster's servers are configured from for this scenario: two
+        scenarios with the same may share a cluster (runner/pool.py)."""
+        options = cls.Options.model_validate(scenario.options).model_dump(mode="json")
+        workload = scenario.workload.model_dump(mode="json")
+        return {"system": cls.name, "class": cls.local_cluster(scenario).__qualname__,
+                "cluster": scenario.cluster.model_dump(mode="json", exclude={"reuse"}),
+                "service_hosts": list(cls.service_hosts(scenario)),
+                "options": {k: v for k, v in options.items() if k not in cls.client_options},
+                "workload": {k: v for k, v in workload.items()
+                             if k not in WORKLOAD_SHAPE and k not in cls.client_workload}}
 
     @classmethod
     def check(cls, scenario: "Scenario") -> None:

@@ -83,6 +83,10 @@ class KafkaOptions(BaseModel):
 class Kafka(System):
     description = ("Apache Kafka 3.9 on ZooKeeper (host `zk`) or 4.1 on KRaft, RF 3, confluent-kafka; "
                    "options.broker tansu: one S3 store, no replication")
+    client_options = frozenset({"acks", "batch_messages", "client", "client_config", "isolation", "linger_ms",
+                                "max_in_flight", "message_timeout_ms", "min_insync_replicas", "partitions",
+                                "request_timeout_ms", "retries"})  # the topic's and the clients' settings
+    client_workload = frozenset({"group", "dedup", "transactions"})
     Options = KafkaOptions
     LocalCluster = ZooKeeperKafka
     Client = KafkaClient

@@ -79,6 +79,9 @@ BACKENDS = {"rabbitmq": (RabbitMqttServers, RabbitMqttRoles), "nats": (NatsMqttS
 class Mqtt(System):
     description = ("MQTT (paho-mqtt), QoS 1, a live receiver with a persistent session: "
                    "RabbitMQ's MQTT plugin on its cluster, NATS's MQTT listener, Mosquitto or a VerneMQ cluster")
+    client_options = frozenset({"clean_session", "keepalive", "qos", "rx_node", "rx_reconnect_s", "topic",
+                                "tx_node"})
+    client_workload = frozenset({"group", "dedup", "transactions"})
     Options = MqttOptions
     Client = MqttClient
     tags_runs = True  # producer names carry the run id: late messages of other runs are stowaways

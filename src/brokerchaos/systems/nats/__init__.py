@@ -23,6 +23,7 @@ from .roles import NatsRoles
 @SYSTEMS.register("nats")
 class Nats(System):
     description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
+    client_workload = frozenset({"group", "dedup", "transactions"})  # every option is the servers'
     LocalCluster = NatsServers
     Client = NatsClient
     Roles = NatsRoles

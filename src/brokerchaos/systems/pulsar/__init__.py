@@ -77,6 +77,9 @@ class PulsarOptions(BaseModel):
 class Pulsar(System):
     description = ("Apache Pulsar 4.0: brokers n1…, bookies b1… and ZooKeeper (host `zk`), E-Qw-Qa from options, "
                    "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
+    client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
+                                "send_timeout_ms"})
+    client_workload = frozenset({"group"})  # dedup and transactions are the brokers' settings
     Options = PulsarOptions
     LocalCluster = ApachePulsar
     Client = PulsarClient

@@ -44,6 +44,9 @@ class RabbitOptions(BaseModel):
 @SYSTEMS.register("rabbitmq")
 class RabbitMQ(System):
     description = "RabbitMQ cluster (rabbitmq-server 3.10): quorum, classic or stream queue, publisher confirms"
+    client_options = frozenset({"mandatory", "message_ttl", "persistent", "prefetch", "producers_on",
+                                "queue_type"})  # the queue's arguments and the clients' settings
+    client_workload = frozenset({"group", "dedup", "transactions"})
     Options = RabbitOptions
     LocalCluster = RabbitServers
     Client = RabbitClient

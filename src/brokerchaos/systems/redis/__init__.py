@@ -33,6 +33,8 @@ __all__ = ["Redis", "RedisOptions", "FIELD", "client_for"]
 @SYSTEMS.register("redis")
 class Redis(System):
     description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
+    client_options = frozenset({"batch", "connections", "follow_failover", "wait_replicas", "wait_timeout_ms"})
+    client_workload = frozenset({"group", "dedup", "transactions"})
     Options = RedisOptions
     LocalCluster = RedisServers
     Client = RedisClient

@@ -144,8 +144,9 @@ def read_back(changes: list[dict], root: Path) -> int:
 @FAULTS.register("corrupt")
 class Corrupt(_Restarting):
     description = ("SIGKILL the target, then flip params.bits random bits in its data files or cut params.bytes off "
-                   "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files), "
-                   "and start it again; run.json keeps each change (file, offset, bit)")
+                   "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files; "
+                   "Redis: the server's append-only files), and start it again; run.json keeps each change "
+                   "(file, offset, bit)")
     family = "corrupt"
     example = {"bits": 64}
     observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "

@@ -3,12 +3,14 @@ starts, one of each per node namespace (n1 the first primary)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..base import POWER, SystemError_
+from ..base import CORRUPT, POWER, SystemError_
 from ..cluster import LocalCluster
 
 
@@ -37,6 +39,12 @@ class RedisOptions(BaseModel):
         return "no" if v is False else v  # YAML (a file's, or --option's) reads a bare `no` as false
 
 
+def _seq(p: Path) -> int:
+    """An AOF file's sequence number (appendonly.aof.3.incr.aof: 3)."""
+    m = re.search(r"\.aof\.(\d+)\.", p.name)
+    return int(m.group(1)) if m else 0
+
+
 def _bin() -> str:
     return shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -47,8 +55,8 @@ class RedisServers(LocalCluster):
 
     ports = {"client": 6379, "sentinel": 26379}
     # a server's `dir` (its AOF) on the layer: power-off; its config file, which the
-    # sentinels rewrite, and the sentinels' own stay off it
-    extra_offers = frozenset({POWER})
+    # sentinels rewrite, and the sentinels' own stay off it. Its AOF's files: corrupt
+    extra_offers = frozenset({POWER, CORRUPT})
 
     def _server_conf(self, node: str) -> str:
         ip, port = self.address(node)
@@ -83,6 +91,14 @@ class RedisServers(LocalCluster):
             *[f"sentinel known-replica {name} {r_ip} {r_port}"
               for r_ip, r_port in (self.address(n) for n in self.node_names[1:])],
         ]) + "\n"
+
+    def data_files(self, node: str) -> list[Path]:
+        """The server's append-only files (Redis 7's multi-part AOF): its base, then its
+        increments in order, the newest writes last; the manifest naming them is left alone.
+        One AOF holds the server's every key: on a reused cluster, earlier runs' streams were
+        deleted, so its tail is this run's writes."""
+        d = self.datadir / node / "appendonlydir"
+        return sorted(d.glob("*.base.*"), key=_seq) + sorted(d.glob("*.incr.aof"), key=_seq)
 
     def settings(self) -> dict:
         """appendonly and appendfsync as each running server reports them (CONFIG GET)."""

@@ -48,6 +48,12 @@ def test_a_pool_says_what_differs():
     assert differ(ClusterPool.key(a), ClusterPool.key(b)) == "cluster.nodes: 3 vs 5; options.flush_messages: None vs 1"
 
 
+def test_a_streams_replica_count_is_its_clients_but_a_nats_mqtt_stream_is_the_servers():
+    assert ClusterPool.key(_s(**KAFKA)) == ClusterPool.key(_s(**KAFKA, cluster={"replicas": 1}))
+    mqtt = {"system": "mqtt", "options": {"broker": "nats"}}
+    assert ClusterPool.key(_s(**mqtt)) != ClusterPool.key(_s(**mqtt, cluster={"replicas": 1}))
+
+
 def test_pulsars_brokers_are_configured_for_dedup_and_transactions_so_those_keep_clusters_apart():
     base = {"system": "pulsar"}
     assert ClusterPool.key(_s(**base)) != ClusterPool.key(_s(**base, workload={"dedup": True}))
@@ -111,5 +117,8 @@ def test_what_a_system_calls_its_clients_alone_no_server_of_it_reads(name):
     for option in system.client_options:
         read = re.search(rf"(options|\bo)\.{option}\b|getattr\([^)]*options[^)]*['\"]{option}['\"]", code)
         assert read is None, f"{name}: options.{option} is called the clients' alone, but a cluster reads it"
+    code = re.sub(r"#.*", "", code)
     for field in system.client_workload:
-        assert f"workload.{field}" not in re.sub(r"#.*", "", code), f"{name}: a cluster reads workload.{field}"
+        assert f"workload.{field}" not in code, f"{name}: a cluster reads workload.{field}"
+    for field in system.client_cluster:
+        assert f"cluster.{field}" not in code, f"{name}: a cluster reads cluster.{field}"

@@ -191,6 +191,11 @@ class Cluster(abc.ABC):
         # (LocalCluster.supervised), for run.json: node, exit code, when
         self.restarts: list[dict] = []
 
+    def metadata_store(self) -> Optional[tuple[str, int]]:
+        """Where the servers keep who owns what, if the harness may read it there directly
+        (Pulsar's ZooKeeper on a cluster of ours); None: ask the servers (an external cluster)."""
+        return None
+
     @property
     def step_bound_s(self) -> float:
         """How long one step of this cluster's own may take beyond the harness's bounds (an

@@ -45,6 +45,8 @@ class System:
     # the same for the workload's settings beyond its shape (WORKLOAD_SHAPE): a consumer
     # group, transactions, deduplication, which some servers are configured for (Pulsar)
     client_workload: ClassVar[frozenset[str]] = frozenset()
+    # and for the cluster's spec: `replicas` is the stream's where clients create it
+    client_cluster: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def server_config(cls, scenario: "Scenario") -> dict:
@@ -53,7 +55,7 @@ class System:
         options = cls.Options.model_validate(scenario.options).model_dump(mode="json")
         workload = scenario.workload.model_dump(mode="json")
         return {"system": cls.name, "class": cls.local_cluster(scenario).__qualname__,
-                "cluster": scenario.cluster.model_dump(mode="json", exclude={"reuse"}),
+                "cluster": scenario.cluster.model_dump(mode="json", exclude={"reuse", *cls.client_cluster}),
                 "service_hosts": list(cls.service_hosts(scenario)),
                 "options": {k: v for k, v in options.items() if k not in cls.client_options},
                 "workload": {k: v for k, v in workload.items()

@@ -87,6 +87,7 @@ class Kafka(System):
                                 "max_in_flight", "message_timeout_ms", "min_insync_replicas", "partitions",
                                 "request_timeout_ms", "retries"})  # the topic's and the clients' settings
     client_workload = frozenset({"group", "dedup", "transactions"})
+    client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = KafkaOptions
     LocalCluster = ZooKeeperKafka
     Client = KafkaClient

@@ -24,6 +24,7 @@ from .roles import NatsRoles
 class Nats(System):
     description = "NATS JetStream cluster (nats-server), stream with N replicas, file storage"
     client_workload = frozenset({"group", "dedup", "transactions"})  # every option is the servers'
+    client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     LocalCluster = NatsServers
     Client = NatsClient
     Roles = NatsRoles

@@ -80,6 +80,7 @@ class Pulsar(System):
     client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
                                 "send_timeout_ms"})
     client_workload = frozenset({"group"})  # dedup and transactions are the brokers' settings
+    client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = PulsarOptions
     LocalCluster = ApachePulsar
     Client = PulsarClient

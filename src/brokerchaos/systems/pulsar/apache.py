@@ -74,7 +74,7 @@ class ApachePulsar(LocalCluster):
     def lazy_hosts(self) -> tuple[str, ...]:
         return (ZK, *self.bookies)
 
-    def metadata_store(self) -> tuple[str, int]:
+    def metadata_store(self) -> Optional[tuple[str, int]]:
         """Where the brokers keep who owns what (ZooKeeper): PulsarClient.bundle_owner reads
         a bundle's owner there."""
         return self.address(ZK, "zk")

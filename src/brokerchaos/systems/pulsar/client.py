@@ -133,9 +133,9 @@ class PulsarClient(Client):
         if len(self.cluster.node_names) == 1 or not self.admins():
             return self.cluster.node_names[0]
         bundle = f"{self.options.namespace}/{await self.bundle_of(timeout)}"
-        store = getattr(self.cluster, "metadata_store", None)
+        store = self.cluster.metadata_store()
         if store is not None:
-            owners = await asyncio.to_thread(self._zk.read, store(), bundle, timeout, self.cluster.node_at)
+            owners = await asyncio.to_thread(self._zk.read, store, bundle, timeout, self.cluster.node_at)
         else:
             if self._cluster_name is None:
                 self._cluster_name = json.loads(await self.admin_get("/admin/v2/clusters", timeout))[0]

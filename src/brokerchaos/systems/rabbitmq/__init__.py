@@ -47,6 +47,7 @@ class RabbitMQ(System):
     client_options = frozenset({"mandatory", "message_ttl", "persistent", "prefetch", "producers_on",
                                 "queue_type"})  # the queue's arguments and the clients' settings
     client_workload = frozenset({"group", "dedup", "transactions"})
+    client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = RabbitOptions
     LocalCluster = RabbitServers
     Client = RabbitClient

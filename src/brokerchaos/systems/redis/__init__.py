@@ -35,6 +35,7 @@ class Redis(System):
     description = "Redis primary + replicas with one Sentinel per node (redis-server 7), a Redis Stream"
     client_options = frozenset({"batch", "connections", "follow_failover", "wait_replicas", "wait_timeout_ms"})
     client_workload = frozenset({"group", "dedup", "transactions"})
+    client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = RedisOptions
     LocalCluster = RedisServers
     Client = RedisClient

@@ -14,6 +14,8 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
     pytest.mark.skipif(not os.path.exists(SERVER), reason="rabbitmq-server not installed (make setup)"),
+    # sessions whose servers are configured alike share a cluster (runner/pool.py)
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 
@@ -41,6 +43,7 @@ def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_pa
         rows = pq.read_table(result.dir / v["run"] / "history").to_pylist()
         assert sum(1 for r in rows if r["type"] == "recv" and r["client"] == "l1") > 3_000
     first, second = result.metas["run-001"], result.metas["run-002"]
+    # (the module's first session: the pool has nothing yet)
     assert first["cluster"] == "started" and first["healthy_after"] is True
     assert second["cluster"].startswith("reused"), second["cluster"]
     assert second["cluster_ready_s"] < first["cluster_ready_s"]

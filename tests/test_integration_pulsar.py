@@ -68,6 +68,40 @@ def test_send_callbacks_map_to_ack_nack_unknown(tmp_path):
     assert ps.outcome_of(pulsar.Result.ProducerQueueIsFull) == ("nack", "ProducerQueueIsFull")
 
 
+def test_no_send_timeout_waits_out_a_pause_that_a_timeout_would_not(tmp_path):
+    """The deduplication seed's client (`send_timeout_ms: 0`, dedup_test.py's "none"): a
+    send to a broker paused past where a 1.5 s timeout gives up (the test above: unknown,
+    "Timeout") is acked once the broker wakes; the harness's ack_timeout still bounds it."""
+    s = sc.build({"name": "it-pulsar-no-timeout", "system": "pulsar", "runs": 1,
+                  "cluster": {"nodes": 1, "replicas": 1},
+                  "options": {"broker": "lite", "send_timeout_ms": 0, "batching": False},
+                  "workload": {"ack_timeout": 20}})
+    outcomes: dict[int, tuple] = {}
+    with started(ps.Pulsar, s, ["n1"], tmp_path / "logs") as (sb, dep):
+        async def body():
+            await dep.up(60)
+            p = dep.client.producer("p1")
+            await p.open(lambda v, kind, off, node, detail: outcomes.__setitem__(v, (kind, off, node, detail)))
+            try:
+                await p.send(1, b"p1 1")
+                await until(lambda: 1 in outcomes, 15)
+                dep.cluster.pause("n1")
+                try:
+                    await p.send(2, b"p1 2")
+                    await asyncio.sleep(4)  # past the 1.5 s a timeout would have given
+                    paused = dict(outcomes)
+                finally:
+                    dep.cluster.resume("n1")
+                await until(lambda: 2 in outcomes, 15)
+            finally:
+                await p.close()
+            return paused
+
+        paused = sb.run_client(body, 120)
+    assert 2 not in paused, paused  # no answer while the broker slept: no timeout fired
+    assert outcomes[2][0] == "ack", outcomes[2]
+
+
 def test_resends_after_a_pause_are_stored_twice_not_redelivered(tmp_path, spark):
     s = sc.load("scenarios/pulsar-pause-resend.yaml", {"runs": 1, "name": "it-pulsar-resend"})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()

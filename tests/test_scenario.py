@@ -115,6 +115,8 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "nats", "fault": {"action": "kill-wipe", "target": "leader"}}, "fault.action"),
     ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"send_timeout_ms": 5000}},
      "options.send_timeout_ms"),
+    ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"send_timeout_ms": 50}},
+     "options.send_timeout_ms"),
     ({"system": "kafka", "fault": {"action": "pause", "target": "stor"}}, "fault.target"),
     ({"system": "kafka", "fault": {"action": "command", "params": {"inject": "x"}}}, "fault.action"),
     # nats-server refuses to start below 30 s, or with a grace period not shorter
@@ -128,6 +130,14 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
 def test_system_options_are_checked_per_system(doc, field):
     with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):
         sc.build(doc)
+
+
+def test_a_pulsar_send_timeout_of_0_is_none_and_needs_no_room_below_ack_timeout():
+    from brokerchaos.systems.pulsar import PulsarOptions
+
+    s = sc.build({"system": "pulsar", "options": {"send_timeout_ms": 0}, "workload": {"ack_timeout": 2}})
+    assert PulsarOptions.model_validate(s.options).send_timeout(s.workload.ack_timeout) == 0
+    assert PulsarOptions().send_timeout(20) == 19_000 and PulsarOptions(send_timeout_ms=500).send_timeout(20) == 500
 
 
 def test_redis_options_have_defaults():

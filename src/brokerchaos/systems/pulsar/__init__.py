@@ -68,9 +68,15 @@ class PulsarOptions(BaseModel):
     batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
     batching_max_messages: int = Field(1000, ge=1, le=100_000)
     send_timeout_ms: Optional[int] = Field(
-        None, ge=100, le=3_600_000, description="client send timeout (unknown after it); default: "
-                                                "workload.ack_timeout minus 1 s")
+        None, ge=0, le=3_600_000, description="client send timeout (unknown after it); 0: none, the client retries "
+                                              "until the broker answers (workload.ack_timeout still bounds each "
+                                              "send's wait); default: workload.ack_timeout minus 1 s")
     namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
+
+    def send_timeout(self, ack_timeout: float) -> int:
+        """The producers' send timeout in ms (0: none): the option, else 1 s below the
+        harness's ack_timeout, so that the client's own timeout answers first."""
+        return int((ack_timeout - 1.0) * 1000) if self.send_timeout_ms is None else self.send_timeout_ms
 
 
 @SYSTEMS.register("pulsar")
@@ -143,9 +149,11 @@ class Pulsar(System):
             if not o.ack_quorum <= o.write_quorum <= o.ensemble_size:
                 raise ScenarioError(f"scenario field 'options.write_quorum': need Qa <= Qw <= E, got "
                                     f"{o.ensemble_size}-{o.write_quorum}-{o.ack_quorum}")
-        if o.send_timeout_ms is not None and o.send_timeout_ms / 1000 >= w.ack_timeout:
+        if o.send_timeout_ms and o.send_timeout_ms / 1000 >= w.ack_timeout:
             raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
                                 f"workload.ack_timeout ({w.ack_timeout} s)")
+        if o.send_timeout_ms is not None and 0 < o.send_timeout_ms < 100:
+            raise ScenarioError("scenario field 'options.send_timeout_ms': give 0 (none) or at least 100 ms")
         if o.send_timeout_ms is None and w.ack_timeout <= 1.1:
             raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
                                 "(the send timeout is derived from it)")

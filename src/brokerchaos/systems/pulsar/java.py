@@ -56,7 +56,7 @@ class PulsarJavaProducer:
         s, o, w = self.system, self.system.options, self.system.ctx.scenario.workload
         txn = w.transactions
         return {"serviceUrl": s.service_url(), "topic": s.topic, "producerName": f"{self.name}-{s.ctx.run_id}",
-                "sendTimeoutMs": o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000),
+                "sendTimeoutMs": o.send_timeout(w.ack_timeout),
                 "batching": str(o.batching).lower(), "batchingMaxMessages": o.batching_max_messages,
                 "batchingMaxPublishDelayMs": o.batching_max_publish_delay_ms,
                 "maxPendingMessages": w.in_flight + 1000, "operationTimeoutMs": 10_000,

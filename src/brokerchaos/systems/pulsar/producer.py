@@ -110,7 +110,7 @@ class PulsarProducer(ClientEvents):
         self.loop = asyncio.get_running_loop()
         self.handoff = Handoff(self.loop)
         s.follow_owner()
-        timeout_ms = o.send_timeout_ms or int((w.ack_timeout - 1.0) * 1000)
+        timeout_ms = o.send_timeout(w.ack_timeout)
         self.client = s.shared_client(self.name) if w.topics > 1 else s.new_client(10)
         # named, so that its lines in the client log are told apart (and broker-side dedup,
         # where on, keys on (producer name, sequence id))

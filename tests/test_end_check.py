@@ -126,6 +126,10 @@ def test_the_background_watch_keeps_what_a_repair_before_the_first_look_would_hi
 
     asyncio.run(main())
     assert rec.copies_during["most"] == 2 and rec.copies_during["looks"] >= 4 and rec.copies_during["first_ms"] > 0
+    # the timeline: named at first_ms, one copied, then none (the failed look is no change)
+    changes = rec.copies_during["changes"]
+    assert [c for _, c in changes] == [2, 1, 0] and changes[0][0] == rec.copies_during["first_ms"], changes
+    assert changes == sorted(changes), changes
     assert "0 under-replicated at the first look; during the run at most 2, first named at" in rec.end_check
     assert rec.under_replicated == [] and nem.rows[0][1]["value"] == 0
 

@@ -483,6 +483,27 @@ def test_a_kill_is_in_effect_at_its_signal_not_when_the_process_is_reaped(tmp_pa
     assert (heal["t_ns"] - fault["t_ns"]) / 1e9 >= 0.2 + 0.29
 
 
+def test_a_staged_return_starts_the_killed_nodes_one_stagger_apart(tmp_path):
+    # the Pulsar seed's kill of a write quorum's bookies, brought back one, then the other
+    dep = FakeDeployment()
+
+    async def kill_nodes(nodes, timeout=10.0):
+        for n in nodes:
+            dep.cluster.kill(n)
+        return time.monotonic_ns()
+
+    dep.cluster.kill_nodes = kill_nodes
+    _, nems, _, _ = _run(tmp_path, [{"action": "kill", "target": "all", "trigger": {"at_seconds": 0},
+                                     "duration": 0.2, "params": {"stagger": 0.4}}], dep=dep, extra=1.5)
+    starts = [(t, node) for t, verb, node in dep.cluster.log if verb == "start"]
+    assert [n for _, n in starts] == ["n1", "n2", "n3"] and dep.cluster.up == {"n1", "n2", "n3"}
+    gaps = [b[0] - a[0] for a, b in zip(starts, starts[1:])]
+    assert all(0.35 < g < 0.8 for g in gaps), starts
+    (w,) = nems[0].windows
+    started = w["effect"]["started_ms"]
+    assert list(started) == ["n1", "n2", "n3"] and 350 < started["n3"] - started["n2"] < 800, started
+
+
 def test_a_graceful_stop_is_in_effect_at_its_sigterm(tmp_path):
     dep = FakeDeployment()
 

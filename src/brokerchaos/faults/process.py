@@ -61,18 +61,33 @@ class _Restarting(Fault):
             return await effect.restarted(self, hit, self.pids_before)
         return None
 
+    def stagger_s(self) -> float:
+        """Seconds between starting one node and the next at the heal (0: one after another)."""
+        return 0.0
+
+    def heal_bound(self) -> float:
+        return super().heal_bound() + self.stagger_s() * max(0, len(self.nodes) - 1)
+
     async def heal(self) -> None:
         cluster, group = self.ctx.cluster, self.ctx.group()
+        started = False
         while self.nodes:
             n = self.nodes[0]
+            if started and self.stagger_s():  # a staged return: the next one later
+                await asyncio.sleep(self.stagger_s())
+            started = False
             if group is not None and group.owns(n):
                 if group.down(n):  # a group member: another process in its place
                     await group.start_member(n)
+                    started = True
             elif await asyncio.to_thread(cluster.down_why, n):
                 await asyncio.to_thread(cluster.start_node, n)
+                started = True
                 note = cluster.start_notes.pop(n, None)
                 if note:
                     self.effect.setdefault("start_waited", {})[n] = note
+            if started and self.effect_ns is not None:  # from the fault taking effect
+                self.effect.setdefault("started_ms", {})[n] = round((time.monotonic_ns() - self.effect_ns) / 1e6, 1)
             self.nodes.pop(0)
 
 
@@ -110,12 +125,23 @@ async def stop(fault: Fault, nodes: list[str], timeout: float) -> list[bool]:
     return clean
 
 
+class KillParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stagger: float = Field(0.0, ge=0, le=3600, description="seconds between starting one killed node and the next "
+                                                           "at the heal, in the order they were chosen (the Pulsar "
+                                                           "seed's bookie1, then bookie3); 0: all at once")
+
+
 @FAULTS.register("kill")
 class Kill(_Restarting):
     description = "SIGKILL the target's broker process; heal starts it again on the same data"
     family = "crash"
     acts_on_consumers = True
     needs = frozenset({"kill", "start"})
+    Params = KillParams
+
+    def stagger_s(self) -> float:
+        return self.p.stagger
 
     async def inject(self, target: Target) -> None:
         self.hold(target.nodes)  # heal starts those not running, whatever happened

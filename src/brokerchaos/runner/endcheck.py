@@ -18,17 +18,31 @@ from .record import RunRecord
 
 EVERY_S = 2.0
 LOOK_TIMEOUT_S = 45.0
+CHANGES_KEPT = 200  # the watch's timeline: a soak's run asks a few hundred times at most
 
 
 class CopiesWatch:
     """What the cluster says is short of copies, asked every EVERY_S from the write's start
-    until the end check: the most it named at one look, and when it first named any (ms on
-    the run's clock). Nothing is asked where the system keeps no such account."""
+    until the end check: the most it named at one look, when it first named any, and each
+    change of how many it named ([ms, count], ms on the run's clock): when a repair began and
+    ended against the fault's windows (the Pulsar seed's ledger AutoRecovery could not copy
+    while a bookie of a Qa 1 ensemble was down). Nothing is asked where the system keeps no
+    such account."""
 
     def __init__(self, dep: Deployment, origin_ns: int) -> None:
         self.dep, self.origin = dep, origin_ns
         self.looks, self.most, self.first_ms = 0, 0, None
+        self.changes: list[list] = []
         self.task: Optional[asyncio.Task] = None
+
+    def _saw(self, short: int) -> None:
+        self.looks += 1
+        self.most = max(self.most, short)
+        now = round((time.monotonic_ns() - self.origin) / 1e6, 3)
+        if short and self.first_ms is None:
+            self.first_ms = now
+        if (self.changes[-1][1] if self.changes else 0) != short and len(self.changes) < CHANGES_KEPT:
+            self.changes.append([now, short])
 
     def start(self) -> None:
         if self.dep.roles.copies_wait() is not None:
@@ -37,11 +51,7 @@ class CopiesWatch:
     async def _watch(self) -> None:
         while True:
             try:
-                short = await asyncio.wait_for(self.dep.roles.under_replicated(), LOOK_TIMEOUT_S)
-                self.looks += 1
-                self.most = max(self.most, len(short))
-                if short and self.first_ms is None:
-                    self.first_ms = round((time.monotonic_ns() - self.origin) / 1e6, 3)
+                self._saw(len(await asyncio.wait_for(self.dep.roles.under_replicated(), LOOK_TIMEOUT_S)))
             except Exception:  # not asked this time (a bookie down, no auditor yet)
                 pass
             await asyncio.sleep(EVERY_S)
@@ -51,7 +61,7 @@ class CopiesWatch:
         if task is None:
             return None
         await cancel_all([task])
-        return {"looks": self.looks, "most": self.most, "first_ms": self.first_ms}
+        return {"looks": self.looks, "most": self.most, "first_ms": self.first_ms, "changes": self.changes}
 
 
 async def end_check(dep: Deployment, rec: RunRecord, nem_rec: Recorder, line: Callable[[str], None],

@@ -109,7 +109,7 @@ class RunRecord:
     # the end check of the copies (endcheck.py): what was still short at its last look
     under_replicated: Optional[list[str]] = None
     end_check: Optional[str] = None
-    copies_during: Optional[dict] = None  # the background looks from the write's start: looks, most, first_ms
+    copies_during: Optional[dict] = None  # the background looks from the write's start: looks, most, first_ms, changes
     drops: Optional[dict] = None  # what the broker counted of its own drops over the run (drops.py)
     # may the next run take this cluster?
     healthy_after: Optional[bool] = None

@@ -51,7 +51,7 @@ class ClusterPool:
     def __init__(self, size: int = 1) -> None:
         self.size = size
         self.kept: list[Kept] = []
-        self.taken = 0  # sessions that took a kept cluster (tests and campaign lines read it)
+        self.taken = 0  # sessions that took a kept cluster (the tests read it)
 
     def __enter__(self) -> "ClusterPool":
         self._outer, ClusterPool.current = ClusterPool.current, self
@@ -130,7 +130,7 @@ def place(pool: Optional[ClusterPool], s: "Scenario", tag: str,
     if kept is not None:
         line(f"Cluster pool: this session takes the cluster started in {kept.where}")
         kept.clusters.started_in = kept.where
-        return kept.sandbox, kept.clusters.serve(s, tag, pooled)
+        return kept.sandbox, kept.clusters.serve(s, tag)
     hosts = node_names(s.cluster.nodes)
     if not s.external:
         hosts += list(SYSTEMS.get(s.system).service_hosts(s))

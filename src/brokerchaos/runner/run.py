@@ -35,10 +35,10 @@ class Clusters:
         # whole after it, as a run before another is
         self.pooled = pooled
 
-    def serve(self, scenario: Scenario, tag: str, pooled: bool) -> "Clusters":
+    def serve(self, scenario: Scenario, tag: str) -> "Clusters":
         """This session's clusters, kept from another session (pool.py): its deployment now
-        serves this scenario (same servers, new clients and roles)."""
-        self.s, self.tag, self.pooled = scenario, tag, pooled
+        serves this scenario (same servers, new clients and roles), and is kept again after."""
+        self.s, self.tag, self.pooled = scenario, tag, True
         if self.dep is not None:
             self.dep.serve(scenario, tag, needs_of(scenario))
         return self

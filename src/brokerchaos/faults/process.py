@@ -70,11 +70,8 @@ class _Restarting(Fault):
 
     async def heal(self) -> None:
         cluster, group = self.ctx.cluster, self.ctx.group()
-        started = False
         while self.nodes:
             n = self.nodes[0]
-            if started and self.stagger_s():  # a staged return: the next one later
-                await asyncio.sleep(self.stagger_s())
             started = False
             if group is not None and group.owns(n):
                 if group.down(n):  # a group member: another process in its place
@@ -89,6 +86,8 @@ class _Restarting(Fault):
             if started and self.effect_ns is not None:  # from the fault taking effect
                 self.effect.setdefault("started_ms", {})[n] = round((time.monotonic_ns() - self.effect_ns) / 1e6, 1)
             self.nodes.pop(0)
+            if started and self.nodes and self.stagger_s():  # a staged return: the next one later
+                await asyncio.sleep(self.stagger_s())
 
 
 async def kill(fault: Fault, nodes: list[str]) -> None:

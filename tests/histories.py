@@ -38,9 +38,11 @@ class H:
             self.ev(producer, "ack", producer, v, offset=str(v))
         return self
 
-    def read(self, values, consumer="c1", producer="p1", end="complete"):
+    def read(self, values, consumer="c1", producer="p1", end="complete", partition=None):
+        """A checking read of `values`; `partition`: the partition it names (format 1.11)."""
+        where = {} if partition is None else {"partition": partition}
         for v in values:
-            self.ev(consumer, "recv", producer, v, offset=str(v))
+            self.ev(consumer, "recv", producer, v, offset=str(v) if partition is None else f"{partition}:{v}", **where)
         if end:
             self.ev(consumer, "read_end", detail=end)
         return self

@@ -219,19 +219,25 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
     }
     v["ack_count"] = v["pos_ack_count"] + v["neg_ack_count"]
 
-    # ordering, per (consumer, producer) stream in the consumer's seq order
+    # ordering, per (consumer, producer, partition) stream in the consumer's seq order; in a
+    # partition, a value's place is its rank among the producer's values read from it
     counts = {"jf": 0, "jb": 0, "djf": 0, "djb": 0, "jf0": 0}
     jumps = []
     streams: dict = defaultdict(list)
+    held: dict = defaultdict(set)
     for r in rows:
         if r["type"] == "recv" and r["producer"] is not None and r["value"] is not None and not r.get("_taken"):
-            streams[(r["client"], r["producer"])].append(r)
-    for (client, producer), rs in streams.items():
+            streams[(r["client"], r["producer"], r.get("partition"))].append(r)
+            held[(r["producer"], r.get("partition"))].add(r["value"])
+    rank = {k: {v: i + 1 for i, v in enumerate(sorted(vs))} for k, vs in held.items() if k[1] is not None}
+    for (client, producer, part), rs in streams.items():
         rs.sort(key=lambda r: r["seq"])
         seen: set = set()
         prev = None
+        place = rank.get((producer, part))
+        value_at = {i: v for v, i in place.items()} if place else {}
         for r in rs:
-            val = r["value"]
+            val = r["value"] if place is None else place[r["value"]]
             dup = val in seen
             cls = None
             if prev is None:
@@ -244,8 +250,9 @@ def _checked(run: str, rows: list[dict], position: int, observed: list[dict]) ->
                 cls = "DJB" if dup else "JB"
             if cls:
                 base = 0 if prev is None else prev
+                base, to = (base, val) if place is None else (value_at.get(base, 0), r["value"])
                 counts[cls.lower()] += 1
-                jumps.append((client, producer, cls, base, val, abs(val - base), r["seq"]))
+                jumps.append((client, producer, cls, base, to, abs(to - base), r["seq"]))
             seen.add(val)
             prev = val
     v.update(counts)

@@ -372,3 +372,36 @@ def test_the_seeds_jf_counts_a_first_read_past_the_first_value(spark_analyze, tm
     # a read that begins at the first value: no jump either way
     (w,) = spark_analyze(H().sent_acked(range(1, 6)).read(range(1, 6)).rows, tmp_path / "b").verdicts
     assert (w["jf"], w["jf0"]) == (0, 0)
+
+
+def _jumps(a) -> list:
+    return sorted((r["class"], r["from_value"], r["to_value"], r["size"]) for r in a.jumps.collect())
+
+
+def test_ordering_holds_per_partition_where_the_reads_name_theirs(spark_analyze, tmp_path):
+    """A partitioned topic (format 1.11): one producer's 1…6 spread over two partitions and
+    read partition by partition is in order, where the same reads without their partitions
+    jump back; inside a partition, a value read out of its place or again is still a jump,
+    and one skipped that the partition holds (another reader found it there) a jump forward,
+    told in the producer's values."""
+    def spread(h, consumer="c1"):
+        return h.read([1, 3, 5], consumer, end=None, partition="0").read([2, 4, 6], consumer, partition="1")
+
+    h = spread(H().sent_acked(range(1, 7)))
+    (v,), (o,) = _both(spark_analyze, h.rows, tmp_path / "a")
+    assert (v["jf"], v["jb"], v["djf"], v["djb"], v["jf0"]) == (0, 0, 0, 0, 0) == tuple(
+        o[k] for k in ("jf", "jb", "djf", "djb", "jf0"))
+    # the negative's counterpart: the reads without their partitions
+    (w,) = spark_analyze(H().sent_acked(range(1, 7)).read([1, 3, 5, 2, 4, 6]).rows, tmp_path / "b").verdicts
+    assert (w["jf"], w["jb"]) == (4, 1)
+    # out of place in partition 1, again in partition 0, and a skip of 3 that c2 read there
+    h = (H().sent_acked(range(1, 8)).read([1, 5, 7, 5], end=None, partition="0").read([4, 2, 6], partition="1")
+         .read([1, 3, 5, 7], "c2", partition="0"))
+    a = spark_analyze(h.rows, tmp_path / "c")
+    (v,), (o,) = a.verdicts, oracle.analyze(h.rows)
+    assert (v["jf"], v["jb"], v["djb"], v["jf0"]) == (2, 1, 1, 1) == (o["jf"], o["jb"], o["djb"], o["jf0"])
+    # c1: 1 -> 5 skips 3 (size 4); 7 -> 5 back to a value read (DJB); partition 1 starts at 4,
+    # its second value (JF0 from 0), goes back to 2 (JB) and on past 4 to 6 (JF)
+    want = sorted([("JF", 1, 5, 4), ("DJB", 7, 5, 2), ("JF0", 0, 4, 4), ("JB", 4, 2, 2), ("JF", 2, 6, 4)])
+    assert _jumps(a) == want
+    assert sorted(j[2:6] for j in o["_jumps"]) == want

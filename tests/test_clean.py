@@ -40,3 +40,14 @@ def test_a_clean_with_another_state_root_leaves_a_running_sessions_namespaces(tm
         if ns in netns.list_all():
             netns.delete(ns)
         (OWNERS / sid).unlink(missing_ok=True)
+
+
+def test_a_namespace_of_ours_runs_linux_default_congestion_control(tmp_path):
+    """Whatever the machine's (BBR on these), a namespace the harness makes runs cubic: BBR
+    behind the delayer paced a broker's receipts at ~115 kbit/s (docs/seeds/dedup.md)."""
+    ns = f"{netns.PREFIX}t{os.getpid() % 0xffff:04x}k-n1"
+    netns.add(ns)
+    try:
+        assert netns.congestion(ns) == netns.CONGESTION == "cubic"
+    finally:
+        netns.delete(ns)

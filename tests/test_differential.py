@@ -79,11 +79,14 @@ def history(draw, read_after_write: bool = False):
                 else:
                     picks.append(rnd.choice(pool) if rnd.random() < 0.3 or not sent
                                  else sent[min(len(sent) - 1, int(rnd.random() * len(sent)))])
+            # a read of a partitioned topic names the partition of each message (format 1.11)
+            parts = draw(st.sampled_from([None, None, ["0"], ["0", "1"]]))
             for p, v in picks:
                 # one offset per value (a redelivery), a second one (stored twice), or none; Kafka's
                 # form, so that reads out of order are nonmonotonic ones
                 off = rnd.choice([f"0:{v}", f"0:{v}", f"1:{v}", None])
-                evs.append(("recv", p, v, None if v is None else off))
+                where = [] if parts is None else [{"partition": rnd.choice(parts)}]
+                evs.append(("recv", p, v, None if v is None else off, *where))
             end = draw(st.sampled_from(["complete", "complete", "incomplete: gone", None]))
             if end:
                 evs.append(("read_end", None, None, end))

@@ -128,6 +128,11 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
      "options.send_timeout_ms"),
     ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"send_timeout_ms": 50}},
      "options.send_timeout_ms"),
+    # a partitioned topic: made by the admin API, written by the C++ client, read at the end only
+    ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"broker": "lite", "partitions": 2}},
+     "options.partitions"),
+    ({"system": "pulsar", "options": {"client": "java", "partitions": 2}}, "options.partitions"),
+    ({"system": "pulsar", "options": {"partitions": 2}, "workload": {"consumers": 1}}, "options.partitions"),
     ({"system": "kafka", "fault": {"action": "pause", "target": "stor"}}, "fault.target"),
     ({"system": "kafka", "fault": {"action": "command", "params": {"inject": "x"}}}, "fault.action"),
     # nats-server refuses to start below 30 s, or with a grace period not shorter

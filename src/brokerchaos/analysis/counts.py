@@ -95,6 +95,8 @@ def _typed_columns(t: Tuning) -> list:
         # an intended time)
         F.count(F.when(ts - F.col("intended_ns") > LATE_NS, 1)).alias("_late"),
         F.max(ts - F.col("intended_ns")).alias("_lag"),
+        # a read that names the partition it read from (ordering.by_partition)
+        F.max(F.col("partition").isNotNull().cast("int")).alias("_pt"),
     ]
 
 
@@ -130,6 +132,7 @@ def _block_columns() -> list:
         of("ready", "_af", F.min).alias("t_ready"),
         F.coalesce(of("send", "_late", F.sum), F.lit(0).cast("long")).alias("late"),
         of("send", "_lag", F.max).alias("lag"),
+        F.coalesce(of("recv", "_pt", F.max), F.lit(0)).alias("pt"),
     ]
 
 
@@ -166,6 +169,7 @@ def _rollup_columns() -> list:
         F.sum("sn").alias("send_ns_acks"),
         F.sum("late").alias("late"),
         F.max("lag").alias("lag"),
+        (F.max("pt") > 0).alias("partitioned"),
     ]
 
 

@@ -1,11 +1,17 @@
 """The ordering concern: the seeds' jumps (JF, JB, DJF, DJB) in each reader's read order,
-counted per run, and the duplicates log's returns to what a reader had read before."""
+counted per run, and the duplicates log's returns to what a reader had read before.
+
+Ordering holds per partition: where the checking readers say which partition of a topic
+they read a message from (format 1.11), each (producer, partition) is a stream of its own,
+and a value's place in it is its rank among the producer's values read from that partition
+(a jump forward skips a value the partition holds, not one the producer sent elsewhere)."""
 from __future__ import annotations
 
 from typing import Optional
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from .frames import DEFAULT, count_when, with_previous
@@ -13,8 +19,13 @@ from .tuning import Tuning
 from .verdicts import JUMP_CLASSES
 
 
+# joins a producer's name and a partition into the name of their stream (no name holds it)
+PART_SEP = "\x1f"
+
+
 def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True,
-          held: Optional[list] = None, tuning: Tuning = DEFAULT, plain: bool = False) -> DataFrame:
+          held: Optional[list] = None, tuning: Tuning = DEFAULT, plain: bool = False,
+          partitioned: bool = False) -> DataFrame:
     """Every ordering jump: one row per (consumer, producer) stream deviation, seeds' classes.
 
     A stream mostly reads consecutive values at consecutive seqs: such a stretch has one
@@ -27,8 +38,12 @@ def jumps(df: DataFrame, first: Optional[DataFrame] = None, rereads: bool = True
     read more than once (by default from every read); `rereads=False` says no value was
     read twice. `held` collects what was persisted, for the caller to release. `plain`:
     few reads (Tuning.plain_rows), walked row by row in one lag() per stream, which is one
-    Spark job where summarising stretches first takes four.
+    Spark job where summarising stretches first takes four. `partitioned`: some reads name
+    their partition (by_partition); `first` is then found again from the ranked reads.
     """
+    if partitioned:
+        rows, ranks = by_partition(df)
+        return _unranked(jumps(rows, None, rereads, held, tuning, plain), ranks)
     t = F.col("type")
     keys = ["run", "client", "producer"]
     # a stretch is also cut every 2**stretch_bits seqs, so that one value - seq shared by
@@ -99,6 +114,41 @@ def _classify(u: DataFrame, first: Optional[DataFrame], rereads: bool, df: DataF
             "seq",
         )
     )
+
+
+def by_partition(df: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The reads, those that name a partition as streams of their own: `producer` the
+    producer's name and the partition's (PART_SEP between), `value` the value's rank among
+    those read from that partition in the run; and the ranks (run, producer as the stream,
+    `_orig` its producer, value, rank) to put the values back."""
+    part = F.col("partition")
+    recv = df.where((F.col("type") == "recv") & F.col("producer").isNotNull() & F.col("value").isNotNull())
+    cols = ["run", "client", "seq", "type", "producer", "value"]
+    placed = recv.where(part.isNotNull()).select(
+        "run", "client", "seq", "type", F.concat_ws(PART_SEP, "producer", part).alias("producer"),
+        F.col("producer").alias("_orig"), "value")
+    ranks = placed.select("run", "producer", "_orig", "value").distinct().withColumn(
+        "rank", F.row_number().over(Window.partitionBy("run", "producer").orderBy("value")))
+    ranked = placed.join(ranks, ["run", "producer", "_orig", "value"]).select(
+        *cols[:-1], F.col("rank").alias("value"))
+    return recv.where(part.isNull()).select(*cols).unionByName(ranked), ranks
+
+
+def _unranked(j: DataFrame, ranks: DataFrame) -> DataFrame:
+    """The jumps of by_partition's streams told in their producers' names and values (the
+    size too); the other streams' as they were."""
+    def back(tag: str) -> DataFrame:
+        return ranks.select(F.col("run").alias(f"_run{tag}"), F.col("producer").alias(f"_s{tag}"),
+                            F.col("_orig").alias(f"_p{tag}"), F.col("rank").alias(f"_r{tag}"),
+                            F.col("value").alias(f"_v{tag}"))
+
+    c = F.col
+    to, fr = back("t"), back("f")
+    j = (j.join(to, (c("run") == c("_runt")) & (c("producer") == c("_st")) & (c("to_value") == c("_rt")), "left")
+         .join(fr, (c("run") == c("_runf")) & (c("producer") == c("_sf")) & (c("from_value") == c("_rf")), "left"))
+    frm, tov = F.coalesce(c("_vf"), c("from_value")), F.coalesce(c("_vt"), c("to_value"))
+    return j.select("run", "consumer", F.coalesce(c("_pt"), c("producer")).alias("producer"), "class",
+                    frm.alias("from_value"), tov.alias("to_value"), F.abs(tov - frm).alias("size"), "seq")
 
 
 def first_reads(rows: DataFrame) -> DataFrame:

@@ -28,8 +28,9 @@ class Ordering:
 
 
 def ordering(rows: Rows, counts: Counts, plan: Plan, cache: Cache, clock: Clock) -> Ordering:
+    partitioned = any(f.get("partitioned") for f in counts.frames.values())
     j = jumps(rows.df, counts.first, rereads=counts.first is not None, held=cache.held, tuning=plan.t,
-              plain=plan.plain_reads)
+              plain=plan.plain_reads, partitioned=partitioned)
     j = cache.keep(j)
     per_run = {r["run"]: r.asDict() for r in jump_counts(j).collect()}
     clock.lap("ordering")

@@ -1,4 +1,4 @@
-"""History format 1.10: the only contract between the workload/nemesis and the analysis.
+"""History format 1.11: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 10)
+FORMAT_VERSION = (1, 11)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -36,7 +36,8 @@ SCHEMA = pa.schema(
         # group on its members' subscribe, recv, commit, assign and revoke rows; the
         # partition (or shard, or queue) and the position in it of a recv (where the
         # message is stored), a commit (the position made durable: the next one to read) or
-        # an assignment; the group's generation or member epoch where the library reports it
+        # an assignment; the group's generation or member epoch where the library reports it.
+        # 1.11: on a checking reader's recv, the partition of a partitioned topic it came from
         ("group", pa.string()),
         ("partition", pa.string()),
         ("position", pa.int64()),

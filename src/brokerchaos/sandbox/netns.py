@@ -39,9 +39,52 @@ def list_all() -> list[str]:
     return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
 
 
+# Linux's default TCP congestion control in every namespace of ours, whatever the machine's:
+# a new namespace takes the host's (BBR on some), and BBR, measuring a link through the
+# userspace delayer (faults/nfqdelay.py) that releases packets in bursts, paced a broker's
+# receipts at ~115 kbit/s in two of eight deduplication runs (docs/seeds/dedup.md). The
+# seeds' Docker hosts ran cubic.
+CONGESTION = "cubic"
+
+
 def add(name: str) -> None:
     ip("netns", "add", name)
-    ip("-n", name, "link", "set", "lo", "up")
+    try:
+        ip("-n", name, "link", "set", "lo", "up")
+        congestion(name, CONGESTION)
+    except BaseException:
+        delete(name)
+        raise
+
+
+# one list for the whole machine: what a namespace other than the host's may choose
+ALLOWED = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+
+def allow(algorithm: str) -> None:
+    """Let namespaces choose `algorithm`: added to the machine's allowed list when missing
+    (it widens a choice; no socket changes)."""
+    try:
+        with open(ALLOWED) as f:
+            allowed = f.read().split()
+        if algorithm not in allowed:
+            with open(ALLOWED, "w") as f:
+                f.write(" ".join([*allowed, algorithm]))
+    except OSError as e:
+        raise NetnsError(f"cannot allow {algorithm} congestion control in namespaces ({ALLOWED}): {e}") from None
+
+
+def congestion(name: str, algorithm: str | None = None) -> str:
+    """The namespace's TCP congestion control, set first when `algorithm` is given."""
+    base = ["ip", "netns", "exec", name, "sysctl"]
+    if algorithm is not None:
+        allow(algorithm)
+        r = subprocess.run([*base, "-qw", f"net.ipv4.tcp_congestion_control={algorithm}"], capture_output=True,
+                           text=True, timeout=10)
+        if r.returncode != 0:
+            raise NetnsError(f"cannot set {algorithm} congestion control in {name}: {r.stderr.strip()}")
+    r = subprocess.run([*base, "-n", "net.ipv4.tcp_congestion_control"], capture_output=True, text=True, timeout=10)
+    return r.stdout.strip()
 
 
 def delete(name: str) -> None:

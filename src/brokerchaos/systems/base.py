@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 # (value, "ack" | "nack" | "unknown", offset, node, detail)
 OutcomeCallback = Callable[[int, str, Optional[str], Optional[str], Optional[str]], None]
-# (payload, offset, node)
-DeliverCallback = Callable[[bytes, Optional[str], Optional[str]], None]
+# (payload, offset, node[, partition]): the partition of a partitioned topic the message was
+# read from (history format 1.11: ordering is judged per partition), none for one partition
+DeliverCallback = Callable[..., None]
 # ("disconnect" | "reconnect", node, detail[, t]): the client library's own connection events
 EventCallback = Callable[..., None]
 

@@ -84,26 +84,30 @@ def packaged_binary(package: str, name: str, install: str) -> str:
 
 
 async def http_get(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
-                   method: str = "GET") -> bytes:
+                   method: str = "GET", body: bytes = b"") -> bytes:
     """One bounded HTTP/1.0 request (monitoring, management and S3 endpoints), following a
-    redirect; raises OSError unless the answer is 2xx."""
-    status, body = await http_request(host, port, path, timeout, auth, method)
+    redirect; raises OSError unless the answer is 2xx. `body`: JSON sent with the request."""
+    status, body = await http_request(host, port, path, timeout, auth, method, body)
     if not 200 <= status < 300:
         raise OSError(f"HTTP {status} for {method} {path}: {body[:60]!r}")
     return body
 
 
 async def http_request(host: str, port: int, path: str, timeout: float, auth: Optional[tuple[str, str]] = None,
-                       method: str = "GET") -> tuple[int, bytes]:
+                       method: str = "GET", body: bytes = b"") -> tuple[int, bytes]:
     """One bounded HTTP/1.0 request, following up to 3 redirects: (status, body), whatever
     the status (0: no status line)."""
+    sent = body  # `body` below is the answer's
+
     async def once(host: str, port: int, path: str) -> tuple[int, bytes, Optional[str]]:
         r, w = await asyncio.open_connection(host, port)
         try:
-            head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n"
+            head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: {len(sent)}\r\n"
+            if sent:
+                head += "Content-Type: application/json\r\n"
             if auth:
                 head += "Authorization: Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() + "\r\n"
-            w.write((head + "\r\n").encode())
+            w.write((head + "\r\n").encode() + sent)
             await w.drain()
             data = await r.read()
         finally:

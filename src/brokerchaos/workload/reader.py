@@ -61,10 +61,10 @@ class _Said:
 
 
 def _deliverer(recorder: Recorder, progress: Optional[LiveProgress] = None, said: Optional[_Said] = None):
-    def deliver(payload: bytes, offset, node) -> None:
+    def deliver(payload: bytes, offset, node, partition: Optional[str] = None) -> None:
         producer, value = decode(payload)
         detail = None if value is not None else f"not a brokerchaos payload: {payload[:64]!r}"
-        recorder.record("recv", producer, value, offset, node, detail)
+        recorder.record("recv", producer, value, offset, node, detail, partition=partition)
         recorder.maybe_flush()
         if progress is not None:
             progress.saw(producer, value)

@@ -98,7 +98,9 @@ class KafkaReader:
                     if m.error() is not None:
                         continue
                     pos[m.partition()] = m.offset() + 1
-                    deliver(m.value(), f"{m.partition()}:{m.offset()}", node)
+                    # several partitions: each read names its own (ordering holds per partition)
+                    deliver(m.value(), f"{m.partition()}:{m.offset()}", node,
+                            str(m.partition()) if len(parts) > 1 else None)
                 if msgs:
                     progress = time.monotonic()
                     continue

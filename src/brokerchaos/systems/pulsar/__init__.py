@@ -71,6 +71,11 @@ class PulsarOptions(BaseModel):
         None, ge=0, le=3_600_000, description="client send timeout (unknown after it); 0: none, the client retries "
                                               "until the broker answers (workload.ack_timeout still bounds each "
                                               "send's wait); default: workload.ack_timeout minus 1 s")
+    partitions: int = Field(
+        1, ge=1, le=64, description="a partitioned topic of this many partitions (apache, C++ client): the "
+                                    "producer's router spreads the messages, the read takes each partition in "
+                                    "turn and ordering holds per partition; the owner, the ledgers and the "
+                                    "ensemble the faults aim at are the first partition's")
     namespace: str = Field("public/default", pattern=r"^[\w.-]+/[\w.-]+$", description="tenant/namespace")
 
     def send_timeout(self, ack_timeout: float) -> int:
@@ -84,7 +89,7 @@ class Pulsar(System):
     description = ("Apache Pulsar 4.0: brokers n1…, bookies b1… and ZooKeeper (host `zk`), E-Qw-Qa from options, "
                    "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
     client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
-                                "send_timeout_ms"})
+                                "partitions", "send_timeout_ms"})
     client_workload = frozenset({"group"})  # dedup and transactions are the brokers' settings
     client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = PulsarOptions
@@ -149,6 +154,8 @@ class Pulsar(System):
             if not o.ack_quorum <= o.write_quorum <= o.ensemble_size:
                 raise ScenarioError(f"scenario field 'options.write_quorum': need Qa <= Qw <= E, got "
                                     f"{o.ensemble_size}-{o.write_quorum}-{o.ack_quorum}")
+        if o.partitions > 1:
+            cls._check_partitioned(scenario, o)
         if o.send_timeout_ms and o.send_timeout_ms / 1000 >= w.ack_timeout:
             raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
                                 f"workload.ack_timeout ({w.ack_timeout} s)")
@@ -157,3 +164,17 @@ class Pulsar(System):
         if o.send_timeout_ms is None and w.ack_timeout <= 1.1:
             raise ScenarioError("scenario field 'workload.ack_timeout': Pulsar needs more than 1.1 s "
                                 "(the send timeout is derived from it)")
+
+    @staticmethod
+    def _check_partitioned(scenario, o: PulsarOptions) -> None:
+        """What a partitioned topic is built for: the C++ producer and the end-of-run read."""
+        w = scenario.workload
+        if o.broker != "apache":
+            raise ScenarioError("scenario field 'options.partitions': pulsar-lite has no admin API to create a "
+                                "partitioned topic (options.broker: apache)")
+        if o.client != "cpp":
+            raise ScenarioError("scenario field 'options.partitions': a partitioned topic is written by the C++ "
+                                "client here (options.client: cpp)")
+        if w.group is not None or w.consumers:
+            raise ScenarioError("scenario field 'options.partitions': a partitioned topic is read back at the end "
+                                "only (no workload.group, no live consumer)")

@@ -308,14 +308,14 @@ class ApachePulsarRoles(PulsarRoles):
     async def ledgers(self) -> list[dict]:
         ns = self.client.options.namespace
         body = await self.client.admin_get(
-            f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/internalStats?metadata=true", 5.0)
+            f"/admin/v2/persistent/{ns}/{self.client.owned_name}/internalStats?metadata=true", 5.0)
         return json.loads(body).get("ledgers", [])
 
     async def ensemble(self) -> list[str]:
         """The bookies of the current ledger's last ensemble (its last fragment)."""
         ledgers = await self.ledgers()
         if not ledgers:
-            raise LookupError(f"{self.ctx.stream_name} has no ledger yet")
+            raise LookupError(f"{self.client.owned_name} has no ledger yet")
         return self.bookies_of(ledgers[-1])
 
     def bookies_of(self, ledger: dict) -> list[str]:
@@ -409,7 +409,7 @@ class ApachePulsarRoles(PulsarRoles):
         if holder != node:
             raise LookupError(f"{node} does not own the topic ({holder} does)")
         ns = self.client.options.namespace
-        path = f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/unload"
+        path = f"/admin/v2/persistent/{ns}/{self.client.owned_name}/unload"
         await http_get(*self.cluster.address(node, "admin"), path, 30.0, method="PUT")
         return f"PUT {path} on {node}"
 
@@ -437,5 +437,5 @@ class ApachePulsarRoles(PulsarRoles):
         await self.leader()
         ns = self.client.options.namespace
         stats = json.loads(await self.client.admin_get(
-            f"/admin/v2/persistent/{ns}/{self.ctx.stream_name}/internalStats", 5.0))
+            f"/admin/v2/persistent/{ns}/{self.client.owned_name}/internalStats", 5.0))
         return stats.get("state") in ("LedgerOpened", "ClosedLedger")

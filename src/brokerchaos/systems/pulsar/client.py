@@ -16,7 +16,7 @@ from typing import ClassVar, Optional
 
 from ..base import Client, NodeExited, SystemError_
 from ..runtime import http_get, wait_until
-from .library import _close, client_logger
+from .library import SharedInstances, _close, client_logger
 from .owners import ZkOwners, owned_by
 from .producer import PulsarProducer
 from .read import PulsarConsumer, PulsarReader
@@ -38,8 +38,7 @@ class PulsarClient(Client):
         # copies like _closing
         self._zk = ZkOwners()
         # workload.topics: one client library instance per producer, shared by its topics
-        # (as an application multiplexes its topics over one client): name -> [client, users]
-        self._shared: dict[str, list] = {}
+        self.shared = SharedInstances(lambda: self.new_client(10))
         self._watches: list[asyncio.Future] = []  # this client's and its topics' copies' (for_topic)
         # set by close, seen by every copy's watch: Python 3.11's wait_for (http_request's)
         # swallows a cancel that lands as its request completes, and a watch of 100 topics'
@@ -51,6 +50,18 @@ class PulsarClient(Client):
     @property
     def topic(self) -> str:
         return f"persistent://{self.options.namespace}/{self.stream_name}"
+
+    @property
+    def owned_name(self) -> str:
+        """The topic whose owner, ledgers and ensemble are the stream's: itself, or a
+        partitioned topic's first partition (as Kafka's leader is its first partition's)."""
+        name = self.stream_name
+        return name if self.options.partitions == 1 else f"{name}-partition-0"
+
+    def partition_topics(self) -> list[str]:
+        """The topics to read: the topic, or each partition of a partitioned one."""
+        n = self.options.partitions
+        return [self.topic] if n == 1 else [f"{self.topic}-partition-{i}" for i in range(n)]
 
     def service_url(self) -> str:
         return "pulsar://" + ",".join("{}:{}".format(*self.cluster.address(n)) for n in self.cluster.node_names)
@@ -81,7 +92,20 @@ class PulsarClient(Client):
             await _close(client)
 
     async def create_stream(self, timeout: float) -> str:
-        return self.topic  # created by the first producer
+        """One partition: created by the first producer. Several: a partitioned topic made by
+        the admin API first (a producer would make a topic of one partition)."""
+        n = self.options.partitions
+        if n > 1:
+            path = f"/admin/v2/persistent/{self.options.namespace}/{self.stream_name}/partitions"
+            last: Exception = LookupError("no broker has an admin address")
+            for addr in self.admins():
+                try:
+                    await http_get(*addr, path, timeout, method="PUT", body=str(n).encode())
+                    return self.topic
+                except (OSError, asyncio.TimeoutError) as e:
+                    last = e
+            raise SystemError_(f"cannot create {self.topic} with {n} partitions: {last}")
+        return self.topic
 
     # -- the admin REST API (real brokers; pulsar-lite has none) ------------------------------
     def admins(self) -> list[tuple[str, int]]:
@@ -105,7 +129,7 @@ class PulsarClient(Client):
 
     async def owner(self) -> str:
         """The broker owning the topic, by the REST lookup; a single broker owns everything."""
-        return await self.owner_of(f"{self.options.namespace}/{self.stream_name}")
+        return await self.owner_of(f"{self.options.namespace}/{self.owned_name}")
 
     async def owner_of(self, topic: str) -> str:
         """The broker owning a persistent topic (`<tenant>/<namespace>/<topic>`), by lookup."""
@@ -123,7 +147,7 @@ class PulsarClient(Client):
     async def bundle_of(self, timeout: float, admin: Optional[tuple[str, int]] = None) -> str:
         """The bundle (`0x…_0x…`) holding the topic, asked of `admin` or any broker; the
         answer is computed from the topic's name and the bundles' bounds, nothing assigned."""
-        path = f"/lookup/v2/topic/persistent/{self.options.namespace}/{self.stream_name}/bundle"
+        path = f"/lookup/v2/topic/persistent/{self.options.namespace}/{self.owned_name}/bundle"
         raw = await (http_get(*admin, path, timeout) if admin else self.admin_get(path, timeout))
         return raw.decode().strip().strip('"')
 
@@ -144,32 +168,11 @@ class PulsarClient(Client):
             raise LookupError(f"no broker owns bundle {bundle}")
         return owners[0]
 
-    def shared_client(self, producer: str):
-        """The client library instance of a producer (`p1` for `p1.t3`): its topics' producers
-        share one, with its connections; made on first use."""
-        base = producer.split(".")[0]
-        entry = self._shared.get(base)
-        if entry is None:
-            entry = self._shared[base] = [self.new_client(10), 0]
-        entry[1] += 1
-        return entry[0]
-
-    async def release_client(self, producer: str, client) -> None:
-        """One user fewer of a shared instance; closed when its last user is."""
-        entry = self._shared.get(producer.split(".")[0])
-        if entry is None or entry[0] is not client:
-            await _close(client)
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del self._shared[producer.split(".")[0]]
-            await _close(client)
-
     def forked(self) -> None:
         self._watch = None  # the harness's; a producer process follows the owner itself
         self._watches = []
         self._closing = {"now": False}
-        self._shared = {}
+        self.shared = SharedInstances(lambda: self.new_client(10))
         self._zk = ZkOwners()  # the parent's session is not this process's
 
     def follow_owner(self) -> None:

@@ -36,6 +36,35 @@ def outcome_of(result) -> tuple[str, Optional[str]]:
     return known
 
 
+class SharedInstances:
+    """workload.topics: one client library instance per producer (`p1` for `p1.t3`), shared
+    by its topics' producers with its connections, as an application multiplexes its topics
+    over one client; made on first use, closed when its last user lets go."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+        self.by: dict[str, list] = {}  # producer -> [client, users]
+
+    def take(self, producer: str):
+        entry = self.by.setdefault(producer.split(".")[0], [None, 0])
+        if entry[0] is None:
+            entry[0] = self.make()
+        entry[1] += 1
+        return entry[0]
+
+    async def release(self, producer: str, client) -> None:
+        """One user fewer of a shared instance (a client not shared is closed at once)."""
+        base = producer.split(".")[0]
+        entry = self.by.get(base)
+        if entry is None or entry[0] is not client:
+            await _close(client)
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self.by[base]
+            await _close(client)
+
+
 async def _close(client) -> None:
     """Close a pulsar.Client, whatever the broker says. Seen in CI after a bookie kill: the
     broker answered no CLOSE_PRODUCER within the operation timeout (its pending writes were

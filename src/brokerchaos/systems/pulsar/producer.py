@@ -111,7 +111,7 @@ class PulsarProducer(ClientEvents):
         self.handoff = Handoff(self.loop)
         s.follow_owner()
         timeout_ms = o.send_timeout(w.ack_timeout)
-        self.client = s.shared_client(self.name) if w.topics > 1 else s.new_client(10)
+        self.client = s.shared.take(self.name) if w.topics > 1 else s.new_client(10)
         # named, so that its lines in the client log are told apart (and broker-side dedup,
         # where on, keys on (producer name, sequence id))
         name = f"{self.name}-{s.ctx.run_id}"
@@ -119,7 +119,8 @@ class PulsarProducer(ClientEvents):
             block_if_queue_full=False, max_pending_messages=w.in_flight + 1000, send_timeout_millis=timeout_ms,
             batching_enabled=o.batching, batching_max_messages=o.batching_max_messages,
             batching_max_publish_delay_ms=o.batching_max_publish_delay_ms, producer_name=name)
-        self.states = _ProducerStates(self, s.topic, name)
+        # a partitioned topic's: its first partition's producer, the one the owner watch follows
+        self.states = _ProducerStates(self, s.partition_topics()[0], name)
         self._tail = LogTail(library.log_file())  # from here on: its creation is the first line it needs
         deadline = time.monotonic() + 30
         while True:
@@ -174,7 +175,7 @@ class PulsarProducer(ClientEvents):
             except Exception:  # outstanding sends are already unknown
                 pass
         if self.client is not None:
-            await self.system.release_client(self.name, self.client)
+            await self.system.shared.release(self.name, self.client)
         if self._follow is not None:
             self._follow.cancel()
             await asyncio.gather(self._follow, return_exceptions=True)

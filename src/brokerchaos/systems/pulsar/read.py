@@ -33,42 +33,53 @@ class PulsarReader:
         return out, False
 
     async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        """The topic, or each partition of a partitioned one in turn, its reads naming it."""
+        s = self.system
+        topics = s.partition_topics()
+        client = s.new_client(10)
+        try:
+            for i, topic in enumerate(topics):
+                part = str(i) if len(topics) > 1 else None
+                status = await self._read_one(client, topic, part, deliver, idle)
+                if status != "complete":
+                    return status if part is None else f"{status} (partition {part})"
+            return "complete"
+        finally:
+            await _close(client)
+
+    async def _read_one(self, client, topic: str, part, deliver: DeliverCallback, idle: float) -> str:
         import pulsar
 
         s = self.system
-        client = s.new_client(10)
-        try:
-            deadline = time.monotonic() + idle
-            reader = None
-            while reader is None:
-                try:
-                    reader = await asyncio.to_thread(client.create_reader, s.topic, pulsar.MessageId.earliest)
-                except Exception as e:
-                    if time.monotonic() > deadline:
-                        return f"incomplete: no reader on {s.topic} for {idle:.0f}s: {e}"
-                    await asyncio.sleep(0.5)
+        deadline = time.monotonic() + idle
+        reader = None
+        while reader is None:
             try:
-                node = await s.owner()
-            except Exception:  # the rows still say what was read; only the node is unknown
-                node = None
-            progress, last = time.monotonic(), ""
-            while True:
-                try:
-                    msgs, at_end = await asyncio.to_thread(self._batch, reader, 5000)
-                except Exception as e:  # connection lost mid-read; or (seen after a wipe of every
-                    # copy) the broker's "No such ledger exists on Bookies" as BrokerMetadataError
-                    msgs, at_end, last = [], False, f" (last error: {type(e).__name__}: {e})"
-                    await asyncio.sleep(0.2)
-                for data, mid in msgs:
-                    deliver(data, mid, node)
-                if msgs:
-                    progress = time.monotonic()
-                elif at_end:
-                    return "complete"
-                elif time.monotonic() - progress > idle:
-                    return f"incomplete: no message for {idle:.0f}s and the end not reached{last}"
-        finally:
-            await _close(client)
+                reader = await asyncio.to_thread(client.create_reader, topic, pulsar.MessageId.earliest)
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    return f"incomplete: no reader on {topic} for {idle:.0f}s: {e}"
+                await asyncio.sleep(0.5)
+        try:
+            node = await (s.owner() if part is None else s.owner_of(topic.split("://", 1)[1]))
+        except Exception:  # the rows still say what was read; only the node is unknown
+            node = None
+        progress, last = time.monotonic(), ""
+        while True:
+            try:
+                msgs, at_end = await asyncio.to_thread(self._batch, reader, 5000)
+            except Exception as e:  # connection lost mid-read; or (seen after a wipe of every
+                # copy) the broker's "No such ledger exists on Bookies" as BrokerMetadataError
+                msgs, at_end, last = [], False, f" (last error: {type(e).__name__}: {e})"
+                await asyncio.sleep(0.2)
+            for data, mid in msgs:
+                deliver(data, mid, node, part)
+            if msgs:
+                progress = time.monotonic()
+            elif at_end:
+                return "complete"
+            elif time.monotonic() - progress > idle:
+                return f"incomplete: no message for {idle:.0f}s and the end not reached{last}"
 
 
 class PulsarConsumer(LiveConsumer):

@@ -30,8 +30,9 @@ def test_the_command_alone_prints_help_and_version_names_the_servers():
     r = _cli("--version")
     assert r.returncode == 0, r.stderr
     assert re.match(r"brokerchaos \d+\.\d+\.\d+\n", r.stdout), r.stdout
-    assert re.search(r"kafka +3\.9\.\d+ \(ZooKeeper\), 4\.1\.\d+ \(KRaft\)", r.stdout), r.stdout
-    assert re.search(r"pulsar +4\.0\.\d+", r.stdout), r.stdout
+    kafka = r"kafka +4\.4\.\d+ \(KRaft, default\), 4\.1\.\d+ \(KRaft\), 3\.9\.\d+ \(ZooKeeper\)"
+    assert re.search(kafka, r.stdout), r.stdout
+    assert re.search(r"pulsar +4\.2\.\d+ \(default\), 4\.0\.\d+", r.stdout), r.stdout
 
 
 @pytest.mark.parametrize("system", SYSTEMS.names())

@@ -309,7 +309,8 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
                                      "cluster": {"nodes": 1, "replicas": 1}, "workload": {"group": {}}})
     assert "shared subscriptions on mosquitto" in refused({"system": "mqtt", "workload": {"group": {}}})
     assert "'workload.group.kind'" in refused({"system": "redis", "workload": {"group": {"kind": "durable"}}})
-    assert "KIP-848" in refused({"system": "kafka", "workload": {"group": {"kind": "consumer"}}})
+    assert "KIP-848" in refused({"system": "kafka", "cluster": {"version": "3.9"},
+                                 "workload": {"group": {"kind": "consumer"}}})
     assert "'workload.group.kind'" in refused({"system": "kafka", "workload": {"group": {"kind": "shared"}}})
     assert "'fault.target'" in refused({"system": "kafka", "fault": {"action": "kill", "target": "consumer"}})
     assert "act on a consumer group" in refused({"system": "kafka", "workload": {"group": {}},
@@ -325,6 +326,7 @@ def test_a_group_scenario_is_refused_where_it_cannot_run():
     s = sc.build({"name": "x", "system": "kafka", "cluster": {"version": "4.1"},
                   "workload": {"group": {"kind": "consumer"}}, "fault": {"action": "kill", "target": "consumer"}})
     assert s.workload.group.consumers == 2 and s.workload.group.commit == "after"
+    sc.build({"name": "x", "system": "kafka", "workload": {"group": {"kind": "consumer"}}})  # the default, 4.4
 
 
 def test_a_groups_outage_is_its_longest_partition_without_a_delivery_in_a_fault_window(spark_analyze, tmp_path):

@@ -10,6 +10,9 @@ the OS clock, so a step back longer than the TTL stamps what arrives meanwhile a
 expired once the clock is true again: acknowledged and never delivered. A step shorter
 than the TTL loses nothing.
 
+Pulsar (in each JVM): an owner whose clock runs fast loses nothing acknowledged (a negative
+control; the family's positive ones are Kafka's and RabbitMQ's).
+
 Each checks that the step reached the brokers themselves: what they say the time is."""
 import os
 import shutil
@@ -95,19 +98,31 @@ def test_a_clock_step_back_past_a_classic_queue_s_ttl_expires_acked_messages_and
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
 
 
-@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
-def test_a_leader_whose_clock_runs_fast_is_seen_drifting_and_set_true_and_loses_nothing_acked(tmp_path, spark):
-    # the skew fault's run on a real cluster: the leader's JVM says its clock is ahead by the
-    # drift so far, twice, the second further, then true after the heal; acks=all loses
-    # nothing acknowledged while a leader's clock runs at 5x for 12 s
-    s = sc.load("scenarios/kafka-clock-skew.yaml", {"runs": 1, "name": "it-clock-skew"})
+def _skewed(tmp_path, scenario: str, name: str) -> None:
+    """A run whose leader's clock runs at 5x for 12 s: its process says its clock is ahead by
+    the drift so far, twice, the second further, then true after the heal; nothing
+    acknowledged is lost."""
+    s = sc.load(scenario, {"runs": 1, "name": name})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     (w,) = result.metas["run-001"]["faults"][0]["windows"]
     (node,) = w["nodes"]
+    assert node in ("n1", "n2", "n3"), w
     first, second = (r[node] for r in w["effect"]["readings"])
     assert 0 < first["said_s"] < second["said_s"] <= 4 * second["after_s"] + 1.5, w["effect"]
     assert second["said_s"] - first["said_s"] >= 0.5 * 4 * (second["after_s"] - first["after_s"]), w["effect"]
     assert abs(w["effect"]["seen_after_heal_s"][node]) <= 2, w["effect"]
     assert v["faults_not_in_effect"] == 0 and v["not_whole"] == 0, v["effects"]
     assert v["read_complete"] is True and v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
+def test_a_leader_whose_clock_runs_fast_is_seen_drifting_and_set_true_and_loses_nothing_acked(tmp_path, spark):
+    # the skew fault's run on a real cluster (Kafka's JVMs), acks=all
+    _skewed(tmp_path, "scenarios/kafka-clock-skew.yaml", "it-clock-skew")
+
+
+@pytest.mark.skipif(not _faketime(), reason="libfaketime not installed (make setup)")
+def test_a_pulsar_owner_whose_clock_runs_fast_is_seen_drifting_and_loses_nothing_acked(tmp_path, spark):
+    # the clock reaches Pulsar's JVMs: the topic owner's
+    _skewed(tmp_path, "scenarios/pulsar-clock-skew.yaml", "it-clock-skew-pulsar")

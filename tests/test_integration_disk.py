@@ -18,6 +18,7 @@ from brokerchaos import validation as sc
 from brokerchaos.faults.disk import corrupt_files
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import mounts
+from browser import check_report
 from observers import Quiet
 
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces and FUSE mounts")
@@ -242,3 +243,46 @@ def test_kafka_corrupt_flips_bits_in_a_stopped_follower_s_segments_and_loses_not
     assert meta["stream_ready_before_read"] is True, "the corrupted follower did not rejoin the ISR"
     assert v["read_complete"] is True, v["read_status"]
     assert v["pos_ack_count"] == 4000 and v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+@pytest.mark.integration
+@ROOT
+@LAYER
+def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_always(tmp_path, spark, capsys):
+    """The durability table's version boundary found by `bisect` (docs/findings/nats.md): a
+    power cut of every node with sync_interval always loses the stream on 2.10.22 (its Raft
+    logs were made without SyncAlways) and nothing from 2.10.23 on. Three releases: both
+    ends probed first, then the middle; 2.10.22 decided by its first run, the others by
+    two passing runs each."""
+    import yaml
+
+    from brokerchaos.cli import main
+    from brokerchaos.validation import load_document
+
+    doc = load_document("scenarios/nats-durability-power-off-all.yaml")
+    doc["options"] = {"sync_interval": "always"}
+    doc["workload"] = {**doc["workload"], "messages": 6000, "in_flight": 1000}
+    doc["fault"]["trigger"] = {"after_acks": 3000}
+    doc["name"] = "it-bisect-nats"
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code = main(["bisect", str(path), "--versions", "2.10.22,2.10.23,2.10.25", "--runs", "2",
+                 "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    (root,) = (tmp_path / "out").glob("bisect-it-bisect-nats-*")
+    found = json.loads((root / "bisect.json").read_text())
+    assert found["boundary"] == {"before": "2.10.22", "after": "2.10.23", "direction": "fixed"}, found
+    probes = {p["version"]: p for p in found["probes"]}
+    assert [p["version"] for p in found["probes"]] == ["2.10.22", "2.10.23", "2.10.25"]
+    assert (probes["2.10.22"]["runs"], probes["2.10.22"]["violated"]) == (1, 1), probes  # stopped at once
+    assert all((probes[v]["runs"], probes[v]["violated"], probes[v]["decided"]) == (2, 0, 2)
+               for v in ("2.10.23", "2.10.25")), probes
+    assert "no-loss: fails on 2.10.22 and holds from 2.10.23 (fixed)" in out
+    assert all((root / p["dir"] / "report.html").exists() for p in found["probes"])
+    # the search's own page in a real browser, offline: its plot drawn, its words the search's
+    page = (root / "report.html").read_text()
+    assert "fails on 2.10.22 and holds from 2.10.23 (fixed)" in page and all(
+        f"href='{p['dir']}/report.html'" in page for p in found["probes"]), page[:2000]
+    got = check_report(root / "report.html", "bisect-nats")
+    assert got.ids == ["bisect"] and got.title == "brokerchaos bisect it-bisect-nats", got

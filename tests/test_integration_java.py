@@ -38,10 +38,24 @@ def _clean(v: dict) -> None:
 def test_kafkas_java_client_in_transactions_through_a_coordinator_kill(tmp_path, spark):
     v, meta, _ = _run(tmp_path, "scenarios/kafka-txn-kill-coordinator.yaml", "it-java-kafka-txn", messages=1500,
                       after_acks=500)
-    assert meta["client"] == {"library": "java", "artifact": "org.apache.kafka:kafka-clients", "version": "3.9.1"}
+    # the servers' release, the default
+    assert meta["client"] == {"library": "java", "artifact": "org.apache.kafka:kafka-clients", "version": "4.4.0"}
     assert meta["fault"]["nodes"] and meta["fault"]["nodes"][0] in ("n1", "n2", "n3"), meta["fault"]
     assert v["txns"] >= 140, v
     _clean(v)
+
+
+def test_the_dedup_seeds_kafka_clients_2_0_0_writes_through_a_leader_kill(tmp_path, spark):
+    """options.client_version: the producer runs kafka-clients 2.0.0 (the deduplication seed's,
+    from Maven Central; no delivery timeout yet, KIP-91 came in 2.1) against the 3.9
+    servers, its bridge compiled against that release; nothing acknowledged lost."""
+    v, meta, run_dir = _run(tmp_path, "scenarios/kafka-kill-leader-briefly.yaml", "it-java-kafka-2.0.0",
+                            options=("client_version=2.0.0",), messages=6000, after_acks=2000)
+    assert meta["client"] == {"library": "java", "artifact": "org.apache.kafka:kafka-clients", "version": "2.0.0"}
+    assert meta["servers"]["kafka"] == "3.9.1", meta["servers"]
+    log = (run_dir / "logs" / "java-p1.log").read_text()
+    assert "Kafka version : 2.0.0" in log and "'delivery.timeout.ms' was supplied but isn't a known config" in log
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 2000 and v["acked_missing"] == 0, v
 
 
 def test_pulsars_java_client_in_transactions_through_an_owner_kill(tmp_path, spark):
@@ -51,7 +65,7 @@ def test_pulsars_java_client_in_transactions_through_an_owner_kill(tmp_path, spa
     # ~50 s, or (a CI run) never in 13 minutes (docs/findings/transactions.md)
     v, meta, run_dir = _run(tmp_path, "scenarios/pulsar-txn-kill-owner.yaml", "it-java-pulsar-txn", messages=1200,
                             after_acks=400, options=("zk_session_timeout_ms=10000",), down_s=15)
-    assert meta["client"]["library"] == "java" and meta["client"]["version"] == "4.0.7", meta["client"]
+    assert meta["client"]["library"] == "java" and meta["client"]["version"] == "4.2.4", meta["client"]
     assert meta["fault"]["nodes"] and meta["fault"]["nodes"][0] in ("n1", "n2", "n3"), meta["fault"]
     assert v["txns"] >= 110, v
     _clean(v)

@@ -332,6 +332,29 @@ def test_kraft_leader_kill_moves_the_producer_and_loses_nothing(tmp_path, spark)
     assert v["duplicate_deliveries"] == v["stored_duplicates"] + v["redeliveries"]
 
 
+def test_a_kafka_release_without_a_pinned_pom_runs_by_cluster_version(tmp_path, spark):
+    """Versions as an axis: Kafka 4.0.2, none of the pinned releases, from Maven Central
+    through a pom written for it (systems/kafka/release.py); from 4.0 on it runs on a KRaft
+    controller. The leader killed for 2 s under acks=all loses nothing."""
+    from brokerchaos.systems.kafka import release
+
+    s = sc.load("scenarios/kafka-kill-leader-briefly.yaml",
+                {"runs": 1, "messages": 10_000, "after_acks": 3_000, "name": "it-kafka-4.0", "server_version": "4.0.2"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["servers"]["kafka"] == "4.0.2", meta["servers"]
+    assert "<version>4.0.2</version>" in release.resolve("4.0.2").pom().read_text()
+    # the Java client's bridge compiles against its kafka-clients (4.4 moved AppInfoParser to
+    # common.utils.internals: a campaign's Java cell on 4.4.0 failed to compile before)
+    from brokerchaos.systems import jclient
+
+    assert jclient.classpath("kafka-4.4", "brokerchaos.KafkaBridge")
+    (w,) = meta["fault"]["windows"]
+    assert w["observed"]["state"] == "observed" and w["roles_before"]["controller"] == "controller", w
+    assert v["read_complete"] is True and v["pos_ack_count"] > 3_000 and v["acked_missing"] == 0, v
+
+
 def test_a_reassignment_moves_the_leader_s_replica_to_a_spare_broker_and_back_losing_nothing(tmp_path, spark):
     """A membership change under load (Kafka 4.1, KRaft): the leader's replica moved to the
     broker that held none mid-write by alterPartitionReassignments, the leadership with it, and moved
@@ -354,6 +377,25 @@ def test_a_reassignment_moves_the_leader_s_replica_to_a_spare_broker_and_back_lo
     # the heal moved it back, and the cluster's metadata says so
     assert e["back"]["replicas_after"] == e["replicas_before"], e
     assert w["roles_after"]["replicas"] == e["replicas_before"], w["roles_after"]
+    assert v["read_complete"] is True, v["read_status"]
+    assert v["pos_ack_count"] == 6000 and v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+def test_replicas_cut_to_one_and_grown_back_by_reassignment_lose_nothing(tmp_path, spark):
+    """The `replicas` membership change on Kafka: 3 -> 1 mid-write by a reassignment that keeps
+    the leader, 1 -> 3 at the heal (the two new followers fetch the log and join the ISR);
+    acks=all with min ISR 1 loses nothing acknowledged."""
+    s = sc.load("scenarios/kafka-replicas-shrink-grow.yaml",
+                {"runs": 1, "messages": 6000, "after_acks": 2000, "name": "it-kafka-replicas"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (w,) = result.metas["run-001"]["faults"][0]["windows"]
+    e, before = w["effect"], w["roles_before"]
+    assert e["replicas_before"] == 3 and e["peers_before"] == before["replicas"], (e, before)
+    assert e["peers_after"] == [before["leader"]] and w["roles_during"]["replicas"] == e["peers_after"], e
+    assert sorted(e["back"]["peers_after"]) == ["n1", "n2", "n3"], e
+    assert sorted(w["roles_after"]["replicas"]) == ["n1", "n2", "n3"], w["roles_after"]
+    assert w["observed"]["state"] == "observed", w["observed"]
     assert v["read_complete"] is True, v["read_status"]
     assert v["pos_ack_count"] == 6000 and v["acked_missing"] == 0 and v["result"] == "pass", v
 
@@ -405,3 +447,22 @@ def test_faults_with_no_effect_a_failed_inject_and_a_mechanism_that_never_happen
     printed = capsys.readouterr().out
     assert "UNDECIDED kafka-no-effect-controls run-001: no-loss: 0 acked messages missing, but the run did not " \
            "test what it names" in printed, printed[-2000:]
+
+
+def test_another_librdkafka_release_runs_in_a_child_interpreter(tmp_path, spark):
+    """Client versions as an axis: options.client_version 2.4 names confluent-kafka's newest
+    2.4.x (PyPI), with the librdkafka its wheel carries; this interpreter loaded another, so
+    the session runs in a child interpreter that loads it first (runner/interpreter.py), and
+    run.json names it. The leader killed for 2 s under acks=all loses nothing."""
+    import confluent_kafka
+
+    s = sc.load("scenarios/kafka-kill-leader-briefly.yaml",
+                {"runs": 1, "messages": 6_000, "after_acks": 2_000, "name": "it-librdkafka-2.4",
+                 "option": ["client_version=2.4"]})
+    assert confluent_kafka.version()[0] != "2.4.0"
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["client"] == {"library": "librdkafka", "version": "2.4.0", "binding": "confluent-kafka 2.4.0"}
+    assert v["read_complete"] is True and v["pos_ack_count"] > 2_000 and v["acked_missing"] == 0, v
+    assert "confluent_kafka" in sys.modules and confluent_kafka.version()[0] != "2.4.0"  # this one untouched

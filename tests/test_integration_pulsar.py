@@ -194,7 +194,8 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
         (bookie,) = meta["fault"]["nodes"]
         # the target came from the cluster: a bookie of the ledger's ensemble when it fired
         assert bookie in w["roles_before"]["ensemble"] and len(w["roles_before"]["ensemble"]) == 3, w
-        assert meta["servers"] == {"pulsar": "4.0.7", "bookkeeper": "4.17.2", "zookeeper": "3.9.3"}
+        # the default release, with the BookKeeper and ZooKeeper it was built with
+        assert meta["servers"] == {"pulsar": "4.2.4", "bookkeeper": "4.17.3", "zookeeper": "3.9.5"}
         assert v["read_complete"] is True, v["read_status"]
         assert v["pos_ack_count"] > 3_000 and v["acked_missing"] == 0, v
         # the live consumer (an observer) read through the fault and got every acked message
@@ -329,3 +330,24 @@ def test_an_end_check_before_autorecovery_is_done_shows_under_replication(tmp_pa
     assert meta["end_check"].startswith("under-replicated after"), meta["end_check"]
     assert expect.parse("replicated")[0].check(v)[0] == "fail"
 
+
+
+def test_an_older_pulsar_release_runs_by_cluster_version_with_what_it_was_built_with(tmp_path, spark):
+    """Versions as an axis: Pulsar 2.10.5 (the oldest line that runs on Java 17 here), its
+    jars from Maven Central through a pom that imports the release's own parent, so that it
+    runs with the BookKeeper and ZooKeeper it was built with, not the default's. The kill-bookie
+    control's shape, one broker; last in the file, so that its cluster takes the place of
+    none the tests above reuse."""
+    from brokerchaos.systems.pulsar import release
+
+    s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 6_000, "in_flight": 3000, "rate": 2000,
+                                                      "after_acks": 2_000, "name": "it-pulsar-2.10",
+                                                      "server_version": "2.10.5", "nodes": 1, "replicas": 1})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    assert meta["servers"] == {"pulsar": "2.10.5", "bookkeeper": "4.14.7", "zookeeper": "3.6.4"}, meta["servers"]
+    assert "<version>2.10.5</version>" in release.resolve("2.10.5").pom().read_text()
+    (w,) = meta["fault"]["windows"]
+    assert w["observed"]["state"] == "observed" and w.get("ready_ms") is not None, w
+    assert v["read_complete"] is True and v["pos_ack_count"] > 2_000 and v["acked_missing"] == 0, v

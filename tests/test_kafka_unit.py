@@ -177,3 +177,33 @@ def test_a_member_slot_keeps_its_transactional_id_across_incarnations():
 
     assert slot_of("g1-m1") == slot_of("g1-m1-r2") == slot_of("g1-m1-r13") == "g1-m1"
     assert slot_of("g1-m12") == "g1-m12"
+
+
+def test_a_zookeeper_leader_whose_broker_is_gone_is_not_serving():
+    """The owner watch's `serve` mark (faults/owners.py) on ZooKeeper: a killed leader (and
+    controller) stays named in the partition's state until the next controller elects
+    another; a look then said "n2 serving" and the window's watch ended there, so the move
+    to n1 a moment later was never seen and the run was called *unknown* (mechanism
+    missing) though its roles_during said n1 led (the dedup seed's exact fail-over, 1 of 6
+    runs, 2026-12-03). A leader counts as serving only while its broker is registered."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from brokerchaos.systems.base import SystemError_
+    from brokerchaos.systems.kafka.apache import ApacheKafkaRoles
+
+    cluster = SimpleNamespace(node_names=["n1", "n2", "n3"])
+    roles = ApacheKafkaRoles(SimpleNamespace(stream_name="bc-run-001"), cluster, None)
+
+    def look(state):
+        async def zk_state():
+            return state
+        roles.zk_state = zk_state
+        return asyncio.run(roles.serving())
+
+    stale = {"leader": 2, "isr": [2, 1, 3], "replicas": [2, 1, 3], "controller": -1, "registered": [1, 3]}
+    with pytest.raises(SystemError_, match="broker 2, is not registered"):
+        look(stale)
+    assert look({**stale, "leader": 1, "controller": 3}) == "n1"
+    with pytest.raises(SystemError_, match="has no leader"):
+        look({**stale, "leader": -1})

@@ -119,8 +119,16 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "pulsar", "options": {"broker": "lite"}, "cluster": {"nodes": 1, "replicas": 1},
       "fault": {"action": "kill", "target": "bookie"}}, "fault.target"),
     ({"system": "kafka", "cluster": {"version": "2.8"}}, "cluster.version"),
+    ({"system": "kafka", "cluster": {"version": "4.x"}}, "cluster.version"),
+    ({"system": "kafka", "cluster": {"version": "4.4.0"}, "options": {"metadata": "zookeeper"}}, "options.metadata"),
+    ({"system": "kafka", "cluster": {"version": "3.2.3"}, "options": {"metadata": "kraft"}}, "options.metadata"),
+    ({"system": "kafka", "options": {"broker": "tansu", "metadata": "kraft"}}, "options.metadata"),
     ({"system": "kafka", "options": {"broker": "tansu"}, "cluster": {"version": "4.1"}}, "cluster.version"),
     ({"system": "nats", "cluster": {"version": "2.10"}}, "cluster.version"),
+    ({"system": "pulsar", "cluster": {"version": "2.9.1"}}, "cluster.version"),
+    ({"system": "pulsar", "cluster": {"version": "4"}}, "cluster.version"),
+    ({"system": "pulsar", "options": {"client_version": "3.0.7"}}, "options.client_version"),  # the C++ client
+    ({"system": "pulsar", "options": {"client": "java", "client_version": "2.10.5"}}, "options.client_version"),
     ({"system": "kafka", "options": {"min_insync_replicas": 3}, "cluster": {"replicas": 2}},
      "options.min_insync_replicas"),
     ({"system": "nats", "fault": {"action": "kill-wipe", "target": "leader"}}, "fault.action"),
@@ -182,14 +190,15 @@ def test_service_hosts_are_targets_of_their_system_only():
     sc.build({"system": "kafka", "options": tansu, "fault": {"action": "isolate-from", "target": "client-node",
                                                              "params": {"from": "store"}}})
     sc.build({"system": "kafka", "options": tansu, "fault": {"action": "pause", "target": "store"}})
-    # Apache Kafka 3.9 has ZooKeeper, 4.1 a KRaft controller, Pulsar ZooKeeper and bookies
-    sc.build({"system": "kafka", "fault": {"action": "isolate-from", "target": "leader",
-                                           "params": {"from": "zk"}}})
+    # Apache Kafka 3.9 has ZooKeeper, 4.x (the default 4.4) a KRaft controller, Pulsar ZooKeeper and bookies
+    sc.build({"system": "kafka", "cluster": {"version": "3.9"}, "fault": {"action": "isolate-from", "target": "leader",
+                                                                          "params": {"from": "zk"}}})
+    sc.build({"system": "kafka", "fault": {"action": "pause", "target": "controller"}})
     sc.build({"system": "kafka", "cluster": {"version": "4.1"}, "fault": {"action": "pause", "target": "controller"}})
     sc.build({"system": "pulsar", "fault": {"action": "kill-wipe", "target": "b1,b2"}})
     sc.build({"system": "pulsar", "options": {"bookies": 5}, "fault": {"action": "kill", "target": "b5"}})
     for system, options, host in [("nats", {}, "store"), ("kafka", {}, "store"), ("kafka", tansu, "zk"),
-                                  ("pulsar", {"bookies": 3}, "b4")]:
+                                  ("kafka", {}, "zk"), ("pulsar", {"bookies": 3}, "b4")]:
         with pytest.raises(sc.ScenarioError, match=rf"^scenario field 'fault.target': unknown target '{host}'"):
             sc.build({"system": system, "options": options, "fault": {"action": "pause", "target": host}})
 

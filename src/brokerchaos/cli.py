@@ -232,47 +232,10 @@ def _session_kind(session: Path) -> str:
 
 
 def _observer():
-    """Bars on a terminal (a maintained library's: tqdm), plain lines otherwise."""
-    if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        return None
-    from tqdm import tqdm
+    """Bars on a terminal, plain lines otherwise (runner/observe.py)."""
+    from .runner.observe import terminal_bars
 
-    from .runner import Observer
-
-    class Bars(Observer):
-        """A bar for the session's runs and one for the current run's messages, on stderr;
-        every line the session prints goes above them (tqdm.write), as it would without."""
-
-        def __init__(self) -> None:
-            self.bars: dict[str, tqdm] = {}
-
-        def line(self, text: str) -> None:
-            tqdm.write(text, file=sys.stdout)
-
-        def progress(self, kind: str, done: int, total: int, label: str = "") -> None:
-            if kind == "runs":
-                self._drop("messages")  # a run starts or ends: its messages' bar goes
-            bar = self.bars.get(kind)
-            if bar is None or bar.total != total or done < bar.n:
-                self._drop(kind)
-                bar = self.bars[kind] = tqdm(total=total, desc=kind, unit="run" if kind == "runs" else "msg",
-                                             position=0 if kind == "runs" else 1, leave=False, file=sys.stderr,
-                                             dynamic_ncols=True)
-            bar.n = done
-            if label:
-                bar.set_postfix_str(label, refresh=False)
-            bar.refresh()
-
-        def _drop(self, kind: str) -> None:
-            bar = self.bars.pop(kind, None)
-            if bar is not None:
-                bar.close()
-
-        def close(self) -> None:
-            for kind in list(self.bars):
-                self._drop(kind)
-
-    return Bars()
+    return terminal_bars()
 
 
 def cmd_run(args) -> int:
@@ -365,6 +328,49 @@ def cmd_campaign(args) -> int:
     if refused:
         return _refused("campaign", "; ".join(refused))
     return _judge(args, exps, out["verdicts"], _result_exit(s["summary"].get("result") for s in out["sessions"]))
+
+
+def cmd_bisect(args) -> int:
+    from . import bisect as bs
+    from . import validation as sc
+
+    def load(version: str):  # the scenario as it runs on one release
+        return sc.load(args.scenario, bs.overrides(version, args.over))
+
+    try:
+        check = bs.check_of(args.check)
+        if args.runs < 1:
+            raise sc.ScenarioError("--runs: at least 1")
+        versions = bs.versions_of(load, args.versions, of=args.over)
+        on = {v: load(v) for v in versions}
+    except sc.ScenarioError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # a registry that cannot be asked for its list
+        print(f"brokerchaos: bisect failed: {e}", file=sys.stderr)
+        return 1
+    from .cli_tools import machine_lacks
+
+    probes = [bs.on_release(s, v, args.runs) for v, s in on.items()]
+    bad = _unwritable(args.out, None) or machine_lacks(probes[:1])
+    if bad is not None:
+        return bad
+    bars = _observer()
+    try:
+        doc = _guarded(probes, args.spark_master, "bisect",
+                       lambda: bs.run(on, check, args.runs, Path(args.out), of=args.over,
+                                      spark_master=args.spark_master, observer=bars, command=args.command_line))
+    finally:
+        if bars is not None:
+            bars.close()
+    if isinstance(doc, int):
+        return doc
+    print("\n" + bs.table(doc))
+    print(f"Results: {doc['dir']}")
+    print(f"Report: {doc['report']}")
+    from .report.expect import EXIT_UNDECIDED
+
+    return 0 if doc["boundary"] else EXIT_UNDECIDED
 
 
 def cmd_analyze(args) -> int:
@@ -475,8 +481,9 @@ def main(argv=None) -> int:
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
     from .cli_tools import cmd_clean, cmd_doctor, cmd_fetch, cmd_new
 
-    return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "faults": cmd_faults,
-            "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor, "new": cmd_new}[args.command](args)
+    return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "bisect": cmd_bisect,
+            "faults": cmd_faults, "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor,
+            "new": cmd_new}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="brokerchaos", description=DESCRIPTION)
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    for add in (_run, _analyze, _campaign, _soak):
+    for add in (_run, _analyze, _campaign, _soak, _bisect):
         add(sub)
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
     from .cli_tools import add_parsers
@@ -125,6 +125,32 @@ def _soak(sub) -> None:
     k.add_argument("--duration", help="start no run after this long: 90s, 30m, 6h (or seconds)")
     k.add_argument("--resume", metavar="DIR", help="a soak session's directory to go on in")
     _out_and_spark(k)
+
+
+def _bisect(sub) -> None:
+    """`bisect`: one scenario across releases, to the one that changed a verdict."""
+    b = sub.add_parser("bisect", help="run a scenario across server releases and find the one where a check's "
+                                      "verdict changes",
+                       description="Probes the scenario on releases of its server (cluster.version), both ends "
+                                   "first, then halving: a release fails the check at its first run that fails it, "
+                                   "holds when --runs runs all pass it. Prints each release probed and the "
+                                   "boundary: the last release where the check fails and the first where it "
+                                   "holds (or the reverse). Writes bisect.json and report.html beside each "
+                                   "release's session.")
+    b.add_argument("scenario", help="scenario YAML file")
+    b.add_argument("--versions", required=True, metavar="A..B|A,B,C",
+                   help="the releases: A..B, every release the system's registry lists from A to B (NATS: the "
+                        "Go module proxy; Kafka, Pulsar: Maven Central; their Python clients: PyPI), or a list A,B,C")
+    b.add_argument("--over", choices=["server", "client"], default="server",
+                   help="what the releases are: the servers' (cluster.version, the default) or the client's "
+                        "(options.client_version: kafka-clients or pulsar-client-original with client: java, "
+                        "confluent-kafka or pulsar-client otherwise)")
+    b.add_argument("--check", default="no-loss", help="the check whose verdict is searched: any --expect name "
+                                                      "(no-loss, no-duplicates, ordered, max-outage=10s, …); "
+                                                      "default no-loss")
+    b.add_argument("--runs", type=int, default=5, help="runs that must all pass for a release to hold "
+                                                       "(default 5; a release fails at its first failing run)")
+    _out_and_spark(b)
 
 
 def _out_and_spark(p: argparse.ArgumentParser, out: Optional[str] = "results",

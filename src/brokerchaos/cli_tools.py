@@ -32,7 +32,8 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser("fetch", help="resolve the Java servers (Kafka, ZooKeeper, Pulsar, BookKeeper) from Maven "
                                      "Central into the cache, once (make setup does)")
-    c.add_argument("sets", nargs="*", help="server sets (default all): kafka-3.9, kafka-4.1, pulsar-4.0")
+    c.add_argument("sets", nargs="*",
+                   help="server sets (default all): kafka-3.9, kafka-4.1, kafka-4.4, pulsar-4.0, pulsar-4.2")
 
 
 def machine_lacks(scenarios) -> Optional[int]:

@@ -20,7 +20,9 @@ from typing import Callable, Optional
 
 from .sandbox import clock, gotool, mounts, netns
 from .scenario import Scenario
-from .systems import SYSTEMS, jvm
+from .systems import SYSTEMS, jvm, pyclients
+from .systems.kafka import librdkafka
+from .systems.pulsar import cpp_client
 from .systems.needs import APT, Need, package, program
 from .systems.base import CAPABILITIES, NETNS
 
@@ -222,4 +224,13 @@ def versions() -> list[str]:
     from . import __version__
 
     return [f"brokerchaos {__version__}", "servers it runs (as resolved on this machine):",
-            *(line for _, cls in SYSTEMS.items() for line in cls.server_versions())]
+            *(line for _, cls in SYSTEMS.items() for line in cls.server_versions()),
+            "Python clients it runs (options.client_version, any release from PyPI, installed once):",
+            *(_client_line(c) for c in (librdkafka, cpp_client))]
+
+
+def _client_line(client) -> str:
+    c = client("0.0")
+    others = [v for v in pyclients.cached().get(c.dist, []) if v != c.loaded()]
+    return (f"  {c.dist:<15} {c.loaded() or 'not installed'} (this interpreter); from "
+            f"{'.'.join(map(str, c.oldest))}.0" + (f"; cached: {', '.join(others)}" if others else ""))

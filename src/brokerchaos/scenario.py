@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ScenarioError, first_error
 from .inputs import read_yaml
@@ -36,6 +36,19 @@ class ClusterSpec(_Strict):
     reuse: bool = Field(
         True, description="let the next run use this run's cluster when it ends healthy (fresh stream/queue); "
                           "false: a new cluster per run")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v):
+        return release_text(v)
+
+
+def release_text(v: Any) -> Any:
+    """A release as written: YAML reads `4.3` as a number, and `2.10` as 2.1, so a number is
+    refused with how to write it (a string such as '4.3')."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        raise ValueError(f"a release in quotes, such as '{v}' (YAML reads an unquoted X.Y as a number: 2.10 as 2.1)")
+    return v
 
 
 class GroupStep(_Strict):
@@ -370,7 +383,9 @@ def load_document(path: Optional[str | Path]) -> dict:
 FAULT_FLAGS = ("fault", "target", "after_acks", "at_seconds", "duration", "heal", "fault_param")
 
 
-def _param_value(text: str) -> Any:
+def _param_value(text: str, key: str = "") -> Any:
+    if key.endswith("version"):  # a release, as written (2.10 is not 2.1)
+        return text.strip()
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -424,7 +439,7 @@ def _set_pairs(doc: dict, path: str, items: list[str]) -> None:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
             raise ScenarioError(f"scenario field '{path}': expected KEY=VALUE, got {item!r}")
-        _set_path(doc, f"{path}.{k.strip()}", _param_value(v))
+        _set_path(doc, f"{path}.{k.strip()}", _param_value(v, k.strip()))
 
 
 def check_cross_fields(s: Scenario) -> None:

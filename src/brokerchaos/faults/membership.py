@@ -29,7 +29,8 @@ class ReplicasParams(BaseModel):
 class Replicas(Fault):
     description = ("a membership change under load: the stream's replica count changed to params.to (NATS: "
                    "$JS.API.STREAM.UPDATE; 3 -> 1 drops two peers, 1 -> 3 adds two that catch up; RabbitMQ "
-                   "quorum queue: rabbitmq-queues delete_member / add_member); heal changes it back. The target "
+                   "quorum queue: rabbitmq-queues delete_member / add_member; Kafka: a partition "
+                   "reassignment to fewer or more brokers, the leader kept); heal changes it back. The target "
                    "is where the window is recorded; the effect names the peers before and after")
     family = "membership"
     observes = ("the stream's peers, as the cluster names them, changed by the update, and after the heal the "

@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..analysis import metrics, spark as spark_mod, warmup
 from ..report import console, session_table
 from ..sandbox import Sandbox
 from ..scenario import Scenario
+from . import interpreter
 from .finish import finish
 from .journal import Journal
 from .observe import Observer, _on_sigterm, main_thread
@@ -59,8 +60,16 @@ class Session:
     def __init__(self, scenario: Scenario, out: Path, spark_master: Optional[str] = None,
                  observer: Optional[Observer] = None, resume: Optional[Path] = None,
                  duration: Optional[float] = None, soak: bool = False, command: Optional[str] = None,
-                 report: bool = True, verdicts: str = "auto", pool: Optional[ClusterPool] = None) -> None:
+                 report: bool = True, verdicts: str = "auto", pool: Optional[ClusterPool] = None,
+                 stop_when: Optional[Callable[[Verdict], Optional[str]]] = None) -> None:
         self.s = scenario
+        # what a child interpreter is given to run the same session (interpreter.py)
+        self.args = dict(scenario=scenario, out=out, spark_master=spark_master, observer=observer, resume=resume,
+                         duration=duration, soak=soak, command=command, report=report, verdicts=verdicts,
+                         stop_when=stop_when)
+        # a stopping rule (bisect: a release's first failing run decides it): given each run's
+        # verdict, why no further run is needed, or None; verdicts are then judged run by run
+        self.stop_when = stop_when
         # clusters kept between sessions (pool.py): the open pool unless one is given
         self.pool = pool if pool is not None else ClusterPool.current
         self.spark_master = spark_master
@@ -91,7 +100,9 @@ class Session:
         # over a thousand short runs is most of the session, and the session's analysis does
         # it again. auto: each for up to EACH_UP_TO runs and in a soak (its progress line
         # is made of verdicts), else end
-        if verdicts == "auto":
+        if stop_when is not None:
+            verdicts = "each"
+        elif verdicts == "auto":
             verdicts = "each" if self.soak or scenario.runs <= self.EACH_UP_TO else "end"
         self.verdicts = verdicts
 
@@ -103,6 +114,9 @@ class Session:
         self.obs.line(text)
 
     def run(self) -> SessionResult:
+        other = interpreter.elsewhere(self)
+        if other is not None:  # a Python client release this interpreter did not load
+            return interpreter.run(self, *other)
         self.dir.mkdir(parents=True, exist_ok=True)
         # appended to: a resumed soak's output goes on in the same file
         with open(self.dir / "output.txt", "a") as self._output:
@@ -179,6 +193,10 @@ class Session:
         result.metas[run_id] = rec.to_json()
         if self.soak:
             self._line(console.soak_line(self.journal.kept))
+        why = self.stop_when(result.verdicts[-1]) if self.stop_when and result.verdicts else None
+        if why and i < s.runs:
+            self._line(f"Stopping after {run_id}: {why}")
+            return False
         return True
 
     def _judge(self, result: SessionResult, rec: RunRecord) -> None:

@@ -49,10 +49,17 @@ def tool(name: str, package: str) -> str:
     return found
 
 
+def pom_of(name: str) -> Path:
+    """Set `name`'s pom: pinned (maven/), else one written into the cache for a release a
+    scenario names (kafka/release.py)."""
+    pinned = POMS / f"{name}.xml"
+    return pinned if pinned.exists() else cache_root() / "poms" / f"{name}.xml"
+
+
 def classpath(name: str) -> str:
     """The classpath of server set `name` (a `dir/*` wildcard), resolving it first if its
     jars are missing or were resolved from another pom."""
-    pom = POMS / f"{name}.xml"
+    pom = pom_of(name)
     if not pom.exists():
         raise SystemError_(f"no pinned pom for {name!r} (known: {', '.join(sets())})")
     digest = _digest(pom)
@@ -67,7 +74,7 @@ def classpath(name: str) -> str:
 
 def fetched(name: str) -> bool:
     """Whether set `name`'s jars are in the cache, resolved from its pom as it is now."""
-    pom = POMS / f"{name}.xml"
+    pom = pom_of(name)
     return pom.exists() and _current(cache_root() / name / "pom.sha256", _digest(pom))
 
 

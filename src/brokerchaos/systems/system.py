@@ -12,6 +12,7 @@ from .roles import Roles
 
 if TYPE_CHECKING:
     from ..scenario import Scenario
+    from .pyclients import PyClient
 
 # the workload's shape, which no server is configured from: how much, how fast, how many
 # clients and how long they wait
@@ -68,7 +69,9 @@ class System:
     @classmethod
     def variants(cls) -> tuple[tuple[str, dict, Optional[str]], ...]:
         """Each way it can be deployed, as `brokerchaos doctor` lists them: (label, options,
-        cluster.version); one, with the defaults, unless the system says more."""
+        cluster.version); one, with the defaults, unless the system says more. A version of
+        `releases.ANY` is a row for every release fetched by cluster.version (what those
+        need of the machine), not one to run."""
         return ((cls.name, {}, None),)
 
     # the needs of the machine this system brings (needs.py: its server programs, its
@@ -91,6 +94,19 @@ class System:
         """The server versions `cluster.version` may name here, the default first; () when
         the system runs the one version its package provides."""
         return ()
+
+    @classmethod
+    def releases(cls, scenario: "Scenario", fetch: bool = True, of: str = "server") -> list[str]:
+        """The releases `cluster.version` (of "server") or `options.client_version` (of
+        "client") may name for this scenario, oldest first, as the registry lists them
+        (`bisect` walks them); [] when it cannot list them."""
+        return []
+
+    @classmethod
+    def python_client(cls, scenario: "Scenario") -> Optional["PyClient"]:
+        """The release of a Python client library `options.client_version` names for the
+        producers and readers in the harness's own process (None: the one installed)."""
+        return None
 
     @classmethod
     def version_error(cls, scenario: "Scenario") -> Optional[str]:

@@ -21,11 +21,23 @@ import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.utils.AppInfoParser;
 
 public final class KafkaBridge {
     private static void say(String line) {
         Protocol.say(line);
+    }
+
+    /** The kafka-clients release, by reflection: AppInfoParser moved to common.utils.internals in 4.4. */
+    private static String clientVersion() {
+        for (String name : new String[] {"org.apache.kafka.common.utils.AppInfoParser",
+                                         "org.apache.kafka.common.utils.internals.AppInfoParser"}) {
+            try {
+                return (String) Class.forName(name).getMethod("getVersion").invoke(null);
+            } catch (ReflectiveOperationException e) {
+                // the other name
+            }
+        }
+        return "unknown";
     }
 
     private static String clean(String s) {
@@ -59,7 +71,7 @@ public final class KafkaBridge {
         Thread leader = new Thread(() -> followLeader(p, topic), "leader");
         leader.setDaemon(true);
         leader.start();
-        say("ready\t" + AppInfoParser.getVersion());
+        say("ready\t" + clientVersion());
         Protocol.serve(new Protocol.Handler() {
             public void send(String id, String payload) {
                 KafkaBridge.send(p, topic, id, payload);
@@ -69,8 +81,25 @@ public final class KafkaBridge {
                 KafkaBridge.control(p, op, req, timeoutMs);
             }
         });
-        p.close(Duration.ofSeconds(5));
+        close(p);
         Protocol.end("closed");
+    }
+
+    /** close within 5 s: close(Duration) from kafka-clients 2.2, close(long, TimeUnit) before
+     *  it (and gone in 4.0), whichever the client release in hand has (options.client_version). */
+    private static void close(KafkaProducer<byte[], byte[]> p) {
+        try {
+            KafkaProducer.class.getMethod("close", Duration.class).invoke(p, Duration.ofSeconds(5));
+        } catch (NoSuchMethodException e) {
+            try {
+                KafkaProducer.class.getMethod("close", long.class, java.util.concurrent.TimeUnit.class)
+                        .invoke(p, 5L, java.util.concurrent.TimeUnit.SECONDS);
+            } catch (ReflectiveOperationException e2) {
+                throw new IllegalStateException(e2);
+            }
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     private static void send(KafkaProducer<byte[], byte[]> p, String topic, String id, String payload) {

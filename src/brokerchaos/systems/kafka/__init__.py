@@ -9,12 +9,16 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, ELECT, REASSIGN
-from .. import needs
+from ...scenario import release_text
+from ..base import COORDINATOR, ELECT, REASSIGN, REPLICAS
+from .. import jvm, needs, releases
+from .. import pyclients
+from ..pyclients import PyClient
 from ..registry import SYSTEMS
 from ..system import System
 from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
 from .client import KafkaClient
+from . import release
 from .library import outcome_of
 from .roles import KafkaRoles
 from .tansu import TansuRoles, TansuServers, tansu_binary
@@ -24,15 +28,20 @@ KafkaClient.txn_producer = KafkaTxnProducer  # client.py cannot import it: txn.p
 
 __all__ = ["Kafka", "KafkaOptions", "outcome_of", "tansu_binary"]
 
-# cluster.version -> the local cluster that runs it; the first is the default
-VERSIONS = {"3.9": ZooKeeperKafka, "4.1": KRaftKafka}
+# the pinned releases (release.py: any other is fetched by cluster.version; release.DEFAULT names the default)
+VERSIONS = tuple(release.PINNED)
 
 
 class KafkaOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     broker: Literal["apache", "tansu"] = Field(
-        "apache", description="apache: Apache Kafka from Maven Central (3.9 on ZooKeeper, or 4.1 on KRaft by "
-                              "cluster.version); tansu: the Kafka protocol on one S3 store, no replication")
+        "apache", description="apache: Apache Kafka from Maven Central (cluster.version: 4.4 on KRaft, the "
+                              "default; 3.9 on ZooKeeper; 4.1; any release from 3.0); tansu: the Kafka protocol on "
+                              "one S3 store, no replication")
+    metadata: Optional[Literal["zookeeper", "kraft"]] = Field(
+        None, description="apache: where the cluster's metadata lives: zookeeper (one ZooKeeper server, host zk) "
+                          "or kraft (one KRaft controller, host controller); default: ZooKeeper before 4.0, "
+                          "KRaft from 4.0 (no ZooKeeper mode), KRaft from 3.3 only")
     acks: Literal["0", "1", "all"] = Field("all", description="producer acks: 0, 1 or all")
     min_insync_replicas: Optional[int] = Field(None, ge=1, le=9, description="topic min.insync.replicas")
     unclean_leader_election: bool = Field(False, description="unclean.leader.election.enable (apache)")
@@ -66,6 +75,12 @@ class KafkaOptions(BaseModel):
     batch_messages: int = Field(10_000, ge=1, le=1_000_000, description="batch.num.messages")
     client_config: dict[str, Any] = Field(default_factory=dict,
                                           description="any other librdkafka producer property")
+    client_version: Optional[str] = Field(
+        None, description="the client release the producers and readers run: with client: java, kafka-clients "
+                          "(2.0.0 on, from Maven Central: 2.0.0 was the dedup seed's; default: the servers' "
+                          "release); with librdkafka, confluent-kafka (2.4.0 on, from PyPI, with the librdkafka "
+                          "its wheel carries; default: the one installed), a session on another release running "
+                          "in a child interpreter")
     client: Literal["librdkafka", "java"] = Field(
         "librdkafka", description="the producers' client library: librdkafka (confluent-kafka), or java: "
                                   "kafka-clients of the servers' release in a child process (docs/java-clients.md)")
@@ -78,12 +93,43 @@ class KafkaOptions(BaseModel):
     def _acks(cls, v):
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
+    @field_validator("client_version", mode="before")
+    @classmethod
+    def _client_version(cls, v):
+        return release_text(v)
+
+
+def librdkafka(version: str) -> PyClient:
+    """confluent-kafka `version`, with the librdkafka its wheel carries (2.4: the oldest
+    the harness's requirement names)."""
+    return PyClient("confluent-kafka", "confluent_kafka", (2, 4), version)
+
+
+def _check_releases(o: KafkaOptions, version) -> None:
+    """The servers' mode and the Java client's release against the release cluster.version names."""
+    if o.client_version is not None and o.client != "java":
+        why = librdkafka(o.client_version).form_error()
+        if why:
+            raise ScenarioError(f"scenario field 'options.client_version': {why}")
+    if o.broker == "tansu":
+        if o.metadata is not None:
+            raise ScenarioError("scenario field 'options.metadata': an Apache Kafka setting; tansu has no "
+                                "metadata quorum")
+        return
+    if release.form_error(version) is not None:
+        return  # version_error says why
+    for field, why in (("client_version", release.client_error(o.client_version, version)),
+                       ("metadata", release.mode_error(version, o.metadata))):
+        if why:
+            raise ScenarioError(f"scenario field 'options.{field}': {why}")
+
 
 @SYSTEMS.register("kafka")
 class Kafka(System):
     description = ("Apache Kafka 3.9 on ZooKeeper (host `zk`) or 4.1 on KRaft, RF 3, confluent-kafka; "
                    "options.broker tansu: one S3 store, no replication")
-    client_options = frozenset({"acks", "batch_messages", "client", "client_config", "isolation", "linger_ms",
+    client_options = frozenset({"acks", "batch_messages", "client", "client_config", "client_version", "isolation",
+                                "linger_ms",
                                 "max_in_flight", "message_timeout_ms", "min_insync_replicas", "partitions",
                                 "request_timeout_ms", "retries"})  # the topic's and the clients' settings
     client_workload = frozenset({"group", "dedup", "transactions"})
@@ -92,38 +138,81 @@ class Kafka(System):
     LocalCluster = ZooKeeperKafka
     Client = KafkaClient
     Roles = ApacheKafkaRoles
-    offers = frozenset({COORDINATOR, ELECT, REASSIGN})
+    offers = frozenset({COORDINATOR, ELECT, REASSIGN, REPLICAS})
 
     @classmethod
     def variants(cls):
-        return (*((f"kafka {v}", {}, v) for v in VERSIONS), ("kafka on tansu", {"broker": "tansu"}, None))
+        cached = [v for v in release.cached() if v not in release.PINNED.values()]
+        return (*((f"kafka {v}", {}, v) for v in VERSIONS),
+                ("kafka, any other release from 3.0 (cluster.version" + (f"; cached: {', '.join(cached)}"
+                                                                         if cached else "") + ")", {}, releases.ANY),
+                ("kafka on tansu", {"broker": "tansu"}, None))
 
     machine_setup = (needs.server_set("kafka-3.9", "Kafka 3.9 and ZooKeeper"),
-                     needs.server_set("kafka-4.1", "Kafka 4.1 (KRaft)"))
+                     needs.server_set("kafka-4.1", "Kafka 4.1 (KRaft)"),
+                     needs.server_set(f"kafka-{release.DEFAULT}", "Kafka's default release (KRaft)"),
+                     needs.package("mvn", "any other Kafka release (cluster.version), fetched once", "maven",
+                                   "/usr/bin/mvn"))
 
     @classmethod
     def machine_needs(cls, options, version):
-        return () if options.get("broker") == "tansu" else ("java", f"kafka-{version or next(iter(VERSIONS))}")
+        if options.get("broker") == "tansu":
+            return ()
+        return releases.machine_needs(version or release.DEFAULT, release.resolve)
 
     @classmethod
     def server_versions(cls):
         v = {k: needs.pom_version(f"kafka-{k}", "kafka_2.13") for k in VERSIONS}
-        return (f"  kafka           {v['3.9']} (ZooKeeper), {v['4.1']} (KRaft): Maven Central, pinned poms",)
+        others = [r for r in release.cached() if r not in v.values()]
+        return (f"  kafka           {v[release.DEFAULT]} (KRaft, default), {v['4.1']} (KRaft), {v['3.9']} (ZooKeeper): "
+                "Maven Central, pinned poms; any "
+                "release from 3.0.0 by cluster.version (fetched once)"
+                + (f"; cached: {', '.join(others)}" if others else ""),)
 
     @classmethod
-    def versions(cls, scenario) -> tuple[str, ...]:
-        return tuple(VERSIONS) if KafkaOptions.model_validate(scenario.options).broker == "apache" else ()
+    def version_error(cls, scenario):
+        o = KafkaOptions.model_validate(scenario.options)
+        if o.broker == "tansu":
+            return super().version_error(scenario)
+        return release.form_error(scenario.cluster.version)
+
+    @classmethod
+    def releases(cls, scenario, fetch: bool = True, of: str = "server") -> list[str]:
+        if of == "client" and KafkaOptions.model_validate(scenario.options).client != "java":
+            return [v for v in librdkafka("0.0").listing().versions(fetch) if librdkafka(v).form_error() is None]
+        if of == "client":
+            return [v for v in release.CLIENTS.versions(fetch)
+                    if release.client_error(v, scenario.cluster.version) is None]
+        if KafkaOptions.model_validate(scenario.options).broker == "tansu":
+            return []
+        return [v for v in release.LISTING.versions(fetch) if release.form_error(v) is None]
+
+    @classmethod
+    def install(cls, scenario) -> None:
+        """The release's jars, resolved before anything starts (Maven says if it does not exist)."""
+        o = KafkaOptions.model_validate(scenario.options)
+        if scenario.external is None and o.broker == "apache":
+            release.resolve(scenario.cluster.version).classpath()
+        if o.client_version is not None and o.client == "java":
+            jvm.classpath(release.client_set(o.client_version))
+        pyclients.ensure(cls.python_client(scenario))
+
+    @classmethod
+    def python_client(cls, scenario):
+        o = KafkaOptions.model_validate(scenario.options)
+        return librdkafka(o.client_version) if o.client_version is not None and o.client != "java" else None
 
     @classmethod
     def local_cluster(cls, scenario):
-        if KafkaOptions.model_validate(scenario.options).broker == "tansu":
+        o = KafkaOptions.model_validate(scenario.options)
+        if o.broker == "tansu":
             return TansuServers
-        return VERSIONS[scenario.cluster.version or next(iter(VERSIONS))]
+        return KRaftKafka if release.kraft(scenario.cluster.version, o.metadata) else ZooKeeperKafka
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
         tansu = KafkaOptions.model_validate(scenario.options).broker == "tansu"
-        return cls.offers - {ELECT, REASSIGN} if tansu else cls.offers  # tansu: one store, no replicas
+        return cls.offers - {ELECT, REASSIGN, REPLICAS} if tansu else cls.offers  # tansu: one store, no replicas
 
     @classmethod
     def roles_class(cls, scenario) -> type[KafkaRoles]:
@@ -147,6 +236,7 @@ class Kafka(System):
                                 "(message.timeout.ms is derived from it)")
         if c.replicas > c.nodes:
             raise ScenarioError(f"scenario field 'cluster.replicas': {c.replicas} is more than the {c.nodes} nodes")
+        _check_releases(o, c.version)
         if o.broker == "tansu" and not o.auto_leader_rebalance:
             raise ScenarioError("scenario field 'options.auto_leader_rebalance': an Apache Kafka broker setting")
         for key in ("flush_messages", "retention_check_ms"):

@@ -6,8 +6,11 @@ one per node namespace, replicating for real, and their metadata quorum on a hos
   `from: coordinator` is the seed's "leader isolated from ZooKeeper only".
 - Kafka 4.1 (`cluster.version` 4.1) has no ZooKeeper: one KRaft controller on host
   `controller`, which is then the coordinator.
+- Any other release from 3.0 (release.py) runs the same way by its major: ZooKeeper before
+  4.0, KRaft from 4.0; `options.metadata` chooses KRaft on 3.3 and later.
 
-The jars come from the pinned poms in systems/maven (jvm.py); configuration files are
+The jars come from the pinned poms in systems/maven, or a pom written for the release
+(release.py, jvm.py); configuration files are
 written here, one per process, in the cluster's data directory. The defaults of the
 replication settings are the seed's era (ISR lag 10 s, ZooKeeper session 6 s), each an
 option.
@@ -30,6 +33,7 @@ from .. import jvm
 from ..base import CLOCK, CORRUPT, POWER, NodeExited, SystemError_
 from ..cluster import LocalCluster
 from ..runtime import port_open, quiet_logger, wait_until
+from . import release
 from .roles import KafkaRoles
 
 ZK = "zk"
@@ -86,7 +90,6 @@ class ApacheKafka(LocalCluster):
     """What both modes share: broker processes, their properties, versions and durability
     settings from their logs, the brokers' data (`power-off`, `corrupt`)."""
 
-    jars: ClassVar[str]
     ports = {"client": 9092, "zk": 2181, "controller": 9093}
     # a broker's whole directory (properties, log dirs) on the layer: power-off; its topic's
     # segment files: corrupt. ZooKeeper's and the KRaft controller's data stay off it.
@@ -100,7 +103,8 @@ class ApacheKafka(LocalCluster):
         self._versions: dict[str, str] = {}
 
     def start(self) -> None:
-        self.cp = jvm.classpath(self.jars)  # a failed download stops here, before any process
+        # the release cluster.version names (release.py); a failed download stops here, before any process
+        self.cp = release.resolve(self.ctx.scenario.cluster.version).classpath()
         (self.datadir).mkdir(parents=True, exist_ok=True)
         (self.datadir / "log4j.properties").write_text(LOG4J)  # 3.9: reload4j
         (self.datadir / "log4j2.properties").write_text(LOG4J2)  # 4.x: log4j 2
@@ -218,9 +222,8 @@ def _startup_session_expired(log: Path) -> bool:
 
 
 class ZooKeeperKafka(ApacheKafka):
-    """Kafka 3.9 brokers on one ZooKeeper server (host `zk`)."""
+    """Kafka brokers (3.9 by default) on one ZooKeeper server (host `zk`)."""
 
-    jars = "kafka-3.9"
     service_hosts = (ZK,)
     zookeeper = True
     started_once: set[str]
@@ -304,9 +307,9 @@ class ZooKeeperKafka(ApacheKafka):
 
 
 class KRaftKafka(ApacheKafka):
-    """Kafka 4.1 brokers on one KRaft controller (host `controller`)."""
+    """Kafka brokers (4.x, or 3.3 on with options.metadata kraft) on one KRaft controller
+    (host `controller`)."""
 
-    jars = "kafka-4.1"
     service_hosts = (CONTROLLER,)
     zookeeper = False
     # power: the storage tool writes bootstrap.checkpoint without an fsync, so a format made
@@ -411,7 +414,11 @@ class ApacheKafkaRoles(KafkaRoles):
                 state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/0/state")[0])
                 assigned = json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"]["0"]
                 state["replicas"] = assigned
-                state["controller"] = json.loads(zk.get("/controller")[0]).get("brokerid")
+                # none between a controller's session ending and the next one's election
+                controller = zk.exists("/controller") and zk.get("/controller")[0]
+                state["controller"] = json.loads(controller).get("brokerid") if controller else -1
+                # the brokers whose sessions are alive (ephemeral registrations)
+                state["registered"] = sorted(int(b) for b in zk.get_children("/brokers/ids") if b.isdigit())
                 return state
             finally:
                 zk.stop()
@@ -431,6 +438,20 @@ class ApacheKafkaRoles(KafkaRoles):
             return await super().leader()
         if state["leader"] < 0:
             raise SystemError_(f"{self.ctx.stream_name} has no leader (ISR {state['isr']})")
+        return self.node_of_id(state["leader"])
+
+    async def serving(self) -> str:
+        """On ZooKeeper, the leader the partition's state names, while its broker is
+        registered: a killed leader stays named there until the controller elects another
+        (seconds after its session ends, longer when it was the controller too), and a
+        look then must not take it for the topic served again (faults/owners.py)."""
+        state = await self.zk_state()
+        if state is None:
+            return await super().serving()
+        if state["leader"] < 0:
+            raise SystemError_(f"{self.ctx.stream_name} has no leader (ISR {state['isr']})")
+        if state["leader"] not in state["registered"]:
+            raise SystemError_(f"the named leader, broker {state['leader']}, is not registered (its session is gone)")
         return self.node_of_id(state["leader"])
 
     async def replicas(self) -> list[str]:

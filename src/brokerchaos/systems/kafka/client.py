@@ -17,6 +17,7 @@ from typing import ClassVar, Optional
 
 from ..base import Client
 from ..runtime import quiet_logger, wait_until
+from . import release
 from .library import admin_for
 from .producer import KafkaProducer
 from .read import KafkaConsumer, KafkaReader
@@ -143,8 +144,13 @@ class KafkaClient(Client):
 
     @property
     def java_set(self) -> str:
-        """The server set whose kafka-clients jar the Java client runs (the servers' release)."""
-        return f"kafka-{self.ctx.scenario.cluster.version or '3.9'}"
+        """The set whose kafka-clients jar the Java client runs: options.client_version's, else
+        the servers' release."""
+        if self.options.client_version is not None:
+            return release.client_set(self.options.client_version)
+        r = release.resolve(self.ctx.scenario.cluster.version)
+        r.pom()  # a release's own pom, where the Java client's jars come from
+        return r.set_name
 
     def library(self) -> dict:
         if self.options.client == "java":
@@ -178,7 +184,7 @@ class KafkaClient(Client):
     def group_error(cls, scenario) -> Optional[tuple[str, str]]:
         o = scenario.options or {}
         if scenario.workload.group.kind == "consumer" and (o.get("broker", "apache") != "apache"
-                                                           or (scenario.cluster.version or "3.9").startswith("3.")):
+                                                           or not release.kraft(scenario.cluster.version, None)):
             return "kind", "the consumer protocol (KIP-848) needs Apache Kafka 4.x (cluster.version: 4.1)"
         if scenario.workload.group.commit == "transaction" and o.get("broker", "apache") != "apache":
             return "commit", "transactions are tried on Apache Kafka only here (broker: apache)"

@@ -84,6 +84,25 @@ class KafkaRoles(Roles):
 
         return await reassign(self, replicas, timeout)
 
+    async def set_replicas(self, count: int) -> dict:
+        """The partition's replica count changed to `count` by a reassignment (reassign.py):
+        down, it keeps the current leader first and drops the last of the others; up, it adds
+        the brokers that hold none, in node order. The count and peers before, the peers after."""
+        before = await self.assignment()
+        lead = await self.leader()
+        if count <= len(before):
+            target = ([lead] if lead in before else []) + [n for n in before if n != lead]
+            target = target[:count]
+        else:
+            spare = [n for n in self.cluster.node_names if n not in before]
+            target = before + spare[:count - len(before)]
+        if len(target) != count:
+            raise SystemError_(f"{count} replicas asked of {len(self.cluster.node_names)} brokers")
+        moved = await self.reassign(target, timeout=60.0)
+        return {"verb": f"alterPartitionReassignments replicas {len(before)} -> {count}",
+                "replicas_before": len(before), "peers_before": before, "peers_after": moved["replicas_after"],
+                "done_s": moved["done_s"]}
+
     async def describe(self) -> dict:
         """The topic's details as a broker's metadata gives them, as the seed printed them
         around each fault."""

@@ -49,6 +49,10 @@ class Nats(System):
         return natsbin.version_error(scenario.cluster.version)
 
     @classmethod
+    def releases(cls, scenario, fetch: bool = True, of: str = "server") -> list[str]:
+        return natsbin.LISTING.versions(fetch) if of == "server" else []  # nats-py: the harness's own
+
+    @classmethod
     def install(cls, scenario) -> None:
         if scenario.external is None:
             natsbin.binary(scenario.cluster.version)

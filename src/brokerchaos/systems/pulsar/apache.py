@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Optional
 
 from .. import jvm
-from ..base import POWER, WIPE, NodeExited, SystemError_
+from ..base import CLOCK, POWER, WIPE, NodeExited, SystemError_
 from ..cluster import LocalCluster
 from ...sandbox import process
 from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
+from . import release
 from .roles import PulsarRoles
 
 ZK = "zk"
@@ -58,8 +59,10 @@ def bookie_names(n: int) -> tuple[str, ...]:
 
 class ApachePulsar(LocalCluster):
     ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181, "bookie_admin": 8000}
-    # power: the bookies' and ZooKeeper's data directories (the brokers keep none)
-    extra_offers = frozenset({WIPE, POWER})
+    # power: the bookies' and ZooKeeper's data directories (the brokers keep none); clock:
+    # every process (brokers, bookies, ZooKeeper) is a JVM, whose wall clock
+    # (System.currentTimeMillis: ledger rollover, retention, publish times) libfaketime moves
+    extra_offers = frozenset({WIPE, POWER, CLOCK})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -151,7 +154,8 @@ class ApachePulsar(LocalCluster):
 
     # -- processes -----------------------------------------------------------------------
     def start(self) -> None:
-        self.cp = jvm.classpath("pulsar-4.0")  # a failed download stops here, before any process
+        # the release cluster.version names (release.py); a failed download stops here, before any process
+        self.cp = release.resolve(self.ctx.scenario.cluster.version).classpath()
         self.datadir.mkdir(parents=True, exist_ok=True)
         (self.datadir / "log4j2.properties").write_text(LOG4J2)
         self.start_node(ZK)  # the rest is staged in ready(): each stage waits for the one before
@@ -231,6 +235,10 @@ class ApachePulsar(LocalCluster):
         for n in self.node_names:
             await http_get(*self.address(n, "admin"), "/admin/v2/brokers/health", 5.0)
         return True, "every broker healthy"
+
+    def clock_of(self, host: str) -> Optional[float]:
+        """The JVM's own clock, from the head of a thread dump it prints on SIGQUIT."""
+        return jvm.wall_clock(lambda: process.send_signal(self.procs[host], signal.SIGQUIT), self.log(host))
 
     def thread_dumps(self) -> str:
         """Each running broker's JVM prints its threads to its log (SIGQUIT; it goes on

@@ -218,12 +218,24 @@ class PulsarClient(Client):
             return (txn if self.ctx.scenario.workload.transactions is not None else plain)(self, name)
         return PulsarProducer(self, name)
 
+    @property
+    def java_set(self) -> str:
+        """The set whose pulsar-client jar the Java client runs: options.client_version's, else
+        the servers' release."""
+        from .release import client_set, resolve
+
+        if self.options.client_version is not None:
+            return client_set(self.options.client_version)
+        r = resolve(self.ctx.scenario.cluster.version)
+        r.pom()
+        return r.set_name
+
     def library(self) -> dict:
         if self.options.client == "java":
             from ..jclient import jar_version
 
             return {"library": "java", "artifact": "org.apache.pulsar:pulsar-client-original",
-                    "version": jar_version("pulsar-4.0", "pulsar-client-original")}
+                    "version": jar_version(self.java_set, "pulsar-client-original")}
         import pulsar
 
         return {"library": "cpp", "binding": f"pulsar-client {pulsar.__version__}"}

@@ -66,7 +66,7 @@ class PulsarJavaProducer:
     def _handle(self) -> jclient.Handle:
         log = self.system.ctx.logdir / f"java-{self.name}.log"
         props = jvm.properties(log.with_suffix(".properties"), self._props())
-        return jclient.Handle(MAIN, "pulsar-4.0", [str(props)], jclient.log_configs(log), log)
+        return jclient.Handle(MAIN, self.system.java_set, [str(props)], jclient.log_configs(log), log)
 
     async def open(self, on_outcome: OutcomeCallback) -> None:
         self.on_outcome = on_outcome

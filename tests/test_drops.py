@@ -9,7 +9,7 @@ from brokerchaos.history.schema import DROPS
 from brokerchaos.report.console import run_block
 from brokerchaos.runner.drops import DropCount, difference
 from brokerchaos.runner.record import RunRecord
-from brokerchaos.systems.mqtt.vernemq import drop_counts_of
+from brokerchaos.systems.mqtt.vernemq import drop_counts_of, subscribed_in
 
 # lines in the form of a VerneMQ 2.1.2 node's /metrics (read 2026-11-29; the counts changed), and one
 # without the namespace
@@ -94,3 +94,22 @@ def test_the_verdict_says_what_the_broker_counted_beside_the_loss(spark_analyze,
     assert v["counted"]["broker_drops"].startswith("queue_message_drop 2 messages")
     assert v["silent"]["broker_dropped"] is None and v["silent"]["broker_drops"] is None
     assert "queue_message_drop 2 messages" in run_block(v["counted"]) and "Dropped" not in run_block(v["silent"])
+
+
+# what `vmq_subscriber_db:read({[], <<"probe-sub-15">>})` printed on a VerneMQ 2.1.2 node
+# (2026-12-03), and a record of two sessions, broken over lines as the printer does
+RECORD = "[{'VerneMQ@198.18.0.12',false,[{[<<\"probe\">>,<<\"t\">>],1}]}]"
+TWO = ("[{'VerneMQ@198.18.0.11',false,[{[<<\"probe\">>,<<\"t\">>],1}]},\n"
+       " {'VerneMQ@198.18.0.12',false,[{[<<\"a\">>],1}]}]")
+
+
+def test_a_vernemq_node_knows_a_subscription_only_to_that_topic_on_that_node():
+    """The check before the write (systems/mqtt/replicated.py): a node
+    whose store lacks the receiver's subscription routes its topic to nobody."""
+    assert subscribed_in(RECORD, "VerneMQ@198.18.0.12", "probe/t")
+    assert not subscribed_in(RECORD, "VerneMQ@198.18.0.13", "probe/t")  # its session on another node
+    assert not subscribed_in(RECORD, "VerneMQ@198.18.0.12", "probe/u")  # an earlier run's topic
+    assert not subscribed_in(RECORD, "VerneMQ@198.18.0.12", "probe")  # a prefix of it
+    assert not subscribed_in("undefined", "VerneMQ@198.18.0.12", "probe/t")
+    assert subscribed_in(TWO, "VerneMQ@198.18.0.11", "probe/t")
+    assert not subscribed_in(TWO, "VerneMQ@198.18.0.12", "probe/t")

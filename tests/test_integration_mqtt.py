@@ -134,13 +134,19 @@ def test_vernemq_cluster_kill_of_the_receivers_node(tmp_path, spark):
     assert m1["healthy_after"] is True and m2["cluster"].startswith("reused"), (m1.get("health_after"), m2)
     assert all(v.startswith("VerneMQ 2.") for v in m1["servers"].values()), m1["servers"]
     assert m1["server_settings"]["n1"]["netsplit_writes"] is True
-    for v in result.verdicts:
+    said = (result.dir / "output.txt").read_text()
+    for v, m in zip(result.verdicts, (m1, m2)):
         assert v["read_complete"] is True and v["send_count"] == 600, v
-        assert v["killed_node"] == "n1" and v["txm"] == "n2" and v["downtime_s"] > 0, v
+        # the node the receiver is on: n1 as drawn, or (seen once in run-002) the next node
+        # when n1 did not take the session back within 15 s of its CONNECT, VerneMQ moving
+        # its queue from where run-001's failover had left it; the output then says so
+        assert v["killed_node"] == m["leader_at_start"] and v["txm"] == "n2" and v["downtime_s"] > 0, v
+        assert v["killed_node"] == "n1" or f"Reader: on {v['killed_node']}, not on n1" in said, (v, said)
+    assert m1["leader_at_start"] == "n1", m1["leader_at_start"]
     with open(result.dir / "session_table.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["Seq_ix"] for r in rows] == ["1", "2"]
-    for r in rows:
-        assert r["Killed node"] == "n1" and r["Txm"] == "n2" and float(r["Downtime"]) > 0, r
+    for r, v in zip(rows, result.verdicts):
+        assert r["Killed node"] == v["killed_node"] and r["Txm"] == "n2" and float(r["Downtime"]) > 0, r
         assert r["Rx error"] and r["Admitted"].isdigit() and r["Missing"].isdigit(), r
     assert not _ours("/vernemq/erts-"), "a VerneMQ process of the session is still running"

@@ -80,6 +80,8 @@ class Readers:
     async def start(self, c: RunContext) -> None:
         if self.live:
             await start_live(self.client, self.rec, self.arrived)
+            if getattr(self.client, "start_note", None):  # another node than drawn; VerneMQ's replication
+                c.line(f"Reader: {self.client.start_note}")
         for i in range(1, c.scenario.workload.consumers + 1):
             await self._consumer(c, f"l{i}")
         if c.scenario.workload.group is not None:

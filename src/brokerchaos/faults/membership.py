@@ -55,7 +55,7 @@ class Replicas(Fault):
             raise TargetError(f"{params.to} replicas on {len(node_names)} nodes", "params.to")
 
     def inject_bound(self, n_nodes: int) -> float:
-        return self.p.wait + 15.0  # the update's 10 s, then the wait for current replicas
+        return self.p.wait + 25.0  # the update's 10 s, its peers' 10 s, then the wait for current replicas
 
     async def inject(self, target: Target) -> None:
         self.nodes.append(target.nodes[0])
@@ -67,7 +67,7 @@ class Replicas(Fault):
         before = self.effect.get("replicas_before")
         if self.p.back and before is not None and before != self.p.to and "back" not in self.effect:
             back = await self.ctx.roles.set_replicas(before)
-            self.effect["back"] = {"verb": back["verb"], "peers_after": back["peers_after"]}
+            self.effect["back"] = {k: back[k] for k in ("verb", "peers_after", "peers_settled_s") if k in back}
             self.effect["back"]["current_s"] = await self._current()
         self.nodes.clear()
 

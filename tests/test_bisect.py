@@ -54,6 +54,15 @@ def test_a_probe_is_decided_only_by_decided_runs():
     assert bs.Probe("1.0.0", runs=3, violated=1, decided=1).outcome == "fails"  # one failure is enough
     assert bs.Probe("1.0.0", runs=3, violated=0, decided=3).outcome == "holds"
     assert bs.Probe("1.0.0", runs=3, violated=0, decided=2).outcome == "undecided"  # one run could not say
+    # a run that could not say is replaced: 2 decided of the 2 wanted, in 3 runs
+    assert bs.Probe("1.0.0", runs=3, violated=0, decided=2, wanted=2).outcome == "holds"
+    assert bs.Probe("1.0.0", runs=4, violated=0, decided=1, wanted=2).outcome == "undecided"
+    stop = bs.StopAtFailure(bs.check_of("no-loss"), "1.0.0", 2)
+    unsure = {"acked_missing": 3, "read_complete": False, "cluster_whole": False}
+    said = [stop({"acked_missing": 0, "read_complete": True}), stop(unsure),
+            stop({"acked_missing": 0, "read_complete": True})]
+    assert said[:2] == [None, None] and said[2] == "2 runs decided: 1.0.0 holds", said
+    assert "fails" in bs.StopAtFailure(bs.check_of("no-loss"), "1.0.0", 2)({"acked_missing": 1, "read_complete": True})
     assert bs.Probe("1.0.0").outcome == "undecided"
 
 

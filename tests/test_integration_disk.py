@@ -253,7 +253,7 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
     power cut of every node with sync_interval always loses the stream on 2.10.22 (its Raft
     logs were made without SyncAlways) and nothing from 2.10.23 on. Three releases: both
     ends probed first, then the middle; 2.10.22 decided by its first run, the others by
-    two passing runs each."""
+    two passing runs each (a run that cannot say, replaced)."""
     import yaml
 
     from brokerchaos.cli import main
@@ -275,9 +275,11 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
     assert found["boundary"] == {"before": "2.10.22", "after": "2.10.23", "direction": "fixed"}, found
     probes = {p["version"]: p for p in found["probes"]}
     assert [p["version"] for p in found["probes"]] == ["2.10.22", "2.10.23", "2.10.25"]
-    assert (probes["2.10.22"]["runs"], probes["2.10.22"]["violated"]) == (1, 1), probes  # stopped at once
-    assert all((probes[v]["runs"], probes[v]["violated"], probes[v]["decided"]) == (2, 0, 2)
-               for v in ("2.10.23", "2.10.25")), probes
+    # a run the check cannot decide is said and replaced (2.10.23 once elected no meta leader
+    # for minutes after the cut: 1 run of 12 measured, the read unfinished)
+    assert all(p["runs"] == p["decided"] + len(p["undecided_why"]) for p in probes.values()), probes
+    assert (probes["2.10.22"]["decided"], probes["2.10.22"]["violated"]) == (1, 1), probes  # stopped at once
+    assert all((probes[v]["violated"], probes[v]["decided"]) == (0, 2) for v in ("2.10.23", "2.10.25")), probes
     assert "no-loss: fails on 2.10.22 and holds from 2.10.23 (fixed)" in out
     assert all((root / p["dir"] / "report.html").exists() for p in found["probes"])
     # the search's own page in a real browser, offline: its plot drawn, its words the search's

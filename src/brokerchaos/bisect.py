@@ -5,8 +5,10 @@ The releases come in order (`--versions A..B`: those the system's registry lists
 the two, both included; or a list `A,B,C` as given). Each release probed is a session of
 the scenario on it (`cluster.version`), with a stopping rule: the first run the check
 fails decides the release *fails*; `--runs` runs that all pass it decide it *holds*; a run
-the check cannot decide (a read that did not finish, a fault not in effect) leaves the
-release *undecided*, and the search says so instead of guessing. Both ends are probed
+the check cannot decide (a read that did not finish, a cluster that did not come back, a
+fault not in effect) is said with its reason and another run takes its place, up to
+`--runs` more; a release still short of `--runs` decided runs is *undecided*, and the
+search says so instead of guessing. Both ends are probed
 first; when they differ, the release between them is halved until two neighbours differ:
 the last release where the check fails and the first where it holds (or the reverse, when
 a release broke it). Every release probed keeps its session (its report linked), and the
@@ -48,17 +50,20 @@ class Probe:
     decided: int = 0
     dir: str = ""
     why: list[str] = field(default_factory=list)  # the check's words for each run that failed it
+    wanted: int = 0  # decided runs that make it hold (0: every run it had)
+    unsure: list[str] = field(default_factory=list)  # why each run it could not decide was not
 
     @property
     def outcome(self) -> str:
         if self.violated:
             return FAILS
-        return HOLDS if self.runs and self.decided == self.runs else UNDECIDED
+        return HOLDS if self.decided and self.decided >= (self.wanted or self.runs) else UNDECIDED
 
     def to_json(self) -> dict:
         lo, hi = wilson(self.violated, self.decided)
         return {"version": self.version, "runs": self.runs, "violated": self.violated, "decided": self.decided,
-                "outcome": self.outcome, "wilson95": [lo, hi], "dir": self.dir, "why": self.why}
+                "outcome": self.outcome, "wilson95": [lo, hi], "dir": self.dir, "why": self.why,
+                "undecided_why": self.unsure}
 
 
 def versions_of(load: Callable[[str], "Scenario"], spec: str, fetch: bool = True, of: str = SERVER) -> list[str]:
@@ -145,28 +150,35 @@ def search(versions: list[str], look: Callable[[str], Probe]) -> dict:
     return {**found, "boundary": b, "said": said}
 
 
-@dataclass(frozen=True)
+@dataclass
 class StopAtFailure:
-    """A probe's stopping rule: its first run the check fails decides the release (a value,
-    not a closure: a session on another Python client release takes it to its own interpreter)."""
+    """A probe's stopping rule: its first run the check fails decides the release, and so do
+    `wanted` runs it decided (a value, not a closure: a session on another Python client
+    release takes it to its own interpreter)."""
 
     check: expect.Expectation
     version: str
+    wanted: int
+    decided: int = 0
 
     def __call__(self, v) -> Optional[str]:
         status, why = self.check.check(v)
-        return f"{self.check.text} fails ({why}): {self.version} fails" if status == "fail" else None
+        if status == "fail":
+            return f"{self.check.text} fails ({why}): {self.version} fails"
+        self.decided += status != "undecided"
+        return f"{self.decided} runs decided: {self.version} holds" if self.decided >= self.wanted else None
 
 
 def probe(scenario: "Scenario", version: str, check: expect.Expectation, runs: int, root: Path,
           spark_master: Optional[str], observer) -> Probe:
-    """One release: a session of up to `runs` runs, stopped at the first the check fails."""
+    """One release: a session stopped at the first run the check fails or at `runs` runs it
+    decided; a run it cannot decide is replaced by another, up to `runs` more."""
     from .runner import Session
 
-    s = on_release(scenario, version, runs)
+    s = on_release(scenario, version, 2 * runs)
     result = Session(s, root, spark_master=spark_master, observer=observer, report=True,
-                     stop_when=StopAtFailure(check, version)).run()
-    p = Probe(version, dir=result.dir.name)
+                     stop_when=StopAtFailure(check, version, runs)).run()
+    p = Probe(version, dir=result.dir.name, wanted=runs)
     for v in result.verdicts:
         status, why = check.check(v)
         p.runs += 1
@@ -174,6 +186,8 @@ def probe(scenario: "Scenario", version: str, check: expect.Expectation, runs: i
         if status == "fail":
             p.violated += 1
             p.why.append(f"{v['run']}: {why}")
+        elif status == "undecided":
+            p.unsure.append(f"{v['run']}: {why}")
     return p
 
 
@@ -213,4 +227,5 @@ def table(doc: dict) -> str:
         lo, hi = p["wilson95"]
         ci = f"{lo:.0%}–{hi:.0%}" if lo is not None else "-"
         lines.append(f"{v:<12} {p['runs']:>4}  {p['violated']:>3}/{p['decided']:<2}  {ci:<13} {p['outcome']}")
+        lines += [f"{'':<12} undecided {w}" for w in p.get("undecided_why", [])]
     return "\n".join(lines + [f"{doc['check']}: {doc['said']}"])

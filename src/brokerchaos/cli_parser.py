@@ -133,7 +133,8 @@ def _bisect(sub) -> None:
                                       "verdict changes",
                        description="Probes the scenario on releases of its server (cluster.version), both ends "
                                    "first, then halving: a release fails the check at its first run that fails it, "
-                                   "holds when --runs runs all pass it. Prints each release probed and the "
+                                   "holds when --runs runs all pass it (a run it cannot decide is replaced, up to "
+                                   "--runs more). Prints each release probed and the "
                                    "boundary: the last release where the check fails and the first where it "
                                    "holds (or the reverse). Writes bisect.json and report.html beside each "
                                    "release's session.")
@@ -149,7 +150,8 @@ def _bisect(sub) -> None:
                                                       "(no-loss, no-duplicates, ordered, max-outage=10s, …); "
                                                       "default no-loss")
     b.add_argument("--runs", type=int, default=5, help="runs that must all pass for a release to hold "
-                                                       "(default 5; a release fails at its first failing run)")
+                                                       "(default 5; a release fails at its first failing run; "
+                                                       "runs the check cannot decide do not count)")
     _out_and_spark(b)
 
 

@@ -112,6 +112,15 @@ def one_shot_options(history_bytes: int) -> list[str]:
     return quick if fast_start() and history_bytes <= QUICK_JIT_BYTES else []
 
 
+def _environment(master: str) -> None:
+    """The Python Spark's workers run, and (local mode: no other host reaches it) the address
+    it binds, so that it need not look for one and warn."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
 def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
     """The process's SparkSession (created on first use; `java_options` are added to the JVM
     if this call starts it)."""
@@ -124,10 +133,7 @@ def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
             return _session
         if not master.startswith("sc://"):
             _java_home()
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if master.startswith("local"):  # no other host reaches it: Spark need not look for an address
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        _environment(master)
         from pyspark.sql import SparkSession
 
         if master.startswith("sc://"):

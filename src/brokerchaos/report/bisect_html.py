@@ -53,7 +53,7 @@ def bisect_page(doc: dict) -> str:
         link = f"<a href='{_e(p['dir'])}/report.html'>{_e(v)}</a>"
         badge = BADGES[p["outcome"]]
         rows.append([link, str(p["runs"]), f"{p['violated']}/{p['decided']}", _pct(*p["wilson95"]),
-                     f"<span class='badge {badge}'>{_e(p['outcome'])}</span>", _e("; ".join(p["why"]))])
+                     f"<span class='badge {badge}'>{_e(p['outcome'])}</span>", _e("; ".join(_whys(p)))])
         classes.append("fail" if p["outcome"] == "fails" else "")
     table = _table(["release", "runs", "failed", "95% interval", "verdict", "why"], rows, classes, left=1)
     b = doc.get("boundary")
@@ -76,3 +76,8 @@ def write(root: Path, doc: dict) -> Path:
     path = Path(root) / "report.html"
     path.write_text(bisect_page(doc))
     return path
+
+
+def _whys(p: dict) -> list[str]:
+    """Why each run failed the check, and why each it could not decide did not."""
+    return p["why"] + [f"undecided {w}" for w in p.get("undecided_why", [])]

@@ -157,8 +157,9 @@ class VerneServers(LocalCluster):
             f"max_online_messages = {o.max_queued_messages}", f"max_offline_messages = {o.max_queued_messages}",
             # three nodes on one machine: LevelDB's default takes 70% of its memory each
             "leveldb.maximum_memory.percent = 5",
-            "log.console = file", "log.console.file = ./log/console.log", "log.console.level = info",
-            "log.error = on", "log.error.file = ./log/error.log",
+            # beside the node's output in the run's logs (its home goes with the cluster)
+            "log.console = file", f"log.console.file = {self.log(node + '-console')}", "log.console.level = info",
+            "log.error = on", f"log.error.file = {self.log(node + '-error')}",
         ]) + "\n"
 
     def launch(self, node: str) -> None:

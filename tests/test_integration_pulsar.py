@@ -234,7 +234,12 @@ def test_a_partitioned_topic_is_read_and_judged_per_partition(tmp_path, spark):
         by_part.setdefault(r["partition"], []).append(r["value"])
     assert sorted(by_part) == ["0", "1", "2"] and all(len(x) > 100 for x in by_part.values()), {
         k: len(x) for k, x in by_part.items()}
-    assert all(x == sorted(x) for x in by_part.values())
+    # in each partition the first read of every value in order; a batch stored twice (sent
+    # again after its acks were lost to the kill, deduplication off: 199 values in one
+    # clean-clone run) comes back as one DJB, and the verdict counts each value stored twice
+    firsts = [list(dict.fromkeys(x)) for x in by_part.values()]
+    assert all(f == sorted(f) for f in firsts)
+    assert v["stored_duplicates"] == sum(len(x) - len(f) for x, f in zip(by_part.values(), firsts)), v
     values = [r["value"] for r in reads]
     assert any(b < a for a, b in zip(values, values[1:])), "the reads across partitions never went back"
     acked = {r["value"]: r["offset"] for r in rows if r["type"] == "ack"}

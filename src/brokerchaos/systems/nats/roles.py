@@ -91,8 +91,7 @@ class NatsRoles(Roles):
         info = await self.client.info()
         if info.cluster is None:
             return list(self.cluster.node_names[:1])
-        names = [info.cluster.leader] + [r.name for r in (info.cluster.replicas or [])]
-        return [await node_of_server(self.cluster, x) for x in names]
+        return [await node_of_server(self.cluster, x) for x in _peer_names(info.cluster)]
 
     async def coordinator(self) -> str:
         return await meta_leader(self.cluster)
@@ -178,8 +177,7 @@ class NatsRoles(Roles):
         t0, names = time.monotonic(), []
         while True:
             try:
-                c = (await self.client.info()).cluster
-                names = [x for x in ([c.leader] + [r.name for r in c.replicas or []] if c else []) if x]
+                names = [x for x in _peer_names((await self.client.info()).cluster) if x]
             except Exception:  # a stream between leaders for a moment: asked again
                 pass
             if len(names) == count or time.monotonic() - t0 > PEERS_S:
@@ -194,3 +192,8 @@ class NatsRoles(Roles):
         except NotFoundError:
             return await _whole(self.cluster)
         return c is None or bool(c.leader and all(r.current for r in (c.replicas or [])))
+
+
+def _peer_names(c) -> list[str]:
+    """A stream's peers as its info names them (servers): the leader first, then its replicas."""
+    return [c.leader] + [r.name for r in c.replicas or []] if c is not None else []

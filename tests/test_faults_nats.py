@@ -642,6 +642,33 @@ def test_repeated_windows_follow_the_schedule(tmp_path, spark):
     assert len(v["fault_outages_ms"]) == 3
 
 
+def test_a_read_begins_between_the_starts_of_a_staged_return_with_the_last_node_held_down(tmp_path, spark):
+    # kill's read_after, the mechanism of the Pulsar seed's reader half (its reader between
+    # bookie1's return and bookie3's), on NATS: both followers SIGKILLed, one started 1 s
+    # later, the other 20 s after it; the read begins once the first is back. The stagger
+    # outlasts the wait before the read (the whole check, the ready rows' settle: 5 s at most)
+    doc = {
+        "name": "it-staged-read", "runs": 1, "sandbox": "netns",
+        "workload": {"messages": 4_000, "rate": 2_000, "in_flight": 1_000, "retries": 60, "ack_timeout": 3},
+        "fault": {"action": "kill", "target": "followers", "trigger": {"after_acks": 1_000}, "duration": 1,
+                  "params": {"stagger": 20, "read_after": 1}},
+    }
+    result = Session(sc.build(doc), tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    (w,) = meta["faults"][0]["windows"]
+    first, last = w["effect"]["started_ms"]  # in the order they were chosen and started
+    assert w["effect"]["started_ms"][last] - w["effect"]["started_ms"][first] >= 20_000, w["effect"]
+    # the whole check left the last one out, on purpose, and said so
+    assert meta["whole"]["whole"] is True and f"held down on purpose: {last}" in meta["whole"]["detail"], meta
+    rows = sorted(_rows(result.dir / "run-001" / "history"), key=lambda r: r["t_ns"])
+    (heal,) = [r for r in rows if r["type"] == "heal"]  # the window's heal: its last start
+    reads = [r["t_ns"] for r in rows if r["client"] == "c1" and r["type"] == "recv"]
+    assert reads and reads[0] < heal["t_ns"], "the read began before the last node was back"
+    assert v["read_complete"] is True and v["acked_missing"] == v["acked_missing_overwritten"], v
+    assert w.get("heal_error") is None and w["healed_ms"] - w["t_ms"] >= 20_000, w
+
+
 def test_a_supervised_node_that_exits_on_its_own_is_started_again_and_one_taken_down_is_not(cluster, monkeypatch):
     """The supervisor (LocalCluster.supervised: Pulsar brokers with session_expired shutdown,
     RabbitMQ nodes with restart_on_failure) starts again a node whose process exited on its

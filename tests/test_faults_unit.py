@@ -64,6 +64,7 @@ def _resolve(expr, n=3, groups=False, seed=1):
     ({"system": "redis", "fault": "skew-all", "fault_param": ["rate=0.5"]}, "fault"),
     ({"system": "kafka", "fault": "power-off-all", "fault_param": ["stagger=-1"]}, "fault.params.stagger"),
     ({"system": "kafka", "fault": "power-off-all", "fault_param": ["lag=1"]}, "fault.params.lag"),
+    ({"system": "kafka", "fault": "kill", "fault_param": ["read_after=1"]}, "fault.params.read_after"),
     ({"system": "pulsar", "option": ["broker=lite", "journal_sync=false"], "nodes": 1, "replicas": 1},
      "options.journal_sync"),
     ({"system": "kafka", "fault": "reassign", "target": "leader"}, "fault.target"),

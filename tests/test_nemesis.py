@@ -337,13 +337,13 @@ def test_a_heal_under_way_when_the_write_ends_is_finished_not_cut_short(tmp_path
         n = _nemesis(0, spec, dep, rec, AckGate(), [])
         task = asyncio.create_task(n.run())
         for _ in range(300):
-            if n.healing:
+            if n.heals.under_way:
                 break
             await asyncio.sleep(0.01)
-        assert n.healing and "n1" not in dep.cluster.up
+        assert n.heals.under_way and "n1" not in dep.cluster.up
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await n.wait_healed()  # what the runner does before its read
+        await n.heals.wait()  # what the runner does before its read
         assert "n1" in dep.cluster.up
         await n.heal_active("end of run")  # and its `finally`: nothing left to heal
         await n.settle(1)
@@ -483,8 +483,8 @@ def test_a_kill_is_in_effect_at_its_signal_not_when_the_process_is_reaped(tmp_pa
     assert (heal["t_ns"] - fault["t_ns"]) / 1e9 >= 0.2 + 0.29
 
 
-def test_a_staged_return_starts_the_killed_nodes_one_stagger_apart(tmp_path):
-    # the Pulsar seed's kill of a write quorum's bookies, brought back one, then the other
+def _timed_kills() -> FakeDeployment:
+    """A fake deployment whose kills say when they took effect (as a local cluster's do)."""
     dep = FakeDeployment()
 
     async def kill_nodes(nodes, timeout=10.0):
@@ -493,6 +493,12 @@ def test_a_staged_return_starts_the_killed_nodes_one_stagger_apart(tmp_path):
         return time.monotonic_ns()
 
     dep.cluster.kill_nodes = kill_nodes
+    return dep
+
+
+def test_a_staged_return_starts_the_killed_nodes_one_stagger_apart(tmp_path):
+    # the Pulsar seed's kill of a write quorum's bookies, brought back one, then the other
+    dep = _timed_kills()
     _, nems, _, _ = _run(tmp_path, [{"action": "kill", "target": "all", "trigger": {"at_seconds": 0},
                                      "duration": 0.2, "params": {"stagger": 0.4}}], dep=dep, extra=1.5)
     starts = [(t, node) for t, verb, node in dep.cluster.log if verb == "start"]
@@ -502,6 +508,96 @@ def test_a_staged_return_starts_the_killed_nodes_one_stagger_apart(tmp_path):
     (w,) = nems[0].windows
     started = w["effect"]["started_ms"]
     assert list(started) == ["n1", "n2", "n3"] and 350 < started["n3"] - started["n2"] < 800, started
+
+
+def test_a_staged_return_with_read_after_lets_the_read_begin_between_its_starts(tmp_path):
+    # the seed's reader between bookie1's return and bookie3's: the run's wait before the
+    # read (heals.wait_readable) ends at the first start, the second node still held down on purpose
+    dep, lines, origin = _timed_kills(), [], time.monotonic_ns()
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", origin)
+        spec = FaultSpec(action="kill", target="n1,n3", trigger={"at_seconds": 0}, duration=0.1,
+                         params={"stagger": 0.8, "read_after": 1})
+        nem = _nemesis(0, spec, dep, rec, AckGate(), lines)
+        task = asyncio.create_task(nem.run())
+        await asyncio.sleep(0.3)  # in its stagger: n1 started, n3 not yet
+        t0 = time.monotonic()
+        await nem.heal_for_read("before read")
+        waited, held, up = time.monotonic() - t0, nem.held(), set(dep.cluster.up)
+        await nem.heal_active("end of run")  # the teardown's: the heal's end
+        await nem.settle(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        rec.close()
+        return nem, waited, held, up
+
+    nem, waited, held, up = asyncio.run(body())
+    assert waited < 0.3 and held == ["n3"] and up == {"n1", "n2"}, (waited, held, up)
+    assert dep.cluster.up == {"n1", "n2", "n3"} and nem.held() == []
+    (w,) = nem.windows
+    assert list(w["effect"]["started_ms"]) == ["n1", "n3"], w["effect"]
+    rows = sorted(ds.dataset(str(tmp_path)).to_table().to_pylist(), key=lambda r: r["seq"])
+    heal = next(r for r in rows if r["type"] == "heal")  # the window healed at its last start
+    (n3,) = [t for t, verb, n in dep.cluster.log if (verb, n) == ("start", "n3")]
+    assert (origin + heal["t_ns"]) / 1e9 >= n3 - 0.01, (heal, n3)
+
+
+def test_a_kill_apart_signals_one_node_after_another_in_effect_at_the_first(tmp_path):
+    dep = _timed_kills()
+    _, nems, _, _ = _run(tmp_path, [{"action": "kill", "target": "n1,n3", "trigger": {"at_seconds": 0},
+                                     "duration": 0.1, "params": {"apart": 0.5}}], dep=dep, extra=1.0)
+    kills = [(t, node) for t, verb, node in dep.cluster.log if verb == "kill"]
+    assert [n for _, n in kills] == ["n1", "n3"] and 0.45 < kills[1][0] - kills[0][0] < 0.9, kills
+    (w,) = nems[0].windows
+    assert 450 < w["effect"]["killed_ms"]["n3"] < 900 and w["effect"]["killed_ms"]["n1"] == 0, w["effect"]
+    assert w["effect"]["exit_ms"] >= 450 and dep.cluster.up == {"n1", "n2", "n3"}, w["effect"]
+
+
+def test_the_write_s_end_waits_for_a_staged_return_only_until_the_read_may_begin(tmp_path):
+    # end_of_write lets a window under way finish its heal; with read_after, only that far
+    dep, lines = _timed_kills(), []
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        spec = FaultSpec(action="kill", target="n1,n3", trigger={"at_seconds": 0}, duration=0.1,
+                         params={"stagger": 3, "read_after": 1})
+        nem = _nemesis(0, spec, dep, rec, AckGate(), lines)
+        nem.start()
+        await asyncio.sleep(0.05)  # in effect, not healed yet
+        t0 = time.monotonic()
+        await nem.end_of_write()
+        await nem.heals.wait_readable()
+        waited, held = time.monotonic() - t0, nem.held()
+        await nem.heal_active("end of run")
+        await nem.settle(0)
+        rec.close()
+        return waited, held
+
+    waited, held = asyncio.run(body())
+    assert waited < 1.0 and held == ["n3"], (waited, held)
+    assert dep.cluster.up == {"n1", "n2", "n3"}
+
+
+def test_without_read_after_the_read_waits_for_every_start_of_a_staged_return(tmp_path):
+    dep, lines = FakeDeployment(), []
+
+    async def body():
+        rec = Recorder(tmp_path, "r1", "nemesis", time.monotonic_ns())
+        spec = FaultSpec(action="kill", target="n1,n3", trigger={"at_seconds": 0}, duration=0.1,
+                         params={"stagger": 0.8})
+        nem = _nemesis(0, spec, dep, rec, AckGate(), lines)
+        task = asyncio.create_task(nem.run())
+        await asyncio.sleep(0.3)
+        await nem.heal_for_read("before read")
+        up = set(dep.cluster.up)
+        await nem.settle(0)
+        await asyncio.gather(task, return_exceptions=True)
+        rec.close()
+        return nem, up
+
+    nem, up = asyncio.run(body())
+    assert up == {"n1", "n2", "n3"} and nem.held() == []
 
 
 def test_a_graceful_stop_is_in_effect_at_its_sigterm(tmp_path):

@@ -2,6 +2,7 @@
 context it acts in (a deployment's cluster and roles, the sandbox, a seeded generator)."""
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
@@ -120,6 +121,14 @@ class Fault:
         # when the fault took effect (monotonic ns), if before inject returned: a kill is in
         # effect at the signal, its processes reaped later
         self.effect_ns: Optional[int] = None
+        # set once a heal under way has gone as far as the read needs (a staged return that
+        # lets the read begin between its starts: kill's read_after); None: the whole heal
+        self.readable: Optional[asyncio.Event] = None
+
+    def held_down(self) -> list[str]:
+        """The nodes this fault still holds down on purpose (while in effect, or while a heal
+        that let the read begin has not started them yet)."""
+        return list(self.nodes)
 
     @classmethod
     def needs_for(cls, params: Any) -> frozenset[str]:

@@ -21,6 +21,7 @@ from ..history import Recorder
 from ..scenario import FaultSpec
 from .base import Fault, FaultContext
 from .effect import HEALED, HEALING, failed, look
+from .healing import Healing, undone
 from .owners import OwnerWatch
 from .registry import FAULTS
 from .schedule import plan, rng_for
@@ -97,7 +98,7 @@ class Nemesis:
         self.task: Optional[asyncio.Task] = None  # start()
         self._owner_watch: Optional[OwnerWatch] = None  # the roles watched through the write (owners.py)
         self._owner_task: Optional[asyncio.Task] = None
-        self._healing: Optional[asyncio.Future] = None
+        self.heals = Healing()  # the heal under way, as a task of its own
         self.book = WindowBook(self.rec, self.line, spec.action, spec.target, lambda: self.owner_moves,
                                self.cls.own_windows)
         self.view = RoleView(self.deployment, spec.target, self.cls.takes_groups, self._context, self.label,
@@ -167,9 +168,12 @@ class Nemesis:
         if not task.done() and self.injecting is not None:
             self.stopping = True
             await asyncio.wait([task], timeout=self.injecting)
-        if not task.done() and (self.healing or self.active is not None and self.spec.duration is not None):
+        if not task.done() and (self.heals.under_way or self.active is not None and self.spec.duration is not None):
             self.stopping = True
-            await asyncio.wait([task], timeout=(self.spec.duration or 0) + 5)
+            try:  # a staged return that lets the read begin: up to that point (its heal goes on)
+                await asyncio.wait_for(self.heals.done_or_readable(task), (self.spec.duration or 0) + 5)
+            except asyncio.TimeoutError:
+                pass
         if not task.done():
             if not self.windows and self.spec.action != "none" and "error" not in self.state:
                 self.state["why"] = not_reached(self.spec.trigger, self.gate, self.ctx.ended_event)
@@ -269,36 +273,36 @@ class Nemesis:
         """Every window left without its effect row gets one (WindowBook.finish)."""
         await self.book.finish(self.windows)
 
-    @property
-    def healing(self) -> bool:
-        return self._healing is not None and not self._healing.done()
-
     async def heal_active(self, why: str) -> None:
-        # A heal under way is never cut short: the runner cancels a nemesis whose write phase
-        # ended, and a heal cancelled in its middle would leave the window open and the node
-        # down with nobody left to heal it (active is already cleared). The heal runs as its
-        # own task; a cancelled caller leaves it to finish, and the next caller waits for it.
-        while self.healing:
-            await asyncio.shield(self._healing)
-        self._healing = asyncio.ensure_future(self._heal(why))
-        await asyncio.shield(self._healing)
+        """The window healed, whole (a heal under way first ends: healing.py)."""
+        await self.heals.run(lambda: self._heal(why))
 
-    async def wait_healed(self) -> None:
-        """Wait for a heal whose caller was cancelled (each step of a heal is bounded)."""
-        while self.healing:
-            await asyncio.gather(asyncio.shield(self._healing), return_exceptions=True)
+    async def heal_for_read(self, why: str) -> None:
+        """Healed as far as the read needs: the window's heal started if none is under way,
+        then waited for until the read may begin (healing.py)."""
+        if not self.heals.under_way and (self.active is not None or self.pending is not None):
+            self.heals.begin(lambda: self._heal(why))
+        await self.heals.wait_readable()
+
+    def held(self) -> list[str]:
+        """The nodes this fault holds down on purpose now: its window's while in effect, or
+        those a heal that let the read begin has not started yet."""
+        if self.active is not None:
+            return list(self.active[0].held_down())
+        return self.heals.held()
 
     async def _heal(self, why: str) -> None:
         await self._release()
         if self.active is None:
             return
         (fault, w), self.active = self.active, None
+        self.heals.fault = fault
         await self.book.took_injected(w)
         if w.in_effect:
             await self.view.at_heal(fault.ctx, w)
             if w.error is None:
                 w.looks.append(await look(fault, HEALING))
-        heal_error = await _undone(fault)
+        heal_error = await undone(fault)
         if heal_error is not None:
             why += f"; heal FAILED: {heal_error}"
             self.line(f"Heal: {self.label} FAILED: {heal_error}")
@@ -335,28 +339,3 @@ def said(nemeses: list[Nemesis], results: list) -> None:
     for n, r in zip(nemeses, results):
         if isinstance(r, Exception):
             n.crashed(r)
-
-
-class HealTimeout(Exception):
-    pass
-
-
-async def _undone(fault: Fault) -> Optional[str]:
-    """The fault's heal, bounded (_bounded); why it failed, or None."""
-    try:
-        await _bounded(fault.heal(), fault.heal_bound())
-    except Exception as e:
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
-async def _bounded(heal, bound: float) -> None:
-    """The heal, stopped where it stands once `bound` seconds pass: a heal that never returns
-    (a node that never starts, a hook that hangs) fails within its bound, and says so."""
-    task = asyncio.ensure_future(heal)
-    done, _ = await asyncio.wait([task], timeout=bound)
-    if not done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise HealTimeout(f"the heal did not return within {bound:.0f} s; stopped there")
-    task.result()

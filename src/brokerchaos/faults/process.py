@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..sandbox.process import wait_pid_stopped
 from ..systems.cluster import PAUSE_S
@@ -47,6 +47,8 @@ class _Restarting(Fault):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.pids_before: dict[str, Optional[int]] = {}  # the processes the inject took down
+        if self.read_after():
+            self.readable = asyncio.Event()
 
     def hold(self, nodes: list[str]) -> None:
         """Before taking them down: the nodes the heal starts again, and their processes now."""
@@ -65,11 +67,16 @@ class _Restarting(Fault):
         """Seconds between starting one node and the next at the heal (0: one after another)."""
         return 0.0
 
+    def read_after(self) -> int:
+        """How many nodes the heal starts before the read may begin (0: all of them)."""
+        return 0
+
     def heal_bound(self) -> float:
         return super().heal_bound() + self.stagger_s() * max(0, len(self.nodes) - 1)
 
     async def heal(self) -> None:
         cluster, group = self.ctx.cluster, self.ctx.group()
+        done = 0
         while self.nodes:
             n = self.nodes[0]
             started = False
@@ -86,6 +93,9 @@ class _Restarting(Fault):
             if started and self.effect_ns is not None:  # from the fault taking effect
                 self.effect.setdefault("started_ms", {})[n] = round((time.monotonic_ns() - self.effect_ns) / 1e6, 1)
             self.nodes.pop(0)
+            done += 1
+            if self.readable is not None and done >= self.read_after():
+                self.readable.set()  # the read may begin with the rest still down
             if started and self.nodes and self.stagger_s():  # a staged return: the next one later
                 await asyncio.sleep(self.stagger_s())
 
@@ -129,6 +139,22 @@ class KillParams(BaseModel):
     stagger: float = Field(0.0, ge=0, le=3600, description="seconds between starting one killed node and the next "
                                                            "at the heal, in the order they were chosen (the Pulsar "
                                                            "seed's bookie1, then bookie3); 0: all at once")
+    apart: float = Field(0.0, ge=0, le=600, description="seconds between killing one node and the next, in the order "
+                                                        "they were chosen (what only the later ones acknowledged "
+                                                        "meanwhile is theirs alone: the Pulsar seed's bookie3); "
+                                                        "0: all at once")
+    read_after: int = Field(0, ge=0, le=100, description="with a stagger: the read may begin once the heal has "
+                                                         "started this many of the nodes; the others come back at "
+                                                         "their stagger while it reads (the Pulsar seed's reader "
+                                                         "between bookie1's return and bookie3's); 0: the read "
+                                                         "waits for them all")
+
+    @field_validator("read_after")
+    @classmethod
+    def _staged(cls, v: int, info: ValidationInfo) -> int:
+        if v and not info.data.get("stagger"):
+            raise ValueError("needs a stagger (the read begins between one start and the next)")
+        return v
 
 
 @FAULTS.register("kill")
@@ -142,9 +168,28 @@ class Kill(_Restarting):
     def stagger_s(self) -> float:
         return self.p.stagger
 
+    def read_after(self) -> int:
+        return self.p.read_after
+
+    def inject_bound(self, n_nodes: int) -> float:
+        return super().inject_bound(n_nodes) + self.p.apart * max(0, n_nodes - 1)
+
     async def inject(self, target: Target) -> None:
         self.hold(target.nodes)  # heal starts those not running, whatever happened
-        await kill(self, target.nodes)
+        if not self.p.apart:
+            await kill(self, target.nodes)
+            return
+        first = None  # in effect at the first signal; each later one's in killed_ms
+        for i, n in enumerate(target.nodes):
+            if i:
+                await asyncio.sleep(self.p.apart)
+            await kill(self, [n])
+            first = first or self.effect_ns
+            if first is not None and self.effect_ns is not None:
+                self.effect.setdefault("killed_ms", {})[n] = round((self.effect_ns - first) / 1e6, 1)
+        self.effect_ns = first
+        if first is not None:
+            self.effect["exit_ms"] = round((time.monotonic_ns() - first) / 1e6, 1)
 
 
 @FAULTS.register("kill-wipe")

@@ -222,8 +222,8 @@ async def write(c: RunContext, rec: RunRecord, readers: Readers, nemeses: list[N
         for n in nemeses:
             await n.end_of_write()
         said(nemeses, await asyncio.gather(*tasks, progress, return_exceptions=True))
-        for n in nemeses:  # a heal whose nemesis was cancelled finishes before the read
-            await n.wait_healed()
+        for n in nemeses:  # a heal whose nemesis was cancelled goes as far as the read needs
+            await n.heals.wait_readable()
         write_s = round(time.monotonic() - t_write, 3)
         gc.unfreeze()  # what the run left behind is the collector's again (soaks)
         stopped = [f"{p.name}: {p.stopped_early}" for p in producers if p.stopped_early]
@@ -309,7 +309,7 @@ async def heal_before_read(c: RunContext, rec: RunRecord, nemeses: list[Nemesis]
     leads it."""
     for n in reversed(nemeses):
         if n.spec.heal == "before-read":
-            await n.heal_active("before read")
+            await n.heal_for_read("before read")
     # a node a heal could not bring back will not come back by waiting long
     failed = any(w.heal_error for n in nemeses for w in n.windows)
     await whole_before_read(c.dep, nemeses, readers.group, rec, nem_rec, c.line, bound=10.0 if failed else WHOLE_S)

@@ -29,7 +29,7 @@ EVERY_S = 0.5
 
 async def whole_before_read(dep, nemeses: list, group, rec: RunRecord, nem_rec: Recorder,
                             line: Callable[[str], None], bound: float = WHOLE_S) -> None:
-    held = sorted({n for nem in nemeses if nem.active is not None for n in nem.active[0].nodes})
+    held = sorted({n for nem in nemeses for n in nem.held()})
     hosts = [h for h in dep.cluster.host_names if h not in held]
     t0 = time.monotonic()
     while True:

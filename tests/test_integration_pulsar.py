@@ -242,10 +242,15 @@ def test_a_partitioned_topic_is_read_and_judged_per_partition(tmp_path, spark):
     assert v["stored_duplicates"] == sum(len(x) - len(f) for x, f in zip(by_part.values(), firsts)), v
     values = [r["value"] for r in reads]
     assert any(b < a for a, b in zip(values, values[1:])), "the reads across partitions never went back"
+    # a message id names its partition: "(ledger,entry,partition,batch)"; the ack names one of the
+    # ids its value was read at (of a batch stored twice, the copy whose ack arrived: in one CI
+    # run 66 values read at entry 8 and 9 of a ledger, acked at 9)
+    assert all(r["offset"].split(",")[2] == r["partition"] for r in reads), reads[:3]
+    read_at: dict = {}
+    for r in reads:
+        read_at.setdefault(r["value"], set()).add(r["offset"])
     acked = {r["value"]: r["offset"] for r in rows if r["type"] == "ack"}
-    # a message id names its partition: "(ledger,entry,partition,batch)", alike in the ack and the read
-    assert all(acked[r["value"]] == r["offset"] and r["offset"].split(",")[2] == r["partition"]
-               for r in reads if r["value"] in acked), reads[:3]
+    assert all(o in read_at[x] for x, o in acked.items() if x in read_at), list(acked.items())[:3]
 
 
 def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):

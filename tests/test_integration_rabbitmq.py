@@ -1,5 +1,6 @@
 """A real 3-node RabbitMQ cluster in network namespaces: a durable quorum queue survives a
 leader kill on a reused cluster; a classic queue on a killed node loses acked messages."""
+import csv
 import os
 
 import pyarrow.parquet as pq
@@ -90,3 +91,37 @@ def test_quorum_queue_members_changed_then_every_node_cut_loses_nothing_confirme
     assert all(d["settled_files"] > 0 for d in cut["power_cut"].values()), cut
     assert v["read_complete"] is True, v["read_status"]
     assert v["pos_ack_count"] > 12000 and v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+def _corrupt(tmp_path, who: str):
+    s = sc.load(f"scenarios/rabbitmq-corrupt-{who}-tail.yaml", {"runs": 1, "name": f"it-rabbit-corrupt-{who}"})
+    result = Session(s, tmp_path / who, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    window = meta["faults"][0]["windows"][0]
+    for node in window["nodes"]:
+        # the node's Raft write-ahead log (every quorum queue member on it appends there), 100,000
+        # bytes shorter: ~280 messages of ~357 bytes, more than the producer has in flight
+        (cut,) = window["effect"]["changes"][node]
+        assert cut["file"].endswith(".wal") and "/quorum/" in cut["file"], cut
+        assert cut["size"] == cut["size_was"] - 100_000, cut
+    assert v["read_complete"] is True and not v.get("not_whole"), v
+    return v, meta, window
+
+
+def test_a_quorum_queue_whose_every_wal_tail_is_cut_loses_confirmed_messages_and_a_follower_s_nothing(
+        tmp_path, spark):
+    """corrupt on RabbitMQ: every member killed, the tail of each node's WAL cut, all started
+    again: Ra recovers each log up to its last whole record, and what the cut took was on no
+    copy: confirmed messages are gone (the positive control), the newest before the kill. One
+    follower's cut tail is sent again by the leader (the negative one)."""
+    v, meta, window = _corrupt(tmp_path, "all")
+    assert sorted(window["nodes"]) == ["n1", "n2", "n3"], window
+    assert v["acked_missing"] > 0 and v["result"] == "fail", v
+    # each one confirmed before the kill: what the cut took from every copy
+    lost = list(csv.DictReader(open(next((tmp_path / "all").glob("*/lost.csv")))))
+    assert len(lost) == v["acked_missing"], len(lost)
+    assert all(float(r["first_ack_ms"]) <= window["t_ms"] for r in lost), (lost[-1], window["t_ms"])
+    v, meta, window = _corrupt(tmp_path, "follower")
+    assert window["nodes"] != [meta["leader_at_start"]], (window["nodes"], meta["leader_at_start"])
+    assert v["acked_missing"] == 0 and v["result"] == "pass", v

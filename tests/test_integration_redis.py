@@ -187,6 +187,13 @@ def _corrupt(tmp_path, side: str):
     # the producer can have in flight at 2,000 msg/s, so acknowledged ones are among them)
     assert cut["file"].startswith("appendonlydir/appendonly.aof.") and cut["file"].endswith(".incr.aof"), cut
     assert cut["size"] == cut["size_was"] - 100_000, cut
+    # Redis's own check (redis-check-aof, no --fix) read the cut file as it was left: up to
+    # where it reads whole (a cut on a record's boundary would read as valid)
+    check = window["effect"]["check"][node]
+    name = cut["file"].rsplit("/", 1)[1]
+    (line,) = [x for x in check["said"] if x.startswith(f"AOF analyzed: filename={name},")]
+    assert f"size={cut['size']}," in line and check["exit"] in (0, 1), check
+    assert f"{node}'s own check: " in window["observed"]["evidence"], window["observed"]
     assert v["read_complete"] is True, v["read_status"]
     return v, meta, node, result.dir / "run-001"
 

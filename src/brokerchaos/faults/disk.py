@@ -145,8 +145,8 @@ def read_back(changes: list[dict], root: Path) -> int:
 class Corrupt(_Restarting):
     description = ("SIGKILL the target, then flip params.bits random bits in its data files or cut params.bytes off "
                    "the end of its last one (NATS: the stream's .blk files; Kafka: the topic's segment .log files; "
-                   "Redis: the server's append-only files), and start it again; run.json keeps each change "
-                   "(file, offset, bit)")
+                   "Redis: the server's append-only files; RabbitMQ: the queue's Raft segments and WAL, or its "
+                   "store), and start it again; run.json keeps each change (file, offset, bit)")
     family = "corrupt"
     example = {"bits": 64}
     observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "
@@ -164,6 +164,9 @@ class Corrupt(_Restarting):
             self.effect["changes"][n] = corrupt_files(files, self.p.bits, self.p.bytes, self.ctx.rng,
                                                       cluster.datadir / n)
             self.effect.setdefault("read_back", {})[n] = read_back(self.effect["changes"][n], cluster.datadir / n)
+            said = await asyncio.to_thread(cluster.check_data, n)
+            if said is not None:  # the system's own check tool, before the node reads them
+                self.effect.setdefault("check", {})[n] = said
             if not files:
                 self.effect.setdefault("no_data_files", []).append(n)
         self.gone = await effect.exited(self, list(self.pids_before), self.pids_before)
@@ -179,7 +182,8 @@ class Corrupt(_Restarting):
         back = await effect.restarted(self, list(self.pids_before), self.pids_before, INJECTED)
         changed = {n: self.effect.get("read_back", {}).get(n, 0) for n in self.effect.get("changes", {})}
         none = [n for n, k in changed.items() if not k]
+        checks = [f"; {n}'s own check: {c['said'][-1]}" for n, c in self.effect.get("check", {}).items() if c["said"]]
         what = effect.judge(not none, "changed: " + ", ".join(f"{n} {k} of {len(self.effect['changes'][n])}"
                                                              for n, k in changed.items())
-                            + (f"; nothing changed on {', '.join(none)}" if none else ""))
+                            + (f"; nothing changed on {', '.join(none)}" if none else "") + "".join(checks))
         return effect.combine([self.gone or effect.not_known("not looked at"), what, back])

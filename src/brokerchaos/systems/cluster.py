@@ -51,7 +51,8 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
     spawn_node). What it may write: `ready` (a staged start-up, from the client namespace),
     `versions` and `settings` (as the servers report them), `service_hosts` (helpers a
     fault may target), and `extra_offers` with what backs them (`data_files` for corrupt,
-    `wipe`, the power layer). Processes started beside a node's broker (a sentinel, an
+    with `check_data` where the system has a tool that checks them; `wipe`, the power
+    layer). Processes started beside a node's broker (a sentinel, an
     epmd) go through `spawn_helper` and are stopped with the cluster, never by a fault.
     """
 
@@ -220,6 +221,12 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
         """The files of `node` holding the stream's messages, oldest first (the `corrupt`
         fault's choice); needs CORRUPT in extra_offers."""
         raise LookupError("this cluster does not name its data files")
+
+    def check_data(self, node: str) -> Optional[dict]:
+        """What the system's own check tool says of a stopped node's data files (the `corrupt`
+        fault records it before the restart): {"tool", "exit", "said": its verdict lines}, or
+        None where the system has no such tool."""
+        return None
 
     def wipe(self, node: str) -> None:
         """Delete a stopped node's data; needs `wipe` in extra_offers."""

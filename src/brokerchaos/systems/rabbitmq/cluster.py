@@ -17,9 +17,10 @@ import secrets
 import shutil
 import time
 import urllib.parse
-from typing import Optional
+from pathlib import Path
+from typing import Iterable, Optional
 
-from ..base import CLOCK, POWER, SystemError_
+from ..base import CLOCK, CORRUPT, POWER, SystemError_
 from ..runtime import http_get, port_open
 from ..cluster import Cluster, LocalCluster
 
@@ -36,8 +37,9 @@ class RabbitServers(LocalCluster):
 
     ports = {"client": 5672, "dist": 25672, "mgmt": 15672, "epmd": 4369, "mqtt": 1883}
     # clock: the Erlang VM reads the OS clock through the C library, which libfaketime moves;
-    # power: each node's directory (its Mnesia, quorum queue WAL and segments, message store)
-    extra_offers = frozenset({CLOCK, POWER})
+    # power: each node's directory (its Mnesia, quorum queue WAL and segments, message store);
+    # corrupt: the queue's files of a node (data_files)
+    extra_offers = frozenset({CLOCK, CORRUPT, POWER})
     plugins: tuple[str, ...] = ("rabbitmq_management",)
     # joiners boot side by side once the first node serves; the MQTT plugin's Raft cluster
     # needs them one by one
@@ -55,6 +57,20 @@ class RabbitServers(LocalCluster):
         can fail their boot on a feature-flag sync with a peer still booting
         (docs/findings/power-cuts.md)."""
         return tuple(self.node_names) if getattr(self.options, "restart_on_failure", True) else ()
+
+    def data_files(self, node: str) -> list[Path]:
+        """The files of `node` holding its queues' messages, oldest write first, whatever the
+        queue's type (sessions of every type share a cluster): a quorum queue's Raft log
+        (each member's segment files, and the write-ahead log Ra appends every member on the
+        node to), a stream's segments, a classic queue's index, journal and message store.
+        The newest is the one the run's queue was writing (the WAL's tail: its last entries).
+        Queues of earlier runs on a reused cluster were deleted with their files."""
+        home = self.datadir / node / "mnesia" / self.erl_name(node)
+        ra = home / "quorum" / self.erl_name(node)
+        stores = home / "msg_stores" / "vhosts"
+        return _by_age([*ra.glob("*/*.segment"), *ra.glob("*.wal"), *(home / "stream").glob("*/*.segment"),
+                        *stores.glob("*/queues/*/*.idx"), *stores.glob("*/queues/*/journal.jif"),
+                        *stores.glob("*/msg_store_persistent/*.rdq")])
 
     def erl_name(self, node: str) -> str:
         h = self.host(node)
@@ -282,3 +298,8 @@ class Management:
         if node is None:
             raise SystemError_(f"queue {queue} has no known leader ({name!r})")
         return node
+
+
+def _by_age(files: Iterable[Path]) -> list[Path]:
+    """Oldest first: by the last write, then by name (Ra and osiris number their files)."""
+    return sorted(files, key=lambda f: (f.stat().st_mtime_ns, f.name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Literal
 
@@ -12,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..base import CORRUPT, POWER, SystemError_
 from ..cluster import LocalCluster
+
+CHECK_AOF = "/usr/bin/redis-check-aof"
+# the lines of its output that say what it found: each file's analysis and verdict, an RDB error
+_VERDICT = re.compile(r"AOF analyzed|is valid|is not valid|ERROR|Internal error|Expected|truncated", re.I)
 
 
 class RedisOptions(BaseModel):
@@ -99,6 +104,17 @@ class RedisServers(LocalCluster):
         deleted, so its tail is this run's writes."""
         d = self.datadir / node / "appendonlydir"
         return sorted(d.glob("*.base.*"), key=_seq) + sorted(d.glob("*.incr.aof"), key=_seq)
+
+    def check_data(self, node: str) -> dict:
+        """redis-check-aof on the node's manifest, read-only (no --fix): per file whether it
+        is valid, and up to where it reads (`ok_up_to`), as Redis will load it."""
+        manifest = self.datadir / node / "appendonlydir" / "appendonly.aof.manifest"
+        try:
+            r = subprocess.run([CHECK_AOF, str(manifest)], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return {"tool": CHECK_AOF, "exit": None, "said": [f"{type(e).__name__}: {e}"[:200]]}
+        said = [line.strip() for line in (r.stdout + r.stderr).splitlines() if _VERDICT.search(line)]
+        return {"tool": CHECK_AOF, "exit": r.returncode, "said": said[-8:]}
 
     def settings(self) -> dict:
         """appendonly and appendfsync as each running server reports them (CONFIG GET)."""

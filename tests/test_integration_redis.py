@@ -9,6 +9,7 @@ from brokerchaos import validation as sc
 from brokerchaos.runner import Session
 from browser import check_report
 from observers import Quiet, client_events
+from one_run import one_run
 
 pytestmark = [
     pytest.mark.integration,
@@ -176,11 +177,8 @@ def test_external_redis_with_sentinels_by_hand(tmp_path, spark, monkeypatch, cap
 
 
 def _corrupt(tmp_path, side: str):
-    s = sc.load(f"scenarios/redis-corrupt-{side}-tail.yaml", {"runs": 1, "name": f"it-redis-corrupt-{side}"})
-    result = Session(s, tmp_path / side, observer=Quiet(), report=False).run()
-    (v,) = result.verdicts
-    meta = result.metas["run-001"]
-    window = meta["faults"][0]["windows"][0]
+    r = one_run(f"scenarios/redis-corrupt-{side}-tail.yaml", tmp_path / side, f"it-redis-corrupt-{side}")
+    v, meta, window = r.verdict, r.meta, r.window
     (node,) = window["nodes"]
     (cut,) = window["effect"]["changes"][node]
     # the newest of the server's append-only files, 100,000 bytes shorter (~1,160 writes: more than
@@ -195,7 +193,7 @@ def _corrupt(tmp_path, side: str):
     assert f"size={cut['size']}," in line and check["exit"] in (0, 1), check
     assert f"{node}'s own check: " in window["observed"]["evidence"], window["observed"]
     assert v["read_complete"] is True, v["read_status"]
-    return v, meta, node, result.dir / "run-001"
+    return v, meta, node, r.dir
 
 
 def test_a_primary_s_cut_aof_loses_acked_writes_everywhere_and_a_replica_s_nothing(tmp_path, spark):

@@ -209,6 +209,10 @@ def test_faults_command_lists_every_fault_with_its_systems():
     for name, cls in FAULTS.items():
         i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [name])
         assert lines[i + 2].strip() == f"seen by: {cls.observes}", (name, lines[i + 2])
+    # and where a system's servers cannot have what a fault needs, why
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["clock"])
+    assert lines[i + 3].strip().startswith("not on nats: nats-server is a statically linked Go binary"), lines[i + 3]
+    assert lines[i + 4].strip().startswith("not on redis: redis-server hangs"), lines[i + 4]
 
 
 def test_every_fault_action_says_what_effect_it_checks_and_looks_for_it():
@@ -341,3 +345,22 @@ def test_the_delayer_releases_each_packet_when_due_and_everything_held_at_its_en
     assert len(q.verdicts) == 10 and all(not b for _, b in q.verdicts)
     jittered.release_all()
     assert sorted(p for p, _ in q.verdicts) == list(range(1, 21))
+
+
+def test_repair_and_the_file_choice_are_checked_before_anything_starts():
+    """corrupt's repair runs the system's own tool: a system without one is refused at
+    params.repair; truncate needs a cut; both take a file glob and data or metadata."""
+    s = sc.build({"system": "redis", "fault": {"action": "corrupt", "target": "follower",
+                                                "params": {"bits": 8, "file": "*.incr.aof", "repair": True}}})
+    assert s.fault.params["repair"] is True
+    refused = r"^scenario field 'fault\.params\.repair'.*needs repair.*nats-server ships no offline"
+    with pytest.raises(sc.ScenarioError, match=refused):
+        sc.build({"system": "nats", "fault": {"action": "corrupt", "target": "follower",
+                                               "params": {"bits": 8, "repair": True}}})
+    with pytest.raises(sc.ScenarioError, match=r"params\.bytes"):
+        sc.build({"system": "pulsar", "fault": {"action": "truncate", "target": "bookie", "params": {}}})
+    with pytest.raises(sc.ScenarioError, match=r"params\.files"):
+        sc.build({"system": "nats", "fault": {"action": "truncate", "target": "follower",
+                                               "params": {"bytes": 9, "files": "logs"}}})
+    sc.build({"system": "nats", "fault": {"action": "truncate", "target": "all",
+                                           "params": {"bytes": 9, "files": "metadata", "file": "*snap*"}}})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from brokerchaos import validation as sc
-from brokerchaos.faults.disk import corrupt_files
+from brokerchaos.faults.corrupt import corrupt_files, matching, read_back, truncate_file, written_size
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import mounts
 from browser import check_report
@@ -124,6 +124,44 @@ def test_corrupt_changes_exactly_what_it_records(tmp_path):
     cut = corrupt_files(files, 0, 700, random.Random(1), root)
     assert cut == [{"file": "msgs/3.blk", "size_was": 3000, "size": 2300}]
     assert files[2].stat().st_size == 2300 and files[2].read_bytes() == bytes(replay["msgs/3.blk"][:2300])
+
+
+def test_a_preallocated_file_is_cut_and_flipped_from_its_written_end(tmp_path):
+    """A journal preallocated with zeros (BookKeeper's, ZooKeeper's): the bits land in what
+    was written, and a cut zeroes the written tail and keeps the file's size."""
+    root = tmp_path / "b1"
+    journal = root / "journal" / "current" / "1.txn"
+    journal.parent.mkdir(parents=True)
+    written = random.Random(3).randbytes(5000).replace(b"\0", b"\1")
+    journal.write_bytes(written + bytes(1 << 20))
+    assert written_size(journal, True) == 5000 and written_size(journal, False) == 5000 + (1 << 20)
+    flips = corrupt_files([journal], 20, 0, random.Random(5), root, lambda f: True)
+    assert len(flips) == 20 and max(c["offset"] for c in flips) < 5000
+    assert read_back(flips, root) == len({c["offset"] for c in flips})
+    journal.write_bytes(written + bytes(1 << 20))
+    cut = corrupt_files([journal], 0, 1200, random.Random(5), root, lambda f: True)
+    assert cut == [{"file": "journal/current/1.txn", "size_was": 5000, "size": 3800, "zeroed": True}]
+    assert journal.stat().st_size == 5000 + (1 << 20) and journal.read_bytes()[:3800] == written[:3800]
+    assert written_size(journal, True) == 3800 and read_back(cut, root) == 1
+
+
+def test_truncate_cuts_the_newest_file_chosen_short_of_its_written_end(tmp_path):
+    root = tmp_path / "n1"
+    files = []
+    for name in ("a/1.log", "a/2.log", "b/1.idx"):
+        f = root / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x" * 1000)
+        files.append(f)
+    assert truncate_file(files, 100, root) == [{"file": "b/1.idx", "size_was": 1000, "size": 900}]
+    assert truncate_file(matching(files, "*.log", root), 5000, root) == [
+        {"file": "a/2.log", "size_was": 1000, "size": 0}]
+    assert truncate_file(matching(files, "a/1*", root), 1, root) == [{"file": "a/1.log", "size_was": 1000, "size": 999}]
+    assert matching(files, "*.nothing", root) == [] and truncate_file([], 1, root) == []
+    # a preallocated file is truncated at its written end, the zeros past it gone too
+    (root / "a" / "1.log").write_bytes(b"y" * 700 + bytes(4096))
+    assert truncate_file([files[0]], 200, root, lambda f: True) == [{"file": "a/1.log", "size_was": 700, "size": 500}]
+    assert (root / "a" / "1.log").stat().st_size == 500
 
 
 @pytest.mark.integration

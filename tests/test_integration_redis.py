@@ -212,3 +212,43 @@ def test_a_primary_s_cut_aof_loses_acked_writes_everywhere_and_a_replica_s_nothi
     v, meta, node, _ = _corrupt(tmp_path, "replica")
     assert node != meta["leader_at_start"], meta
     assert v["acked_missing"] == 0 and v["result"] == "pass", v
+
+
+def test_a_replica_s_aof_with_flipped_bits_starts_again_once_redis_own_tool_repairs_it(tmp_path, spark):
+    """corrupt with repair on Redis: 64 bits flipped in a replica's AOF increments, which
+    Redis's own check finds invalid; redis-check-aof --fix cuts the file at its first bad
+    command, the check then finds it valid, and the replica loads it and resyncs: nothing
+    acknowledged goes and the cluster is whole (the negative control of repair; without it
+    the replica does not start, redis-corrupt-replica-bits)."""
+    r = one_run("scenarios/redis-corrupt-replica-bits-repaired.yaml", tmp_path, "it-redis-repaired")
+    (node,) = r.window["nodes"]
+    e = r.window["effect"]
+    assert node != r.meta["leader_at_start"], r.meta
+    flipped = {c["file"].rsplit("/", 1)[1] for c in e["changes"][node]}
+    assert flipped and all(f.endswith(".incr.aof") for f in flipped), flipped  # params.file
+    assert any("is not valid" in line for line in e["check"][node]["said"]), e["check"]
+    assert e["repair"][node]["exit"] == 0 and "Successfully truncated" in e["repair"][node]["said"][-1], e["repair"]
+    after = e["check_after_repair"][node]
+    assert after["exit"] == 0 and not any("is not valid" in line for line in after["said"]), after
+    assert f"{node} repaired: Successfully truncated" in r.window["observed"]["evidence"], r.window["observed"]
+    assert r.meta["whole"]["whole"] is True, r.meta["whole"]
+    assert r.verdict["acked_missing"] == 0 and r.verdict["result"] == "pass", r.verdict
+
+
+def test_a_replica_replaced_under_load_is_copied_whole_and_loses_nothing(tmp_path, spark):
+    """replace on Redis: a replica leaves for good (shut down, its data deleted, every
+    sentinel reset) and a new, empty server takes its place, copied whole from the primary
+    (one full resync more); with WAIT 1 the other replica held every acknowledged write, and
+    nothing goes (the negative control of `replace`)."""
+    r = one_run("scenarios/redis-replace-replica.yaml", tmp_path, "it-redis-replace")
+    (node,) = r.window["nodes"]
+    e = r.window["effect"]
+    lead = r.meta["leader_at_start"]
+    removed = e["removed"][node]
+    assert node != lead and removed["members_before"][0] == lead, e
+    assert node in removed["members_before"] and node not in removed["members_after"], e
+    added = e["added"][node]
+    assert node in added["members_after"] and added["in_sync_s"] is not None, added
+    assert added["full_syncs"] >= 1, added  # the new server copied the primary's data whole
+    assert r.meta["whole"]["whole"] is True, r.meta["whole"]
+    assert r.verdict["acked_missing"] == 0 and r.verdict["result"] == "pass", r.verdict

@@ -190,7 +190,7 @@ def test_a_zookeeper_leader_whose_broker_is_gone_is_not_serving():
     from types import SimpleNamespace
 
     from brokerchaos.systems.base import SystemError_
-    from brokerchaos.systems.kafka.apache import ApacheKafkaRoles
+    from brokerchaos.systems.kafka.zkroles import ApacheKafkaRoles
 
     cluster = SimpleNamespace(node_names=["n1", "n2", "n3"])
     roles = ApacheKafkaRoles(SimpleNamespace(stream_name="bc-run-001"), cluster, None)

@@ -443,6 +443,10 @@ def cmd_faults(args) -> int:
                                        else "-")
         print(f"  {'':<16} needs: {needs}; systems: {where}")
         print(f"  {'':<16} seen by: {cls.observes}")
+        for s, system in SYSTEMS.items():
+            why = system.refusal(cls.needs)
+            if why:
+                print(f"  {'':<16} not on {s}: {why}")
         if cls.Params is not NoParams:
             _print_fields(cls.Params)
     print("\nTargets (--target), resolved when the fault fires:")

@@ -151,9 +151,9 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
         raise ScenarioError(first_error(e, f"{path}.params")) from None
     missing = cls.needs_for(params) - have
     if missing:
-        raise ScenarioError(f"scenario field '{_field_of(missing, path, s)}': fault {f.action!r} needs "
+        raise ScenarioError(f"scenario field '{_field_of(missing, path, s, cls)}': fault {f.action!r} needs "
                             f"{', '.join(sorted(missing))}, which {_where(s)} does not offer "
-                            f"({', '.join(sorted(have)) or 'nothing'})")
+                            f"({', '.join(sorted(have)) or 'nothing'})" + _why_not(missing, s))
     try:
         check_expression(f.target, names, have, groups=cls.takes_groups)
         cls.check(params, names, have, s)
@@ -208,11 +208,23 @@ def _check_coordinator_targets(s: Scenario, path: str, f) -> None:
                                 f"{target.replace('-', ' ').replace('txn', 'transaction')} to name")
 
 
-def _field_of(missing: frozenset[str], path: str, s: Scenario) -> str:
+def _field_of(missing: frozenset[str], path: str, s: Scenario, fault=None) -> str:
     # namespaces are a matter of the sandbox when the scenario asks for loopback
     if missing == {NETNS} and s.sandbox == "loopback" and s.external is None:
         return "sandbox"
+    by_param = getattr(fault, "needs_by_param", {})
+    if missing and all(c in by_param for c in missing):
+        return f"{path}.params.{by_param[min(missing)]}"
     return f"{path}.action"
+
+
+def _why_not(missing: frozenset[str], s: Scenario) -> str:
+    """Why the system's servers cannot have what is missing, where its cluster says."""
+    if s.external is not None:
+        return ""
+    refuses = getattr(SYSTEMS.get(s.system).local_cluster(s), "refuses", {})
+    said = [f"{c}: {refuses[c]}" for c in sorted(missing) if c in refuses]
+    return f"; {'; '.join(said)}" if said else ""
 
 
 def _where(s: Scenario) -> str:

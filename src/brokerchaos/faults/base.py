@@ -130,6 +130,10 @@ class Fault:
         that let the read begin has not started them yet)."""
         return list(self.nodes)
 
+    # capabilities a setting adds to `needs` (needs_for), by the setting's name: a refusal
+    # names that field
+    needs_by_param: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def needs_for(cls, params: Any) -> frozenset[str]:
         """The capabilities this fault needs with these settings."""

@@ -53,6 +53,7 @@ LOCAL_VERBS = frozenset({KILL, STOP, START, PAUSE})
 NETNS, HOOKS, COORDINATOR, ENSEMBLE = "netns", "hooks", "coordinator", "ensemble"
 WIPE, POWER, CORRUPT, STEPDOWN, UNLOAD, ELECT = "wipe", "power", "corrupt", "stepdown", "unload", "elect"
 EVERY, LAMEDUCK, REPLICAS, REASSIGN, CLOCK = "stepdown-every", "lame-duck", "replicas", "reassign", "clock"
+REPAIR, REPLACE = "repair", "replace"
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,10 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
     Capability(WIPE, "the cluster deletes a stopped node's data (its disk lost)", cluster_method="wipe"),
     Capability(POWER, "the nodes' data directories sit on a layer that drops unsynced writes",
                machine=("root", "fuse")),
-    Capability(CORRUPT, "the cluster names a stopped node's data files (bits flipped, tails cut)",
+    Capability(CORRUPT, "the cluster names a stopped node's data and metadata files (bits flipped, tails cut)",
                cluster_method="data_files"),
+    Capability(REPAIR, "the cluster runs the system's own repair tool on a stopped node's damaged files",
+               cluster_method="repair_data"),
     Capability(STEPDOWN, "the roles move leadership off a node gracefully (an operator's verb)",
                role_method="stepdown"),
     Capability(UNLOAD, "the roles close every topic of a group at once, to be served again (Pulsar's bundles)",
@@ -98,6 +101,8 @@ CAPABILITIES: dict[str, Capability] = {c.name: c for c in (
                role_method="set_replicas"),
     Capability(REASSIGN, "the roles move the stream's replicas to other nodes under load (Kafka)",
                role_method="reassign"),
+    Capability(REPLACE, "the roles replace a member: it leaves for good and a new empty one copies everything",
+               role_method="remove_member"),
     Capability(CLOCK, "the cluster moves a node's wall clock for the processes it starts there (libfaketime)",
                machine=("libfaketime",)),
 )}

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar, Iterable, Optional
 
 from ..sandbox import Host, Proc, process
 from ..sandbox.mounts import LazyDisk
@@ -59,6 +59,9 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
     ports: ClassVar[dict[str, int]] = {}
     # verbs beyond LOCAL_VERBS this cluster's servers support (WIPE: their data can go)
     extra_offers: ClassVar[frozenset[str]] = frozenset()
+    # capabilities its servers cannot have, and why (what was tried): the refusal a scenario
+    # asking for one gets, and `brokerchaos faults`'s
+    refuses: ClassVar[dict[str, str]] = {}
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -222,6 +225,22 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
         fault's choice); needs CORRUPT in extra_offers."""
         raise LookupError("this cluster does not name its data files")
 
+    def metadata_files(self, node: str) -> list[Path]:
+        """The files of `node` holding the cluster's own state (Raft snapshots and logs of its
+        metadata, cookies, manifests), oldest first: `corrupt` and `truncate` with
+        params.files metadata; none where the node keeps none."""
+        raise LookupError("this cluster does not name its metadata files")
+
+    def preallocates(self, path: Path) -> bool:
+        """Whether the system preallocates `path` (zeros past its written end): a cut and
+        the bits then measure from the written end, not the file's size."""
+        return False
+
+    def repair_data(self, node: str) -> Optional[dict]:
+        """The system's own repair tool on a stopped node's files, before it starts again
+        (REPAIR in extra_offers): {"tool", "exit", "said"} as check_data."""
+        raise LookupError("this cluster has no repair tool")
+
     def check_data(self, node: str) -> Optional[dict]:
         """What the system's own check tool says of a stopped node's data files (the `corrupt`
         fault records it before the restart): {"tool", "exit", "said": its verdict lines}, or
@@ -354,3 +373,16 @@ class ExternalCluster(Cluster):
 
     def run_hook(self, node: str, hook: str) -> None:
         self.file.run(node, hook)
+
+
+def files_by_age(files: Iterable[Path]) -> list[Path]:
+    """Oldest first: by the last write, then by name (Ra, osiris and BookKeeper number their
+    files); files gone since they were listed are left out."""
+    aged = []
+    for f in files:
+        try:
+            if f.is_file():
+                aged.append((f.stat().st_mtime_ns, f.name, f))
+        except OSError:
+            continue
+    return [f for *_, f in sorted(aged)]

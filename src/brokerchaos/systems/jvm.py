@@ -196,6 +196,19 @@ def zookeeper_conf(d: Path, ip: str, port: int, force_sync: bool = True) -> Path
         "forceSync": "yes" if force_sync else "no"})
 
 
+def zookeeper_files(d: Path) -> list[Path]:
+    """A ZooKeeper's snapshots and transaction logs (dataDir/version-2), oldest first: the
+    metadata of the cluster it serves."""
+    from .cluster import files_by_age
+
+    return files_by_age((d / "data" / "version-2").glob("*"))
+
+
+def zookeeper_preallocates(path: Path) -> bool:
+    """ZooKeeper preallocates its transaction logs (log.*, 64 MB at a time)."""
+    return path.name.startswith("log.")
+
+
 async def ruok(addr: tuple[str, int], timeout: float = 2.0) -> bool:
     """ZooKeeper's four-letter health word (both Kafka 3.9 and Pulsar run one)."""
     async def ask() -> bytes:

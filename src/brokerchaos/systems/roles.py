@@ -75,6 +75,18 @@ class Roles:
         after (run.json). Needs `replicas`."""
         raise LookupError("this system cannot change a stream's replica count")
 
+    async def remove_member(self, node: str) -> dict:
+        """`node` leaves the cluster for good: stopped, forgotten by the others, its data
+        deleted; returns the verb and the members before and after (run.json). Needs
+        `replace`."""
+        raise LookupError("this system cannot replace a member")
+
+    async def add_member(self, node: str, timeout: float) -> dict:
+        """A new, empty member in the place of the removed `node`, waited for (up to
+        `timeout`) until it holds everything; returns the verb, the members after and
+        `in_sync_s` (None: not within the bound). Needs `replace`."""
+        raise LookupError("this system cannot replace a member")
+
     async def assignment(self) -> list[str]:
         """The nodes holding the stream's replicas, in their assigned order. Needs `reassign`."""
         raise LookupError("this system cannot move a stream's replicas")

@@ -150,6 +150,14 @@ class System:
         return getattr(getattr(cls, "LocalCluster", None), "extra_offers", frozenset())
 
     @classmethod
+    def refusal(cls, needs: frozenset[str]) -> str:
+        """Why this system's servers cannot have what `needs` asks beyond what they offer (its
+        default local cluster's `refuses`); empty where they can, or where nothing says why."""
+        refuses = getattr(getattr(cls, "LocalCluster", None), "refuses", {})
+        missing = needs - cls.local_capabilities()
+        return "; ".join(refuses[c] for c in sorted(missing) if c in refuses)
+
+    @classmethod
     def local_capabilities(cls) -> frozenset[str]:
         """Everything a local cluster of this system offers faults, in the namespace sandbox."""
         return frozenset(LOCAL_VERBS | {NETNS} | cls.offers | cls.local_offers())

@@ -16,7 +16,8 @@ from .. import pyclients
 from ..pyclients import PyClient
 from ..registry import SYSTEMS
 from ..system import System
-from .apache import ApacheKafkaRoles, KRaftKafka, ZooKeeperKafka
+from .apache import KRaftKafka, ZooKeeperKafka
+from .zkroles import ApacheKafkaRoles
 from .client import KafkaClient
 from . import release
 from .library import outcome_of

@@ -111,6 +111,12 @@ class Mqtt(System):
         return ("mqtt",) + {"rabbitmq": ("mgmt",), "nats": ("monitor",), "mosquitto": (), "vernemq": ("http",)}[broker]
 
     @classmethod
+    def local_offers(cls) -> frozenset[str]:
+        """What some broker's local cluster offers beyond the verbs (options.broker picks which:
+        VerneMQ's power and clock); a scenario is checked against its own broker's."""
+        return frozenset().union(*(getattr(c, "extra_offers", frozenset()) for c, _ in BACKENDS.values()))
+
+    @classmethod
     def local_cluster(cls, scenario) -> type[LocalCluster]:
         return BACKENDS[MqttOptions.model_validate(scenario.options).broker][0]
 

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..base import POWER, SystemError_
+from ..base import CLOCK, POWER, SystemError_
 from ..cluster import LocalCluster
 from ..runtime import cache_dir, filling, http_get, port_open, wait_until
 from .backends import MqttRoles
@@ -110,7 +110,9 @@ class VerneServers(LocalCluster):
     """One VerneMQ node per namespace; n1 is the node the others join."""
 
     ports = {"client": 1883, "mqtt": 1883, "cluster": 44053, "http": 8888, "dist": 9100}
-    extra_offers = frozenset({POWER})
+    # clock: the Erlang VM (its os:system_time: retained-message and session expiry, the
+    # Plumtree/SWC exchange's timestamps) follows libfaketime as RabbitMQ's does
+    extra_offers = frozenset({POWER, CLOCK})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -197,6 +199,17 @@ class VerneServers(LocalCluster):
             script.chmod(0o755)
         return self._tool(node, f"{node}-rpc", [str(script), module, function, *args], f"{module}:{function}",
                           timeout).strip()
+
+    def clock_of(self, host: str) -> Optional[float]:
+        """The node's OS clock as its Erlang VM reads it (`os:system_time(second)`), asked over
+        the distribution by nodetool from the node's namespace (itself on true time)."""
+        if host not in self.node_names:
+            return None
+        try:
+            said = self.rpc(host, "os", "system_time", "second.", timeout=20.0)
+        except SystemError_:
+            return None
+        return float(said) if said.isdigit() else None
 
     async def subscription_known(self, client_id: str, node: str, topic: str) -> tuple[bool, str]:
         """Whether every running node's subscriber store holds `client_id`'s subscription to

@@ -13,8 +13,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..base import CORRUPT, LAMEDUCK, POWER, SystemError_
-from ..cluster import LocalCluster
+from ..base import CLOCK, CORRUPT, LAMEDUCK, POWER, REPAIR, SystemError_
+from ..cluster import LocalCluster, files_by_age
 from ..runtime import http_get
 from . import bin as natsbin
 
@@ -80,6 +80,12 @@ class NatsServers(LocalCluster):
     # a node's data directory is datadir/<node>: it can sit on the power-off layer, and
     # its stream's .blk files are known
     extra_offers = frozenset({POWER, CORRUPT, LAMEDUCK})
+    refuses = {
+        CLOCK: "nats-server is a statically linked Go binary: LD_PRELOAD never loads libfaketime into it, and "
+               "a time namespace offsets only the monotonic clocks (tried 2026-12-04 on 2.12.1: FAKETIME=+3600 "
+               "preloaded, /varz's now and its log stayed true)",
+        REPAIR: "nats-server ships no offline check or repair of its store: its recovery at start is the check",
+    }
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -174,6 +180,13 @@ class NatsServers(LocalCluster):
         stream = self.ctx.stream_name
         found = (self.datadir / node).glob(f"jetstream/*/streams/{stream}/msgs/*.blk")
         return sorted(found, key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
+
+    def metadata_files(self, node: str) -> list[Path]:
+        """The server's system account store ($SYS): the Raft groups' logs, term and vote
+        files, peer lists and snapshots, the meta group's (which streams exist, on which
+        peers) and each stream's own, oldest write first (Jepsen's nats-server#7556 flipped
+        bits in these)."""
+        return files_by_age((self.datadir / node).glob("jetstream/$SYS/**/*"))
 
 
 async def jsz(cluster, node: str) -> dict:

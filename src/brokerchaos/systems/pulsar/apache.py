@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Optional
 
 from .. import jvm
-from ..base import CLOCK, POWER, WIPE, NodeExited, SystemError_
+from ..base import CLOCK, CORRUPT, POWER, WIPE, NodeExited, SystemError_
 from ..cluster import LocalCluster
 from ...sandbox import process
 from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
-from . import release
+from . import files, release
 from .roles import PulsarRoles
 
 ZK = "zk"
@@ -61,8 +61,9 @@ class ApachePulsar(LocalCluster):
     ports = {"client": 6650, "admin": 8080, "zk": 2181, "bookie": 3181, "bookie_admin": 8000}
     # power: the bookies' and ZooKeeper's data directories (the brokers keep none); clock:
     # every process (brokers, bookies, ZooKeeper) is a JVM, whose wall clock
-    # (System.currentTimeMillis: ledger rollover, retention, publish times) libfaketime moves
-    extra_offers = frozenset({WIPE, POWER, CLOCK})
+    # (System.currentTimeMillis: ledger rollover, retention, publish times) libfaketime moves;
+    # corrupt: a bookie's journal and entry logs (data), its cookies, or ZooKeeper's files
+    extra_offers = frozenset({WIPE, POWER, CLOCK, CORRUPT})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -180,6 +181,17 @@ class ApachePulsar(LocalCluster):
         else:
             self.spawn_node(node, self.java("org.apache.pulsar.PulsarBrokerStarter", BROKER_HEAP_MB,
                                             "--broker-conf", str(self.broker_conf(node))))
+
+    def data_files(self, node: str) -> list[Path]:
+        return files.bookie_data(self.datadir / node) if node in self.bookies else []
+
+    def metadata_files(self, node: str) -> list[Path]:
+        if node == ZK:
+            return jvm.zookeeper_files(self.datadir / ZK)
+        return files.bookie_metadata(self.datadir / node) if node in self.bookies else []
+
+    def preallocates(self, path: Path) -> bool:
+        return files.preallocated(path)
 
     def wipe(self, node: str) -> None:
         """Delete a stopped bookie's journal and ledgers (its disk lost); the next start

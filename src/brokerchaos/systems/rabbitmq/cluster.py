@@ -18,11 +18,11 @@ import shutil
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from ..base import CLOCK, CORRUPT, POWER, SystemError_
 from ..runtime import http_get, port_open
-from ..cluster import Cluster, LocalCluster
+from ..cluster import Cluster, LocalCluster, files_by_age
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 UPGRADE = "/usr/lib/rabbitmq/bin/rabbitmq-upgrade"
@@ -68,9 +68,15 @@ class RabbitServers(LocalCluster):
         home = self.datadir / node / "mnesia" / self.erl_name(node)
         ra = home / "quorum" / self.erl_name(node)
         stores = home / "msg_stores" / "vhosts"
-        return _by_age([*ra.glob("*/*.segment"), *ra.glob("*.wal"), *(home / "stream").glob("*/*.segment"),
+        return files_by_age([*ra.glob("*/*.segment"), *ra.glob("*.wal"), *(home / "stream").glob("*/*.segment"),
                         *stores.glob("*/queues/*/*.idx"), *stores.glob("*/queues/*/journal.jif"),
                         *stores.glob("*/msg_store_persistent/*.rdq")])
+
+    def metadata_files(self, node: str) -> list[Path]:
+        """The node's Mnesia tables (schema, queues, bindings, users: RabbitMQ 3.x's metadata
+        store), their logs and its decision table, oldest first."""
+        home = self.datadir / node / "mnesia" / self.erl_name(node)
+        return files_by_age(f for pat in ("*.DCD", "*.DCL", "*.DAT", "*.LOG") for f in home.glob(pat))
 
     def erl_name(self, node: str) -> str:
         h = self.host(node)
@@ -298,8 +304,3 @@ class Management:
         if node is None:
             raise SystemError_(f"queue {queue} has no known leader ({name!r})")
         return node
-
-
-def _by_age(files: Iterable[Path]) -> list[Path]:
-    """Oldest first: by the last write, then by name (Ra and osiris number their files)."""
-    return sorted(files, key=lambda f: (f.stat().st_mtime_ns, f.name))

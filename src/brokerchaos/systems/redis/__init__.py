@@ -18,7 +18,7 @@ producer, the read and live consumer (read.py) and a consumer group's member (gr
 from __future__ import annotations
 
 from ...errors import ScenarioError
-from ..base import STEPDOWN
+from ..base import REPLACE, STEPDOWN
 from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
@@ -40,7 +40,7 @@ class Redis(System):
     LocalCluster = RedisServers
     Client = RedisClient
     Roles = RedisRoles
-    offers = frozenset({STEPDOWN})  # SENTINEL FAILOVER
+    offers = frozenset({STEPDOWN, REPLACE})  # SENTINEL FAILOVER; a replica replaced
     external_services = ("sentinel",)  # the primary, as the sentinels name it
 
     machine_setup = (needs.Need("redis", "Redis and Sentinel", needs.APT.format("redis-server redis-sentinel"),

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..base import CORRUPT, POWER, SystemError_
+from ..base import CLOCK, CORRUPT, POWER, REPAIR, SystemError_
 from ..cluster import LocalCluster
 
 CHECK_AOF = "/usr/bin/redis-check-aof"
@@ -61,7 +61,9 @@ class RedisServers(LocalCluster):
     ports = {"client": 6379, "sentinel": 26379}
     # a server's `dir` (its AOF) on the layer: power-off; its config file, which the
     # sentinels rewrite, and the sentinels' own stay off it. Its AOF's files: corrupt
-    extra_offers = frozenset({POWER, CORRUPT})
+    extra_offers = frozenset({POWER, CORRUPT, REPAIR})
+    refuses = {CLOCK: "redis-server hangs at start under libfaketime (0.9.10, Debian's): its jemalloc and "
+                      "libfaketime call each other while the process starts"}
 
     def _server_conf(self, node: str) -> str:
         ip, port = self.address(node)
@@ -105,16 +107,39 @@ class RedisServers(LocalCluster):
         d = self.datadir / node / "appendonlydir"
         return sorted(d.glob("*.base.*"), key=_seq) + sorted(d.glob("*.incr.aof"), key=_seq)
 
+    def renew(self, node: str, primary: tuple[str, int]) -> None:
+        """A stopped server made new: its data deleted and its configuration written afresh,
+        replicating from `primary` (a machine put in a replaced replica's place)."""
+        if self.alive(node):
+            raise SystemError_(f"{node} is running: renew a stopped server")
+        shutil.rmtree(self.datadir / node, ignore_errors=True)
+        lines = [x for x in self._server_conf(node).splitlines() if not x.startswith("replicaof ")]
+        (self.datadir / f"{node}.conf").write_text("\n".join([*lines, "replicaof {} {}".format(*primary)]) + "\n")
+
+    def metadata_files(self, node: str) -> list[Path]:
+        """The AOF's manifest: which files make the append-only file, in what order."""
+        return [p for p in (self.datadir / node / "appendonlydir").glob("*.manifest") if p.is_file()]
+
     def check_data(self, node: str) -> dict:
         """redis-check-aof on the node's manifest, read-only (no --fix): per file whether it
         is valid, and up to where it reads (`ok_up_to`), as Redis will load it."""
+        return self._check_aof(node, fix=False)
+
+    def repair_data(self, node: str) -> dict:
+        """redis-check-aof --fix: the AOF cut back to its last whole command (the tool asks
+        before it truncates; the answer is yes)."""
+        return self._check_aof(node, fix=True)
+
+    def _check_aof(self, node: str, fix: bool) -> dict:
         manifest = self.datadir / node / "appendonlydir" / "appendonly.aof.manifest"
+        argv = [CHECK_AOF, *(["--fix"] if fix else []), str(manifest)]
         try:
-            r = subprocess.run([CHECK_AOF, str(manifest)], capture_output=True, text=True, timeout=60)
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=60, input="y\n" if fix else None)
         except (OSError, subprocess.TimeoutExpired) as e:
-            return {"tool": CHECK_AOF, "exit": None, "said": [f"{type(e).__name__}: {e}"[:200]]}
-        said = [line.strip() for line in (r.stdout + r.stderr).splitlines() if _VERDICT.search(line)]
-        return {"tool": CHECK_AOF, "exit": r.returncode, "said": said[-8:]}
+            return {"tool": " ".join(argv[:-1]), "exit": None, "said": [f"{type(e).__name__}: {e}"[:200]]}
+        said = [line.replace("Continue? [y/N]:", "").strip() for line in (r.stdout + r.stderr).splitlines()
+                if _VERDICT.search(line)]
+        return {"tool": " ".join(argv[:-1]), "exit": r.returncode, "said": said[-8:]}
 
     def settings(self) -> dict:
         """appendonly and appendfsync as each running server reports them (CONFIG GET)."""

@@ -1,6 +1,9 @@
 """Who holds what in a Redis deployment: the primary (the sentinels' word) and its replicas."""
 from __future__ import annotations
 
+import asyncio
+import time
+
 from ..base import Client, SystemError_
 from ..roles import Roles
 from .client import _parse_info
@@ -48,3 +51,69 @@ class RedisRoles(Roles):
         info = _parse_info(await self.client.ask(self.cluster.address(lead), "INFO", "replication"))
         online = sum(1 for k, v in info.items() if k.startswith("slave") and "state=online" in v)
         return info.get("role") == "master" and online >= len(self.cluster.node_names) - 1
+
+    async def members(self) -> list[str]:
+        """The primary, then the replicas its INFO lists (connected, whatever their state)."""
+        lead = await self.leader()
+        info = _parse_info(await self.client.ask(self.cluster.address(lead), "INFO", "replication"))
+        found = []
+        for k, v in info.items():
+            if k.startswith("slave") and k[5:].isdigit():
+                f = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
+                node = self.cluster.node_at(f.get("ip", ""), int(f.get("port", 0)))
+                found.append(node or f"{f.get('ip')}:{f.get('port')}")
+        return [lead, *sorted(found)]
+
+    async def _full_syncs(self, lead: str) -> int:
+        info = _parse_info(await self.client.ask(self.cluster.address(lead), "INFO", "stats"))
+        return int(info.get("sync_full", 0))
+
+    async def _reset_sentinels(self) -> list[str]:
+        """SENTINEL RESET on every sentinel that answers: each forgets the replicas and
+        sentinels it knew and learns them again from the primary (a removed replica stays
+        forgotten)."""
+        done = []
+        for n in self.cluster.node_names:
+            try:
+                await self.client.sentinel(self.cluster.address(n, "sentinel"), "RESET")
+                done.append(n)
+            except Exception:  # that sentinel is down: it learns the truth when it is back
+                continue
+        return done
+
+    async def remove_member(self, node: str) -> dict:
+        """A replica removed: shut down, its data deleted, its configuration rewritten (a new
+        machine's), and every sentinel reset so that none keeps it as a replica."""
+        lead = await self.leader()
+        if node == lead:
+            raise LookupError(f"{node} is the primary: replace a replica (target follower)")
+        before = await self.members()
+        syncs = await self._full_syncs(lead)
+        await asyncio.to_thread(self.cluster.stop_node, node)
+        await asyncio.to_thread(self.cluster.renew, node, self.cluster.address(lead))
+        reset = await self._reset_sentinels()
+        return {"verb": f"{node} shut down and its data deleted; SENTINEL RESET on {', '.join(reset) or 'none'}",
+                "members_before": before, "members_after": await self.members(), "full_syncs_before": syncs}
+
+    async def add_member(self, node: str, timeout: float) -> dict:
+        """A new, empty server in the removed replica's place, replicating from the primary
+        now (a full resync); waited for until the primary has every replica online and every
+        sentinel knows them."""
+        lead = await self.leader()
+        await asyncio.to_thread(self.cluster.renew, node, self.cluster.address(lead))
+        syncs = await self._full_syncs(lead)
+        t0 = time.monotonic()
+        await asyncio.to_thread(self.cluster.start_node, node)
+        in_sync = None
+        while time.monotonic() - t0 < timeout:
+            try:
+                if await self.stream_ready() and (await self.client.settled())[0]:
+                    in_sync = round(time.monotonic() - t0, 3)
+                    break
+            except Exception:  # the sentinels are learning the new replica
+                pass
+            await asyncio.sleep(0.2)
+        after = await self._full_syncs(lead)
+        return {"verb": f"a new server on {node} replicating from {lead}", "members_after": await self.members(),
+                "in_sync_s": in_sync, "full_syncs": after - syncs,
+                "copied": f"{after - syncs} full resync(s) by the primary {lead}"}

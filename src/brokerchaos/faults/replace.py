@@ -36,7 +36,9 @@ class Replace(Fault):
     needs = frozenset({REPLACE})
 
     def inject_bound(self, n_nodes: int) -> float:
-        return 30.0 + 10.0 * n_nodes  # a clean stop and the others told, per node
+        # per node a clean stop and the others told (Redis: each sentinel reset in turn, each
+        # up to 30 s until it knows the others again: about 10 s, its replicas' INFO period)
+        return 30.0 + 100.0 * n_nodes
 
     def heal_bound(self) -> float:
         return max(super().heal_bound(), self.p.wait + 30.0)

@@ -6,7 +6,7 @@ import time
 
 from ..base import Client, SystemError_
 from ..roles import Roles
-from .client import _parse_info
+from .client import _healthy_replicas, _parse_info
 
 
 class RedisRoles(Roles):
@@ -68,18 +68,33 @@ class RedisRoles(Roles):
         info = _parse_info(await self.client.ask(self.cluster.address(lead), "INFO", "stats"))
         return int(info.get("sync_full", 0))
 
-    async def _reset_sentinels(self) -> list[str]:
-        """SENTINEL RESET on every sentinel that answers: each forgets the replicas and
-        sentinels it knew and learns them again from the primary (a removed replica stays
-        forgotten)."""
-        done = []
+    async def _reset_sentinels(self, replicas: int, each_s: float = 30.0) -> dict:
+        """SENTINEL RESET on each sentinel that answers, one after the other as Redis's
+        documentation asks: each forgets the replicas and sentinels it knew and learns them
+        again (a removed replica stays forgotten); the next is reset once this one knows the
+        other sentinels and `replicas` replicas again (up to `each_s`), so that the others
+        can still agree on a failover meanwhile. Per sentinel, seconds until it knew them
+        (None: not within the bound, or down)."""
+        out: dict = {}
         for n in self.cluster.node_names:
+            addr = self.cluster.address(n, "sentinel")
             try:
-                await self.client.sentinel(self.cluster.address(n, "sentinel"), "RESET")
-                done.append(n)
+                await self.client.sentinel(addr, "RESET")
             except Exception:  # that sentinel is down: it learns the truth when it is back
+                out[n] = None
                 continue
-        return done
+            t0 = time.monotonic()
+            out[n] = None
+            while time.monotonic() - t0 < each_s:
+                try:
+                    if (len(await self.client.sentinel(addr, "SENTINELS")) >= len(self.cluster.node_names) - 1
+                            and _healthy_replicas(await self.client.sentinel(addr, "REPLICAS")) >= replicas):
+                        out[n] = round(time.monotonic() - t0, 3)
+                        break
+                except Exception:
+                    pass
+                await asyncio.sleep(0.2)
+        return out
 
     async def remove_member(self, node: str) -> dict:
         """A replica removed: shut down, its data deleted, its configuration rewritten (a new
@@ -91,9 +106,10 @@ class RedisRoles(Roles):
         syncs = await self._full_syncs(lead)
         await asyncio.to_thread(self.cluster.stop_node, node)
         await asyncio.to_thread(self.cluster.renew, node, self.cluster.address(lead))
-        reset = await self._reset_sentinels()
-        return {"verb": f"{node} shut down and its data deleted; SENTINEL RESET on {', '.join(reset) or 'none'}",
-                "members_before": before, "members_after": await self.members(), "full_syncs_before": syncs}
+        reset = await self._reset_sentinels(len(before) - 2)
+        return {"verb": f"{node} shut down and its data deleted; SENTINEL RESET on each sentinel in turn",
+                "members_before": before, "members_after": await self.members(), "full_syncs_before": syncs,
+                "sentinels_knew_again_s": reset}
 
     async def add_member(self, node: str, timeout: float) -> dict:
         """A new, empty server in the removed replica's place, replicating from the primary

@@ -364,3 +364,31 @@ def test_repair_and_the_file_choice_are_checked_before_anything_starts():
                                                "params": {"bytes": 9, "files": "logs"}}})
     sc.build({"system": "nats", "fault": {"action": "truncate", "target": "all",
                                            "params": {"bytes": 9, "files": "metadata", "file": "*snap*"}}})
+
+
+def test_a_pause_on_a_node_another_fault_holds_down_says_so_and_stops_nothing():
+    """In a combined schedule a pause can fall on a node a kill or a power cut holds down:
+    no process to stop, so its effect is not known (not 'not observed', which would say
+    the pause failed), and the node is left to the fault that holds it."""
+    from types import SimpleNamespace
+
+    from brokerchaos.faults.base import FaultContext, Target
+    from brokerchaos.faults.effect import INJECTED, NOT_KNOWN
+    from brokerchaos.faults.process import Pause
+
+    paused, pids = [], {"n1": None, "n2": 4242}
+    cluster = SimpleNamespace(on_purpose={"n1"}, pause=paused.append, pid_of=pids.get)
+    fault = Pause(FaultContext(deployment=SimpleNamespace(cluster=cluster), rng=random.Random(1)))
+    fault.target = Target(["n1"])
+    asyncio.run(fault.inject(fault.target))
+    assert paused == [] and fault.nodes == [] and fault.effect["down_when_paused"] == ["n1"]
+    seen = asyncio.run(fault.observe(INJECTED))
+    assert seen.state == NOT_KNOWN and "n1 down when the pause came or since" in seen.evidence, seen
+    # paused, then killed and started again by another fault before the look: a new process
+    fault = Pause(FaultContext(deployment=SimpleNamespace(cluster=cluster), rng=random.Random(1)))
+    fault.target = Target(["n2"])
+    asyncio.run(fault.inject(fault.target))
+    assert paused == ["n2"] and fault.effect["paused_pids"] == {"n2": 4242}
+    pids["n2"] = 4343
+    seen = asyncio.run(fault.observe(INJECTED))
+    assert seen.state == NOT_KNOWN and "n2 down when the pause came or since" in seen.evidence, seen

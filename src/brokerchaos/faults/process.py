@@ -8,6 +8,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ..sandbox.probe import proc_state
 from ..sandbox.process import wait_pid_stopped
 from ..systems.cluster import PAUSE_S
 from . import effect
@@ -234,13 +235,33 @@ class Pause(Fault):
     needs = frozenset({"pause"})
 
     async def observe(self, stage: str):
-        if stage in (INJECTED, HEALED) and self.target is not None:
-            return effect.stopped(self, self.target.nodes, stage)
-        return None
+        if stage not in (INJECTED, HEALED) or self.target is None:
+            return None
+        # a node another fault of the run took down (before the pause, or since): its process
+        # is gone, and what the pause did to it cannot be seen
+        down = [n for n in self.target.nodes if self._taken(n)]
+        paused = [n for n in self.target.nodes if n not in down]
+        if not paused:
+            return effect.not_known(f"{', '.join(down)} down when the pause came or since (another fault held it)")
+        return effect.stopped(self, paused, stage)
+
+    def _taken(self, n: str) -> bool:
+        """Whether another fault of the run took `n`'s process since (or before) the pause:
+        held down, killed (a zombie), or replaced by a new one."""
+        if n in self.effect.get("down_when_paused", []) or n in getattr(self.ctx.cluster, "on_purpose", ()):
+            return True
+        then = self.effect.get("paused_pids", {}).get(n)
+        return then is not None and (effect.pid_of(self, n) != then or proc_state(then) in (None, "Z"))
 
     async def inject(self, target: Target) -> None:
         group = self.ctx.group()
+        cluster = self.ctx.cluster
         for n in target.nodes:
+            if (group is None or not group.owns(n)) and n in getattr(cluster, "on_purpose", ()):
+                # killed or cut by another fault of the run (a combined schedule): no process to stop
+                self.effect.setdefault("down_when_paused", []).append(n)
+                continue
+            self.effect.setdefault("paused_pids", {})[n] = effect.pid_of(self, n)
             self.nodes.append(n)
             if group is not None and group.owns(n):  # a consumer group's member process
                 t = group.pause(n)

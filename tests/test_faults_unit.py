@@ -392,3 +392,38 @@ def test_a_pause_on_a_node_another_fault_holds_down_says_so_and_stops_nothing():
     pids["n2"] = 4343
     seen = asyncio.run(fault.observe(INJECTED))
     assert seen.state == NOT_KNOWN and "n2 down when the pause came or since" in seen.evidence, seen
+
+
+def test_a_heal_leaves_a_node_another_fault_still_holds_down_to_that_fault():
+    """Faults combined: a kill's heal does not start a node a power cut still holds down (its
+    window in effect): that cut's heal starts it, and the kill's look says why it did not.
+    A fault whose heal starts nothing (a pause) holds no node for this, and one whose heal
+    is under way holds none either (else two heals at once would each wait on the other)."""
+    from types import SimpleNamespace
+
+    from brokerchaos.faults.base import FaultContext, Target
+    from brokerchaos.faults.effect import HEALED, NOT_KNOWN
+    from brokerchaos.faults.nemesis import NemesisContext
+    from brokerchaos.faults.process import Kill, Pause
+
+    def nemesis(cls, nodes, active=True):
+        fault = SimpleNamespace(held_down=lambda: list(nodes))
+        return SimpleNamespace(cls=cls, active=(fault, None) if active else None)
+
+    cut, paused, healing = nemesis(Kill, ["n2"]), nemesis(Pause, ["n3"]), nemesis(Kill, ["n1"], active=False)
+    ctx = SimpleNamespace(nemeses=[cut, paused, healing])
+    me = object()
+    held = [n for n in ("n1", "n2", "n3") if NemesisContext.held_elsewhere(ctx, n, me)]
+    assert held == ["n2"], held
+
+    started = []
+    cluster = SimpleNamespace(pid_of=lambda n: None, down_why=lambda n: "down", start_node=started.append,
+                              start_notes={})
+    kill = Kill(FaultContext(deployment=SimpleNamespace(cluster=cluster), rng=random.Random(1), params=Kill.Params(),
+                             held_elsewhere=lambda n: n == "n2"))
+    kill.target = Target(["n2"])
+    kill.nodes, kill.pids_before = ["n2"], {"n2": 77}
+    asyncio.run(kill.heal())
+    assert started == [] and kill.effect["left_to_another_fault"] == ["n2"], kill.effect
+    seen = asyncio.run(kill.observe(HEALED))
+    assert seen.state == NOT_KNOWN and "another fault of the run still held it" in seen.evidence, seen

@@ -35,6 +35,9 @@ class FaultContext:
     # workload.group's members (workload/group.py: names, owns, kill, down, start_member), or
     # None: the `consumer` targets and the faults that act on them
     group: Callable[[], Any] = lambda: None
+    # whether another fault of the run holds `node` down now (a combined schedule): a heal
+    # leaves such a node to that fault's heal
+    held_elsewhere: Callable[[str], bool] = lambda node: False
     # a fault recording windows of its own has each watched for the topics' owners
     # (faults/owners.py): its id from its fault row on, None once its node is back
     watch: Callable[[Optional[int]], None] = lambda window: None
@@ -88,6 +91,9 @@ class Fault:
     recoverable: ClassVar[bool] = True
     # partitions take groups (`n1|n2,n3`); everything else a set of nodes
     takes_groups: ClassVar[bool] = False
+    # its heal starts the nodes it took down (a kill's, a power cut's): another fault's heal
+    # leaves such a node to it while its window is in effect (FaultContext.held_elsewhere)
+    starts_at_heal: ClassVar[bool] = False
     # the window opens when inject starts, not when it returns (a slow graceful operation)
     opens_window_first: ClassVar[bool] = False
     # inject records the fault's windows itself (ctx.record, ctx.sub_window), one per step

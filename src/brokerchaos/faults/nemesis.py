@@ -68,6 +68,14 @@ class NemesisContext:
     topics: int = 1
     workload: Workload = field(default_factory=Workload)
     ended: dict = field(default_factory=dict)  # a fault's index: set once its nemesis has run (ended_event)
+    nemeses: list = field(default_factory=list)  # every nemesis of the run, each added as it is made
+
+    def held_elsewhere(self, node: str, me: object) -> bool:
+        """Whether a nemesis other than `me` holds `node` down with a window in effect whose
+        heal starts it (one whose heal is under way starts its nodes itself, or has passed
+        them; a pause's heal starts nothing)."""
+        return any(nem.active is not None and nem.cls.starts_at_heal and node in nem.active[0].held_down()
+                   for nem in self.nemeses if nem is not me)
 
     def ended_event(self, index: int) -> asyncio.Event:
         return self.ended.setdefault(index, asyncio.Event())
@@ -80,6 +88,7 @@ class NemesisContext:
 class Nemesis:
     def __init__(self, index: int, spec: FaultSpec, ctx: NemesisContext) -> None:
         self.index, self.spec, self.ctx = index, spec, ctx
+        ctx.nemeses.append(self)
         self.deployment, self.rec, self.gate, self.line = ctx.deployment, ctx.recorder, ctx.gate, ctx.line
         seed, run_id = ctx.seed, ctx.run_id
         self.cls: type[Fault] = FAULTS.get(spec.action)
@@ -116,7 +125,8 @@ class Nemesis:
     def _context(self, uid: int = 0) -> FaultContext:
         return FaultContext(self.deployment, self.target_rng, self.ctx.sandbox, self.params,
                             self.ctx.workload.client_nodes, uid=uid, record=self.book.record, group=self.group,
-                            watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w))
+                            watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w),
+                            held_elsewhere=lambda n: self.ctx.held_elsewhere(n, self))
 
     def _new_fault(self) -> Fault:
         self._uid += 1

@@ -44,6 +44,7 @@ class _Restarting(Fault):
 
     observes = ("the target's process gone (its pid no longer running; an external node no longer answering), "
                 "and after the heal a new process running")
+    starts_at_heal = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -61,7 +62,10 @@ class _Restarting(Fault):
         if stage == INJECTED:
             return await effect.exited(self, hit, self.pids_before)
         if stage == HEALED:
-            return await effect.restarted(self, hit, self.pids_before)
+            left = self.effect.get("left_to_another_fault", [])
+            if left and all(n in left for n in hit):
+                return effect.not_known(f"{', '.join(left)} left down: another fault of the run still held it")
+            return await effect.restarted(self, [n for n in hit if n not in left], self.pids_before)
         return None
 
     def stagger_s(self) -> float:
@@ -85,6 +89,8 @@ class _Restarting(Fault):
                 if group.down(n):  # a group member: another process in its place
                     await group.start_member(n)
                     started = True
+            elif self.ctx.held_elsewhere(n):  # another fault of the run still holds it down: its heal starts it
+                self.effect.setdefault("left_to_another_fault", []).append(n)
             elif await asyncio.to_thread(cluster.down_why, n):
                 await asyncio.to_thread(cluster.start_node, n)
                 started = True

@@ -128,6 +128,10 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
 
     def start_node(self, node: str) -> None:
         with self._lock:
+            old = self.procs.get(node)
+            if old is not None and old.alive():  # started meanwhile by another fault's heal (faults combined)
+                self.on_purpose.discard(node)
+                return
             if self.lazy and node in self.lazy_hosts:
                 self._disk(node).mount()
             self.launch(node)

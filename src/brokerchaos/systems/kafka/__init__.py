@@ -127,7 +127,8 @@ def _check_releases(o: KafkaOptions, version) -> None:
 
 @SYSTEMS.register("kafka")
 class Kafka(System):
-    description = ("Apache Kafka 3.9 on ZooKeeper (host `zk`) or 4.1 on KRaft, RF 3, confluent-kafka; "
+    description = ("Apache Kafka 4.4 on KRaft by default (any release by cluster.version; 3.x on ZooKeeper, "
+                   "host `zk`), RF 3, confluent-kafka; "
                    "options.broker tansu: one S3 store, no replication")
     client_options = frozenset({"acks", "batch_messages", "client", "client_config", "client_version", "isolation",
                                 "linger_ms",

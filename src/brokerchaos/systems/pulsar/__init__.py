@@ -117,7 +117,8 @@ def _check_client_version(o: PulsarOptions) -> None:
 
 @SYSTEMS.register("pulsar")
 class Pulsar(System):
-    description = ("Apache Pulsar 4.0: brokers n1…, bookies b1… and ZooKeeper (host `zk`), E-Qw-Qa from options, "
+    description = ("Apache Pulsar 4.2 by default (any release by cluster.version): brokers n1…, bookies b1… and "
+                   "ZooKeeper (host `zk`), E-Qw-Qa from options, "
                    "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
     client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
                                 "client_version", "partitions", "send_timeout_ms"})

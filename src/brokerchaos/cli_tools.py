@@ -2,6 +2,7 @@
 the machine before anything starts (`machine_lacks`) or prints instead (`--dry-run`)."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Optional
@@ -32,9 +33,18 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser("fetch", help="resolve the Java servers (Kafka, ZooKeeper, Pulsar, BookKeeper) from Maven "
                                      "Central into the cache, once (make setup does); with no set named, the "
-                                     "default nats-server release too")
+                                     "default nats-server release too; or what scenarios need (a release by "
+                                     "cluster.version, a client by options.client_version), so that their runs "
+                                     "download nothing")
     c.add_argument("sets", nargs="*",
-                   help="server sets (default all): kafka-3.9, kafka-4.1, kafka-4.4, pulsar-4.0, pulsar-4.2")
+                   help="server sets (default all): kafka-3.9, kafka-4.1, kafka-4.4, pulsar-4.0, pulsar-4.2; "
+                        "or scenario files (.yaml)")
+    c.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="a setting of the scenarios' system, as `run --option` (client_version=2.0.0)")
+    c.add_argument("--server-version", help="the scenarios' cluster.version, as `run --server-version`")
+    c.add_argument("--from", dest="listing", metavar="FILE",
+                   help="a file whose every line (# a comment) is a scenario and its flags, fetched in turn "
+                        "(tests/releases.txt: what the test suite runs beyond the defaults)")
 
 
 def machine_lacks(scenarios) -> Optional[int]:
@@ -117,6 +127,9 @@ def cmd_clean(args) -> int:
 def cmd_fetch(args) -> int:
     from .systems import jvm
 
+    files = [n for n in args.sets if n.endswith((".yaml", ".yml"))]
+    if files or args.listing:
+        return _fetch_for_scenarios(files, args)
     unknown = [n for n in args.sets if n not in jvm.sets()]
     if unknown:
         print(f"brokerchaos: error: unknown server set {unknown[0]!r} (known: {', '.join(jvm.sets())})",
@@ -132,3 +145,71 @@ def cmd_fetch(args) -> int:
             print(f"brokerchaos: nats-server {natsbin.DEFAULT}: {e}", file=sys.stderr)
             return rc or 1
     return rc
+
+
+class _LineParser(argparse.ArgumentParser):
+    """One line of a --from file: a scenario and its flags; an error is a ValueError."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog=prog, add_help=False)
+        self.add_argument("scenario")
+        self.add_argument("--option", action="append")
+        self.add_argument("--server-version")
+
+    def error(self, message):
+        raise ValueError(message)
+
+
+def _listed(path: str) -> list[tuple]:
+    """(scenario, options, server version) of each line of a --from file; ValueError naming
+    the line that is not one."""
+    import shlex
+
+    parser, out = _LineParser(path), []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise ValueError(str(e)) from None
+    for i, line in enumerate(lines, 1):
+        if line.split("#", 1)[0].strip():
+            try:
+                a = parser.parse_args(shlex.split(line, comments=True))
+            except ValueError as e:
+                raise ValueError(f"line {i}: {e}") from None
+            out.append((a.scenario, a.option, a.server_version))
+    return out
+
+
+def _fetch_for_scenarios(files: list[str], args) -> int:
+    """What each scenario needs fetched (System.install, as `run` does before it starts):
+    the listed ones, then those of --from's lines; exit 2 on a bad line or scenario."""
+    from . import validation as sc
+    from .errors import ScenarioError
+    from .systems import SYSTEMS, SystemError_
+
+    jobs = [(f, args.option, args.server_version) for f in files]
+    try:
+        jobs += _listed(args.listing) if args.listing else []
+    except ValueError as e:
+        print(f"brokerchaos: error: --from {args.listing}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    loaded = []
+    for path, options, version in jobs:  # every one checked before anything is fetched
+        what = " ".join([path] + [f"--option {o}" for o in options or []] +
+                        ([f"--server-version {version}"] if version else []))
+        try:
+            loaded.append((what, sc.load(path, {"option": options, "server_version": version})))
+        except ScenarioError as e:
+            print(f"brokerchaos: error: {what}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    for what, s in loaded:
+        try:
+            SYSTEMS.get(s.system).install(s)
+        except ScenarioError as e:  # a release the registry does not have
+            print(f"brokerchaos: error: {what}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except SystemError_ as e:
+            print(f"brokerchaos: fetching for {what} failed: {e}", file=sys.stderr)
+            return 1
+        print(f"{what}: fetched")
+    return 0

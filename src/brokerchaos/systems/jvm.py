@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Optional
 
 from .base import SystemError_
-from .runtime import cache_dir, filling
+from .runtime import cache_dir, filling, retried
 
 POMS = Path(__file__).parent / "maven"
 RESOLVE_TIMEOUT_S = 900
-TRANSFER_TRIES = 2  # a Maven run whose download failed (the network) is made once more
 
 
 def cache_root() -> Path:
@@ -103,12 +102,10 @@ def _resolve(pom: Path, root: Path, digest: str) -> None:
     argv = [mvn, "-B", "-q", "-U", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
             f"-DoutputDirectory={tmp / 'lib'}"]
     print(f"resolving {pom.stem} from Maven Central (once) ...", file=sys.stderr, flush=True)
-    for _ in range(TRANSFER_TRIES):
-        rc = _maven(argv, log)
-        if rc == 0 or "Could not transfer artifact" not in log.read_text(errors="replace"):
-            break
-        time.sleep(5.0)  # a network that failed for a moment
+    rc, out = retried(lambda: (_maven(argv, log), log.read_text(errors="replace")), f"resolving {pom.stem}")
     if rc != 0:
+        if not log.exists():  # Maven never ran (no download allowed)
+            log.write_text(out)
         keep = root.with_name(root.name + ".failed.log")
         shutil.copy(log, keep)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -132,7 +129,8 @@ def _first_error(log: Path) -> str:
     for line in log.read_text(errors="replace").splitlines():
         if "[ERROR]" in line:
             return line.replace("[ERROR]", "").strip()[:240]
-    return "no [ERROR] line"
+    return next((ln.strip()[:240] for ln in log.read_text(errors="replace").splitlines() if ln.strip()),
+                "no [ERROR] line")
 
 
 def argv(cp: str, main: str, heap_mb: int, *args: str, props: Optional[dict] = None) -> list[str]:

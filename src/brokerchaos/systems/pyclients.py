@@ -19,7 +19,7 @@ from typing import Optional
 from ..errors import ScenarioError
 from .base import SystemError_
 from .releases import Listing, parse
-from .runtime import cache_dir
+from .runtime import cache_dir, retried
 
 INSTALL_TIMEOUT_S = 300
 FIELD = "options.client_version"
@@ -76,12 +76,11 @@ class PyClient:
         shutil.rmtree(tmp, ignore_errors=True)
         argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
                 "--target", str(tmp), f"{self.dist}=={version}"]
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise SystemError_(f"pip did not install {self.dist} {version} within {INSTALL_TIMEOUT_S} s") from None
-        if p.returncode != 0:
-            first = next((x for x in p.stderr.splitlines() if x.startswith("ERROR")), p.stderr.strip()[-300:])
+        rc, err = retried(lambda: _pip(argv), f"installing {self.dist} {version}")
+        if rc == "timeout":
+            raise SystemError_(f"pip did not install {self.dist} {version} within {INSTALL_TIMEOUT_S} s")
+        if rc != 0:
+            first = next((x for x in err.splitlines() if x.startswith("ERROR")), err.strip()[-300:])
             raise SystemError_(f"pip could not install {self.dist} {version}: {first}")
         (tmp / ".done").write_text(version)
         shutil.rmtree(home, ignore_errors=True)
@@ -113,3 +112,12 @@ def cached() -> dict[str, list[str]]:
         dist, _, version = done.parent.name.rpartition("-")
         out.setdefault(dist, []).append(version)
     return {d: sorted(v, key=parse) for d, v in sorted(out.items())}
+
+
+def _pip(argv: list[str]) -> tuple[int | str, str]:
+    """pip's exit code (or "timeout") and what it said on stderr."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        return p.returncode, p.stderr
+    except subprocess.TimeoutExpired:
+        return "timeout", ""

@@ -16,7 +16,7 @@ from typing import ClassVar, Optional
 from ..errors import ScenarioError
 from . import jvm
 from .base import SystemError_
-from .runtime import cache_dir
+from .runtime import cache_dir, retried
 
 CENTRAL = "https://repo1.maven.org/maven2"
 LIST_MAX_AGE_S = 86_400
@@ -61,19 +61,25 @@ class Listing:
         path = self.path
         fresh = path.exists() and time.time() - path.stat().st_mtime < LIST_MAX_AGE_S
         if fetch and not fresh:
-            try:
-                with urllib.request.urlopen(self.url, timeout=FETCH_TIMEOUT_S) as r:
-                    body = r.read()
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(body)
-            except OSError as e:
-                if not path.exists():
-                    raise SystemError_(f"the list of {self.name} releases could not be read ({e}) and none is "
-                                       "cached; name a full release (X.Y.Z)") from None
+            got, err = retried(lambda: self._ask(path), f"the list of {self.name} releases")
+            if got != 0 and not path.exists():
+                raise SystemError_(f"the list of {self.name} releases could not be read ({err}) and none is "
+                                   "cached; name a full release (X.Y.Z)")
         if not path.exists():
             return []
         found = re.findall(self.pattern, path.read_text())
         return sorted(set(found), key=parse)
+
+    def _ask(self, path: Path) -> tuple[int, str]:
+        """The registry's list written to `path`: (0, "") or (1, why not)."""
+        try:
+            with urllib.request.urlopen(self.url, timeout=FETCH_TIMEOUT_S) as r:
+                body = r.read()
+        except OSError as e:
+            return 1, str(e)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+        return 0, ""
 
     def newest(self, asked: str, what: str, fetch: bool = True, field: str = "cluster.version") -> str:
         """The release a minor (`4.3`) names: its newest patch (a full release as named)."""

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..sandbox.cache import cache_dir, filling  # noqa: F401  (the broker modules' names for them)
+from ..sandbox.cache import cache_dir, filling, retried  # noqa: F401  (the broker modules' names for them)
 from .base import Hopeless, SystemError_
 
 

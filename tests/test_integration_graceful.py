@@ -198,3 +198,25 @@ def test_nats_stream_shrunk_to_one_replica_and_grown_back_under_load(tmp_path, s
     assert sorted(e["back"]["peers_after"]) == ["n1", "n2", "n3"] and e["back"]["current_s"] is not None, e
     assert v["read_complete"] is True and v["pos_ack_count"] >= 1500, v
     assert v["acked_missing"] == 0, v
+
+
+@needs_nats
+def test_nats_server_replaced_under_a_new_name_copies_the_stream_and_loses_nothing(tmp_path, spark):
+    """The negative control of `replace` on NATS: a follower shut down, its store deleted and
+    peer-removed from the meta group ($JS.API.SERVER.REMOVE, as the system account); at the
+    heal a new server under a name of its own (n2-r1, as NATS asks) joins, the stream's
+    missing replica is placed on it and copies the stream. Nothing acknowledged goes."""
+    s = sc.load("scenarios/nats-replace-follower.yaml", {"runs": 1, "name": "it-nats-replace",
+                                                          "messages": 6000, "after_acks": 2000})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    w = result.metas["run-001"]["faults"][0]["windows"][0]
+    node = w["nodes"][0]
+    removed, added = w["effect"]["removed"][node], w["effect"]["added"][node]
+    assert removed["reply"] == "success" and removed["name"] == node and removed["new_name"] == f"{node}-r1", removed
+    assert node in removed["members_before"] and node not in removed["members_after"], removed
+    assert added["name"] == f"{node}-r1" and added["in_sync_s"] is not None, added
+    assert f"{node}-r1" in added["members_after"] and f"{node}-r1" in added["stream_peers"], added
+    assert w["observed"]["state"] == "observed", w
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 2000 and v["acked_missing"] == 0, v
+    assert v["result"] == "pass", v

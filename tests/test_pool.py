@@ -124,3 +124,24 @@ def test_what_a_system_calls_its_clients_alone_no_server_of_it_reads(name):
         assert f"workload.{field}" not in code, f"{name}: a cluster reads workload.{field}"
     for field in system.client_cluster:
         assert f"cluster.{field}" not in code, f"{name}: a cluster reads cluster.{field}"
+
+
+def test_a_nats_server_replaced_needs_a_system_account_so_its_cluster_is_its_own_and_redis_s_is_not():
+    nats = {"system": "nats", "fault": {"action": "kill", "target": "leader"}}
+    replace = {"action": "replace", "target": "follower"}
+    key = ClusterPool.key
+    assert key(_s(**nats)) != key(_s(**{**nats, "fault": replace}))
+    assert "set_up: [] vs ['replace']" in differ(key(_s(**nats)), key(_s(**{**nats, "fault": replace})))
+    redis = {"system": "redis", "fault": {"action": "kill", "target": "leader"}}
+    assert key(_s(**redis)) == key(_s(**{**redis, "fault": replace}))
+
+
+def test_no_replace_on_an_external_nats_cluster_whose_system_account_is_not_ours(tmp_path):
+    from brokerchaos.errors import ScenarioError
+
+    f = tmp_path / "c.yaml"
+    f.write_text("nodes:\n" + "".join(f"  n{i}: {{address: 127.0.0.1:{4221 + i}, services: {{monitor: "
+                                      f"127.0.0.1:{8221 + i}}}}}\n" for i in (1, 2, 3)))
+    assert "replace" in SYSTEMS.get("nats").roles_offers(_s(system="nats"))
+    with pytest.raises(ScenarioError, match="replace"):
+        _s(system="nats", external=str(f), fault={"action": "replace", "target": "follower"})

@@ -20,6 +20,9 @@ class ReplaceParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     wait: float = Field(60.0, gt=0, le=600, description="seconds the new member may take to hold everything "
                                                         "(the heal), its full copy included")
+    same_name: bool = Field(False, description="the new member comes back under the removed one's name (NATS: "
+                                               "its server_name, as Jepsen's nemesis does, which NATS asks not to "
+                                               "do; default a name of its own, n2-r1); Redis names no member")
 
 
 @FAULTS.register("replace")
@@ -27,7 +30,8 @@ class Replace(Fault):
     description = ("a member replaced: the target leaves the cluster for good (stopped, forgotten, its data "
                    "deleted) and the heal puts a new, empty member in its place, which copies everything from the "
                    "others (Redis: a replica shut down, SENTINEL RESET on every sentinel, a new server replicating "
-                   "from the primary: a full resync). The target must not be the leader")
+                   "from the primary: a full resync; the target must not be the primary. NATS: the server shut down, "
+                   "its store deleted, $JS.API.SERVER.REMOVE; a new server under a new name takes its place)")
     family = "membership"
     example_target = "follower"
     observes = ("the target gone from the members the cluster names during the window, and after the heal a new "
@@ -47,7 +51,7 @@ class Replace(Fault):
         self.effect_ns = time.monotonic_ns()
         for n in target.nodes:
             self.nodes.append(n)
-            self.effect.setdefault("removed", {})[n] = await self.ctx.roles.remove_member(n)
+            self.effect.setdefault("removed", {})[n] = await self.ctx.roles.remove_member(n, self.p.same_name)
 
     async def heal(self) -> None:
         while self.nodes:
@@ -57,12 +61,12 @@ class Replace(Fault):
 
     async def observe(self, stage: str):
         if stage == INJECTED and "removed" in self.effect:
-            gone = {n: n not in r.get("members_after", [n]) for n, r in self.effect["removed"].items()}
+            gone = {n: r.get("name", n) not in r.get("members_after", [n]) for n, r in self.effect["removed"].items()}
             return effect.judge(all(gone.values()), "; ".join(
                 f"{n}: members {r.get('members_before')} -> {r.get('members_after')}"
                 for n, r in self.effect["removed"].items()))
         if stage == HEALED and "added" in self.effect:
-            ok = {n: a.get("in_sync_s") is not None and n in a.get("members_after", [])
+            ok = {n: a.get("in_sync_s") is not None and a.get("name", n) in a.get("members_after", [])
                   for n, a in self.effect["added"].items()}
             return effect.judge(all(ok.values()), "; ".join(_added(n, a) for n, a in self.effect["added"].items()),
                                 HEALED)

@@ -70,7 +70,7 @@ class ClusterPool:
     @staticmethod
     def key(s: "Scenario") -> str:
         return json.dumps({"server": SYSTEMS.get(s.system).server_config(s), "sandbox": s.sandbox,
-                           "set_up": sorted(needs_of(s) & SET_UP)}, sort_keys=True, default=str)
+                           "set_up": sorted(needs_of(s) & _set_up(s))}, sort_keys=True, default=str)
 
     def take(self, s: "Scenario", line: Callable[[str], None] = lambda _: None) -> Optional[Kept]:
         """The kept cluster this session may run on, or None; then the oldest kept ones are
@@ -149,3 +149,8 @@ def leave(pool: Optional[ClusterPool], sb: Sandbox, clusters: Clusters, ended: b
         clusters.drop()
     finally:
         sb.teardown()
+
+
+def _set_up(s: "Scenario") -> frozenset:
+    """What this scenario's cluster sets up at its start for the faults that need it."""
+    return SET_UP if s.external else SYSTEMS.get(s.system).local_cluster(s).set_up_needs

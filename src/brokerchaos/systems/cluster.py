@@ -55,6 +55,7 @@ class LocalCluster(Supervised, PowerAndClock, Cluster):
     layer). Processes started beside a node's broker (a sentinel, an
     epmd) go through `spawn_helper` and are stopped with the cluster, never by a fault.
     """
+    set_up_needs: frozenset = SET_UP  # what it sets up at its start for the faults needing it (pool.py)
 
     ports: ClassVar[dict[str, int]] = {}
     # verbs beyond LOCAL_VERBS this cluster's servers support (WIPE: their data can go)

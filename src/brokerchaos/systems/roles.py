@@ -75,16 +75,18 @@ class Roles:
         after (run.json). Needs `replicas`."""
         raise LookupError("this system cannot change a stream's replica count")
 
-    async def remove_member(self, node: str) -> dict:
+    async def remove_member(self, node: str, same_name: bool = False) -> dict:
         """`node` leaves the cluster for good: stopped, forgotten by the others, its data
-        deleted; returns the verb and the members before and after (run.json). Needs
-        `replace`."""
+        deleted; returns the verb, the members before and after (run.json), and `name`, the
+        member's name among them where it is not the node's. With `same_name` the new member
+        will come back under the removed one's name (where a system names its members).
+        Needs `replace`."""
         raise LookupError("this system cannot replace a member")
 
     async def add_member(self, node: str, timeout: float) -> dict:
         """A new, empty member in the place of the removed `node`, waited for (up to
-        `timeout`) until it holds everything; returns the verb, the members after and
-        `in_sync_s` (None: not within the bound). Needs `replace`."""
+        `timeout`) until it holds everything; returns the verb, the members after,
+        `in_sync_s` (None: not within the bound) and `name` as remove_member. Needs `replace`."""
         raise LookupError("this system cannot replace a member")
 
     async def assignment(self) -> list[str]:

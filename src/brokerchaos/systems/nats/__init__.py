@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...errors import ScenarioError
-from ..base import COORDINATOR, EVERY, REPLICAS, STEPDOWN
+from ..base import COORDINATOR, EVERY, REPLACE, REPLICAS, STEPDOWN
 from .. import needs
 from ..registry import SYSTEMS
 from ..system import System
@@ -30,7 +30,7 @@ class Nats(System):
     Roles = NatsRoles
     Options = NatsOptions
     # the JetStream meta leader, from the monitoring endpoint; the API's leader step-downs
-    offers = frozenset({COORDINATOR, STEPDOWN, EVERY, REPLICAS})
+    offers = frozenset({COORDINATOR, STEPDOWN, EVERY, REPLICAS, REPLACE})
     external_services = ("monitor",)  # /jsz, /varz: the meta leader, health, server names
 
     machine_setup = (needs.package("nats-server", "NATS", "nats-server", "/usr/sbin/nats-server"),)
@@ -52,6 +52,12 @@ class Nats(System):
     @classmethod
     def releases(cls, scenario, fetch: bool = True, of: str = "server") -> list[str]:
         return natsbin.LISTING.versions(fetch) if of == "server" else []  # nats-py: the harness's own
+
+    @classmethod
+    def roles_offers(cls, scenario) -> frozenset[str]:
+        # a server peer-removed is a request of the system account, which only our servers
+        # are configured with (members.py)
+        return cls.offers - {REPLACE} if scenario.external is not None else cls.offers
 
     @classmethod
     def install(cls, scenario) -> None:

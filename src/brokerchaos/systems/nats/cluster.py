@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import signal
 import urllib.request
 from pathlib import Path
@@ -13,12 +14,23 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..base import CLOCK, CORRUPT, LAMEDUCK, POWER, REPAIR, SystemError_
+from ..base import CLOCK, CORRUPT, LAMEDUCK, POWER, REPAIR, REPLACE, SystemError_
 from ..cluster import LocalCluster, files_by_age
 from ..runtime import http_get
 from . import bin as natsbin
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
+# a system account for its requests (a server peer-removed: members.py), only for a scenario
+# that needs `replace`; `no_auth_user` keeps every other client in the global account
+SYS_USER, SYS_PASSWORD = "sys", "brokerchaos"
+SYSTEM_ACCOUNT = [
+    "accounts {",
+    f"  SYS: {{ users: [{{user: {SYS_USER}, password: {SYS_PASSWORD}}}] }}",
+    "}",
+    "system_account: SYS",
+    "authorization { users: [{user: app, password: app}] }",
+    "no_auth_user: app",
+]
 
 
 class NatsOptions(BaseModel):
@@ -80,6 +92,7 @@ class NatsServers(LocalCluster):
     # a node's data directory is datadir/<node>: it can sit on the power-off layer, and
     # its stream's .blk files are known
     extra_offers = frozenset({POWER, CORRUPT, LAMEDUCK})
+    set_up_needs = LocalCluster.set_up_needs | {REPLACE}  # a system account in the servers' configuration
     refuses = {
         CLOCK: "nats-server is a statically linked Go binary: LD_PRELOAD never loads libfaketime into it, and "
                "a time namespace offsets only the monotonic clocks (tried 2026-12-04 on 2.12.1: FAKETIME=+3600 "
@@ -92,6 +105,8 @@ class NatsServers(LocalCluster):
         self._binary: Optional[str] = None
         self._versions: dict[str, str] = {}
         self._settings: dict = {}
+        self._names: dict[str, str] = {}  # a node's server name when not the node's (renew)
+        self._generation: dict[str, int] = {}
 
     @property
     def binary(self) -> str:
@@ -104,7 +119,7 @@ class NatsServers(LocalCluster):
         store = self.datadir / node
         store.mkdir(parents=True, exist_ok=True)
         lines = [
-            f"server_name: {node}",
+            f"server_name: {self.server_name(node)}",
             f'listen: "{ip}:{port}"',
             'http: "{}:{}"'.format(*self.address(node, "monitor")),
             "jetstream {",
@@ -118,6 +133,8 @@ class NatsServers(LocalCluster):
         lines += [
             "}",
         ]
+        if REPLACE in self.ctx.needs:  # the system account's requests (members.py)
+            lines += SYSTEM_ACCOUNT
         for key in ("lame_duck_duration", "lame_duck_grace_period"):
             if getattr(self.options, key, "default") != "default":
                 lines.append(f'{key}: "{getattr(self.options, key)}"')
@@ -142,6 +159,24 @@ class NatsServers(LocalCluster):
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(self._config(node))
         self.spawn_node(node, [self.binary, "-c", str(conf)])
+
+    def server_name(self, node: str) -> str:
+        """The node's server name: the node's own, or after a replacement under a new identity
+        the node's with its generation (n2-r1)."""
+        return self._names.get(node, node)
+
+    def renew(self, node: str, new_name: bool) -> str:
+        """A stopped server's store deleted (a new machine in its place), the directory kept:
+        it may be the power-off layer's mount point; with `new_name`, the server it starts
+        next has a name of its own. The name it will start with."""
+        if self.alive(node):
+            raise SystemError_(f"{node} is running: renew a stopped server")
+        for p in (self.datadir / node).iterdir() if (self.datadir / node).exists() else ():
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        if new_name:
+            self._generation[node] = self._generation.get(node, 0) + 1
+            self._names[node] = f"{node}-r{self._generation[node]}"
+        return self.server_name(node)
 
     def lame_duck(self, node: str, timeout: float) -> bool:
         """SIGUSR2 is nats-server's lame-duck signal (`nats-server --signal ldm`): it hands its
@@ -278,8 +313,11 @@ async def _whole(cluster) -> bool:
 async def node_of_server(cluster, server: str) -> str:
     """Our node for a server name: the same name (ours are called n1, n2, …), else the node
     whose monitoring endpoint reports it (an external cluster names its servers itself)."""
-    if server in cluster.node_names:
+    if server in cluster.node_names and getattr(cluster, "server_name", str)(server) == server:
         return server
+    named = getattr(cluster, "_names", {})
+    if server in named.values():  # a replaced server's new name (renew)
+        return next(n for n, name in named.items() if name == server)
     for n in cluster.node_names:
         try:
             body = json.loads(await http_get(*cluster.address(n, "monitor"), "/varz", 2.0))

@@ -13,6 +13,7 @@ from nats.js.errors import NotFoundError
 from ..base import Client, SystemError_
 from ..roles import Roles
 from ..runtime import http_get
+from . import members
 from .cluster import _whole, meta_leader, meta_whole, node_of_server
 
 PEERS_S = 10.0  # a replica-count update's new peer set, named by the stream's info
@@ -183,6 +184,41 @@ class NatsRoles(Roles):
             if len(names) == count or time.monotonic() - t0 > PEERS_S:
                 return names
             await asyncio.sleep(0.1)
+
+    async def remove_member(self, node: str, same_name: bool = False) -> dict:
+        """A server removed for good (members.py): shut down, its store deleted, peer-removed
+        from the meta group through the others; the server that takes its place is named anew
+        (n2-r1), as NATS asks, unless `same_name` (Jepsen's nemesis: nats-server#7545)."""
+        before = await members.members(self.cluster)
+        name = self.cluster.server_name(node)
+        await asyncio.to_thread(self.cluster.stop_node, node)
+        new = await asyncio.to_thread(self.cluster.renew, node, not same_name)
+        removed = await members.peer_remove(self.cluster, name)
+        return {"verb": f"{node} shut down, its store deleted, $JS.API.SERVER.REMOVE {name}", "name": name,
+                "new_name": new, "members_before": before, "members_after": await members.members(self.cluster),
+                **removed}
+
+    async def add_member(self, node: str, timeout: float) -> dict:
+        """The server started again under its name with an empty store; waited for until the
+        meta group names it and the stream has its replicas, each current."""
+        want, name = (await self.client.info()).config.num_replicas, self.cluster.server_name(node)
+        t0 = time.monotonic()
+        await asyncio.to_thread(self.cluster.start_node, node)
+        in_sync, peers = None, []
+        while time.monotonic() - t0 < timeout:
+            try:
+                peers = [x for x in _peer_names((await self.client.info()).cluster) if x]
+                if (name in await members.members(self.cluster) and len(peers) == want
+                        and await self.stream_ready()):
+                    in_sync = round(time.monotonic() - t0, 3)
+                    break
+            except Exception:  # the stream between leaders while the group changes: asked again
+                pass
+            await asyncio.sleep(0.2)
+        return {"verb": f"{node} started again as {name}, its store empty", "name": name,
+                "members_after": await members.members(self.cluster),
+                "in_sync_s": in_sync, "stream_peers": peers,
+                "copied": f"the stream's peers {peers}" + (", each current" if in_sync is not None else "")}
 
     async def stream_ready(self) -> bool:
         """Also true when a whole cluster says the stream does not exist (a power cut took its

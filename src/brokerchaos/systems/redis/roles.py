@@ -96,7 +96,7 @@ class RedisRoles(Roles):
                 await asyncio.sleep(0.2)
         return out
 
-    async def remove_member(self, node: str) -> dict:
+    async def remove_member(self, node: str, same_name: bool = False) -> dict:
         """A replica removed: shut down, its data deleted, its configuration rewritten (a new
         machine's), and every sentinel reset so that none keeps it as a replica."""
         lead = await self.leader()

@@ -342,6 +342,27 @@ def test_an_end_check_before_autorecovery_is_done_shows_under_replication(tmp_pa
 
 
 
+def test_a_bookie_replaced_by_decommission_copies_its_ledgers_and_loses_nothing(tmp_path, spark):
+    """The negative control of `replace` on Pulsar: a bookie of the ensemble shut down, its
+    disk deleted and decommissioned through AutoRecovery (BookKeeper's HTTP admin API); at
+    the heal a new, empty bookie registers writable, and the cluster itself names no ledger
+    under-replicated. Every entry had another copy (Qw 2): nothing acknowledged goes."""
+    s = sc.load("scenarios/pulsar-replace-bookie.yaml", {"runs": 1, "messages": 6_000, "after_acks": 2_000,
+                                                          "name": "it-pulsar-replace", "nodes": 1, "replicas": 1})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    meta = result.metas["run-001"]
+    w = meta["faults"][0]["windows"][0]
+    node = w["nodes"][0]
+    removed, added = w["effect"]["removed"][node], w["effect"]["added"][node]
+    assert node in removed["members_before"] and node not in removed["members_after"], removed
+    assert removed["reply"].startswith("HTTP 200"), removed
+    assert added["in_sync_s"] is not None and node in added["members_after"] and added["under_replicated"] == [], added
+    assert w["observed"]["state"] == "observed", w
+    assert meta["under_replicated"] == [], meta["end_check"]
+    assert v["read_complete"] is True and v["pos_ack_count"] >= 2_000 and v["acked_missing"] == 0, v
+    assert v["result"] == "pass", v
+
 def test_an_older_pulsar_release_runs_by_cluster_version_with_what_it_was_built_with(tmp_path, spark):
     """Versions as an axis: Pulsar 2.10.5 (the oldest line that runs on Java 17 here), its
     jars from Maven Central through a pom that imports the release's own parent, so that it

@@ -31,11 +31,15 @@ class Replace(Fault):
                    "deleted) and the heal puts a new, empty member in its place, which copies everything from the "
                    "others (Redis: a replica shut down, SENTINEL RESET on every sentinel, a new server replicating "
                    "from the primary: a full resync; the target must not be the primary. NATS: the server shut down, "
-                   "its store deleted, $JS.API.SERVER.REMOVE; a new server under a new name takes its place)")
+                   "its store deleted, $JS.API.SERVER.REMOVE; a new server under a new name takes its place. "
+                   "Pulsar, with autorecovery: a bookie shut down, its disk deleted, AutoRecovery's decommission "
+                   "copying its ledgers elsewhere; a new, empty bookie, in sync once no ledger is under-replicated)")
     family = "membership"
     example_target = "follower"
     observes = ("the target gone from the members the cluster names during the window, and after the heal a new "
-                "member in its place holding everything (Redis: the primary's full resyncs one more)")
+                "member in its place holding everything (Redis: the primary's full resyncs one more; NATS: the new "
+                "server among the stream's peers, each current; Pulsar: the new bookie writable and no ledger "
+                "under-replicated)")
     Params = ReplaceParams
     needs = frozenset({REPLACE})
 

@@ -25,6 +25,7 @@ from typing import Optional
 
 from ..base import CLOCK, POWER, SystemError_
 from ..cluster import LocalCluster
+from ...sandbox.mounts import MountError
 from ..runtime import cache_dir, filling, http_get, port_open, wait_until
 from .backends import MqttRoles
 
@@ -130,14 +131,22 @@ class VerneServers(LocalCluster):
         d = self.home(node)
         if (d / "bin" / "vernemq").is_file():
             return d
-        d.mkdir(parents=True)
+        d.mkdir(parents=True, exist_ok=True)
         for part in self.release.iterdir():
             if part.name in ("etc", "data", "log"):
-                shutil.copytree(part, d / part.name)
+                shutil.copytree(part, d / part.name, dirs_exist_ok=True)
             elif part.is_dir():
-                shutil.copytree(part, d / part.name, copy_function=_link)
-            else:
+                shutil.copytree(part, d / part.name, copy_function=_link, dirs_exist_ok=True)
+            elif not (d / part.name).exists():
                 _link(part, d / part.name)
+        # the software is the machine's, installed long before any cut: on the power-off
+        # layer it counts as written back (a cut dropped the whole unsynced install once,
+        # 780 MB, and the node could not start again: "File exists")
+        if node in self.disks:
+            try:
+                self.disks[node].settle()
+            except MountError as e:
+                raise SystemError_(str(e)) from None
         return d
 
     def _conf(self, node: str) -> str:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...errors import ScenarioError
 from ...scenario import release_text
-from ..base import COORDINATOR, ENSEMBLE, STEPDOWN, UNLOAD
+from ..base import COORDINATOR, ENSEMBLE, REPLACE, STEPDOWN, UNLOAD
 from .. import jvm, needs, releases
 from . import release
 from .. import pyclients
@@ -105,6 +105,15 @@ def cpp_client(version: str) -> PyClient:
     return PyClient("pulsar-client", "pulsar", (3, 5), version)
 
 
+def _check_autorecovery(scenario, o: PulsarOptions) -> None:
+    if o.autorecovery and (o.broker == "lite" or scenario.external is not None):
+        raise ScenarioError("scenario field 'options.autorecovery': the harness runs AutoRecovery on the bookies "
+                            "it starts (options.broker apache, no --external)")
+    if not o.autorecovery and o.broker == "apache" and any(f.action == "replace" for _, f in scenario.fault_fields()):
+        raise ScenarioError("scenario field 'options.autorecovery': replace needs it: it decommissions a bookie "
+                            "through AutoRecovery (its ledgers copied elsewhere); set autorecovery: true")
+
+
 def _check_client_version(o: PulsarOptions) -> None:
     if o.client_version is None:
         return
@@ -128,7 +137,8 @@ class Pulsar(System):
     LocalCluster = ApachePulsar
     Client = PulsarClient
     Roles = ApachePulsarRoles
-    offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN, UNLOAD})  # STEPDOWN: a topic unload
+    # STEPDOWN: a topic unload; REPLACE: a bookie decommissioned (with options.autorecovery)
+    offers = frozenset({ENSEMBLE, COORDINATOR, STEPDOWN, UNLOAD, REPLACE})
     external_services = ("admin",)  # the topic owner's lookup (or the file's admin_url)
 
     machine_setup = (needs.server_set(f"pulsar-{release.DEFAULT}", "Pulsar and BookKeeper"),)
@@ -189,7 +199,11 @@ class Pulsar(System):
 
     @classmethod
     def roles_offers(cls, scenario) -> frozenset[str]:
-        return frozenset() if PulsarOptions.model_validate(scenario.options).broker == "lite" else cls.offers
+        o = PulsarOptions.model_validate(scenario.options)
+        if o.broker == "lite":
+            return frozenset()
+        # a bookie decommissioned through AutoRecovery's HTTP admin API (bookies.py)
+        return cls.offers if o.autorecovery and scenario.external is None else cls.offers - {REPLACE}
 
     @classmethod
     def local_cluster(cls, scenario):
@@ -216,9 +230,7 @@ class Pulsar(System):
         if o.broker == "lite" and scenario.external is None and (c.nodes != 1 or c.replicas != 1):
             raise ScenarioError("scenario field 'cluster.nodes': pulsar-lite is a single broker; set cluster.nodes "
                                 "and cluster.replicas to 1 (or test a real cluster with --external)")
-        if o.autorecovery and (o.broker == "lite" or scenario.external is not None):
-            raise ScenarioError("scenario field 'options.autorecovery': the harness runs AutoRecovery on the bookies "
-                                "it starts (options.broker apache, no --external)")
+        _check_autorecovery(scenario, o)
         if o.broker == "lite" and o.session_expired != "reconnect":
             raise ScenarioError("scenario field 'options.session_expired': pulsar-lite keeps no ZooKeeper session; "
                                 "it is for options.broker apache")

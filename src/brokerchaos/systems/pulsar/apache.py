@@ -25,6 +25,7 @@ from ..cluster import LocalCluster
 from ...sandbox import process
 from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
 from . import files, release
+from .bookies import BookieMembership
 from .roles import PulsarRoles
 
 ZK = "zk"
@@ -297,7 +298,7 @@ class ApachePulsar(LocalCluster):
         return self._versions.get("pulsar")
 
 
-class ApachePulsarRoles(PulsarRoles):
+class ApachePulsarRoles(BookieMembership, PulsarRoles):
     """The topic's owner by lookup; its ledgers and their bookies from the topic's internal
     stats (the seed read the first ledger's ensemble from ZooKeeper; this asks for the
     current one)."""

@@ -220,3 +220,22 @@ def test_nats_server_replaced_under_a_new_name_copies_the_stream_and_loses_nothi
     assert w["observed"]["state"] == "observed", w
     assert v["read_complete"] is True and v["pos_ack_count"] >= 2000 and v["acked_missing"] == 0, v
     assert v["result"] == "pass", v
+
+
+@needs_nats
+def test_nats_server_holding_the_only_replica_replaced_loses_what_it_acknowledged(tmp_path, spark):
+    """The positive control of `replace`: a stream of one replica, its server replaced on the
+    2,000th ack. NATS places the stream again, empty, on another server and the retries go on
+    there; what was acknowledged before lay on the deleted store alone, and must be reported
+    lost, with the fault observed (the new server in, the stream's one replica current)."""
+    s = sc.load("scenarios/nats-replace-r1-leader.yaml", {"name": "it-nats-replace-r1"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    w = result.metas["run-001"]["faults"][0]["windows"][0]
+    node = w["nodes"][0]
+    removed, added = w["effect"]["removed"][node], w["effect"]["added"][node]
+    assert removed["reply"] == "success" and node not in removed["members_after"], removed
+    assert added["in_sync_s"] is not None and node not in added["stream_peers"], added
+    assert w["observed"]["state"] == "observed", w
+    assert v["read_complete"] is True and v["acked_missing"] >= 2000, v
+    assert v["result"] == "fail", v

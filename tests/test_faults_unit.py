@@ -90,6 +90,16 @@ def test_power_off_cuts_several_nodes_one_after_another_and_reaches_pulsar_s_boo
     assert s.fault.action == "power-off"
 
 
+def test_a_flag_naming_another_action_starts_its_params_afresh():
+    file = ROOT / "scenarios" / "kafka-clock-skew.yaml"
+    s = sc.load(file, {"fault_param": ["offset=3600"], "fault": "clock-all"})
+    assert (s.fault.action, s.fault.target, s.fault.params) == ("clock", "all", {"offset": 3600})
+    s = sc.load(file, {"fault": "skew-all", "fault_param": ["rate=-0.5"]})
+    assert s.fault.params == {"rate": -0.5}  # the same action: the file's params, then the flag's
+    with pytest.raises(sc.ScenarioError, match="fault.params.offset"):
+        sc.load(file, {"fault": "clock-all"})  # not the file's rate, which a clock does not take
+
+
 def test_params_are_typed_from_flags():
     s = sc.load(None, {"fault": "loss-leader", "fault_param": ["probability=0.3", "from=peers"]})
     assert s.fault.params == {"probability": 0.3, "from": "peers"}

@@ -1,6 +1,8 @@
 """Java servers from pinned poms: resolved once into the cache, offline after; a failed
 resolution is one clear line and leaves no half-filled cache behind."""
 import shutil
+import sys
+import time
 
 import pytest
 
@@ -56,3 +58,26 @@ def test_unknown_set_names_the_known_ones():
     known = "kafka-3.9, kafka-4.1, kafka-4.4, pulsar-4.0, pulsar-4.2"
     with pytest.raises(SystemError_, match=f"no pinned pom for 'kafka-0.8' .known: {known}"):
         jvm.classpath("kafka-0.8")
+
+
+def test_a_jvm_s_clock_is_read_from_the_output_it_was_started_with(tmp_path):
+    """A cluster reused by a later run or session moves its logs on (ctx.logdir), but a
+    running JVM still writes its thread dumps where it was started: the clock is read there
+    (it was read from the new run's log once, and every later window said 'cannot say')."""
+    from brokerchaos.sandbox import process
+
+    script = ("import signal, sys, time\n"
+              "def dump(*_):\n"
+              "    print('2026-12-05 07:00:00\\nFull thread dump Fake', flush=True)\n"
+              "signal.signal(signal.SIGQUIT, dump)\n"
+              "print('started', flush=True)\n"
+              "time.sleep(30)\n")
+    proc = process.spawn("fake-jvm", [sys.executable, "-c", script], None, tmp_path / "first-run.log")
+    try:
+        deadline = time.monotonic() + 10
+        while b"started" not in (tmp_path / "first-run.log").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        said = jvm.wall_clock(proc)
+        assert said == time.mktime(time.strptime("2026-12-05 07:00:00", "%Y-%m-%d %H:%M:%S"))
+    finally:
+        process.terminate(proc, grace=2.0)

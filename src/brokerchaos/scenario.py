@@ -406,7 +406,9 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None, target_names: t
         flags = ", ".join("--" + k.replace("_", "-") for k in FAULT_FLAGS if k in overrides)
         raise ScenarioError(f"scenario field 'faults': {flags} apply to a single `fault`, and this scenario "
                             f"lists several")
-    for key, value in overrides.items():
+    # `fault` first: a flag naming another action drops the file's params (they were that
+    # action's), and `fault_param` then sets the new one's
+    for key, value in sorted(overrides.items(), key=lambda kv: kv[0] != "fault"):
         _apply_flag(doc, key, value, overrides, target_names)
     try:
         return Scenario.model_validate(doc)
@@ -418,6 +420,8 @@ def _apply_flag(doc: dict, key: str, value: Any, overrides: dict, target_names: 
     """One CLI flag set in the document (flags win over the file)."""
     if key == "fault":
         action, target = split_fault(value, list(target_names))
+        if isinstance(doc.get("fault"), dict) and doc["fault"].get("action") not in (None, action):
+            doc["fault"].pop("params", None)
         _set_path(doc, "fault.action", action)
         if target is not None and "target" not in overrides:
             _set_path(doc, "fault.target", target)

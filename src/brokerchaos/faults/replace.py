@@ -22,7 +22,8 @@ class ReplaceParams(BaseModel):
                                                         "(the heal), its full copy included")
     same_name: bool = Field(False, description="the new member comes back under the removed one's name (NATS: "
                                                "its server_name, as Jepsen's nemesis does, which NATS asks not to "
-                                               "do; default a name of its own, n2-r1); Redis names no member")
+                                               "do; default a name of its own, n2-r1); Redis names no member; a "
+                                               "VerneMQ node's name is its address, the same either way")
 
 
 @FAULTS.register("replace")
@@ -33,13 +34,16 @@ class Replace(Fault):
                    "from the primary: a full resync; the target must not be the primary. NATS: the server shut down, "
                    "its store deleted, $JS.API.SERVER.REMOVE; a new server under a new name takes its place. "
                    "Pulsar, with autorecovery: a bookie shut down, its disk deleted, AutoRecovery's decommission "
-                   "copying its ledgers elsewhere; a new, empty bookie, in sync once no ledger is under-replicated)")
+                   "copying its ledgers elsewhere; a new, empty bookie, in sync once no ledger is under-replicated. "
+                   "VerneMQ: vmq-admin cluster leave -k, its sessions cut and its offline queues migrated to the "
+                   "others; a new, empty node joins under its name, in sync once it knows the receiver's subscription)")
     family = "membership"
     example_target = "follower"
     observes = ("the target gone from the members the cluster names during the window, and after the heal a new "
                 "member in its place holding everything (Redis: the primary's full resyncs one more; NATS: the new "
                 "server among the stream's peers, each current; Pulsar: the new bookie writable and no ledger "
-                "under-replicated)")
+                "under-replicated; VerneMQ: every member running and the new node's subscriber store knowing the "
+                "receiver's subscription)")
     Params = ReplaceParams
     needs = frozenset({REPLACE})
 

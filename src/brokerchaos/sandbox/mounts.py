@@ -125,6 +125,9 @@ class LazyDisk:
         self.proc: Optional[Proc] = None
         self.name = f"{mountpoint.name}-lazyfs"
         self.log = logdir / f"{self.name}.log"
+        # benchmarks/lazy_layer_ops.py's baselines only ("passthrough", "bare": not a
+        # power-off layer, lazyfs/main.go); the harness never sets it
+        self.bench_mode: Optional[str] = None
 
     def mount(self, timeout: float = 15.0) -> None:
         if self.proc is not None and self.proc.alive() and os.path.ismount(self.mountpoint):
@@ -133,7 +136,8 @@ class LazyDisk:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self._provisioned()
         self.report.unlink(missing_ok=True)
-        self.proc = self.spawn(self.name, [str(build()), str(self.backing), str(self.mountpoint), str(self.report)])
+        argv = [str(build()), str(self.backing), str(self.mountpoint), str(self.report)]
+        self.proc = self.spawn(self.name, argv + ([self.bench_mode] if self.bench_mode else []))
         deadline = time.monotonic() + timeout
         while not os.path.ismount(self.mountpoint):
             if not self.proc.alive():

@@ -13,12 +13,14 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
+from ..sandbox import process
 from .base import SystemError_
 from .runtime import cache_dir, filling, retried
 
@@ -167,12 +169,14 @@ ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 _DUMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\nFull thread dump")
 
 
-def wall_clock(signal_it, log: Path, timeout: float = 5.0) -> Optional[float]:
+def wall_clock(proc, timeout: float = 5.0) -> Optional[float]:
     """What a JVM's own wall clock says now (epoch seconds, to the second), or None if it
-    did not say within `timeout`: `signal_it()` sends it SIGQUIT, and the JVM prints a
-    thread dump headed by its local time to its output, `log` (it goes on running)."""
+    did not say within `timeout`: sent SIGQUIT, the JVM prints a thread dump headed by its
+    local time to its output (it goes on running). Its output is the file it was started
+    with (`proc.log`): on a cluster reused by a later run or session, not that run's log."""
+    log = proc.log
     start = log.stat().st_size if log.exists() else 0
-    signal_it()
+    process.send_signal(proc, signal.SIGQUIT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.1)

@@ -17,7 +17,13 @@
 // mkdir) are durable at once, as on a file system with a journal that commits metadata
 // first; fsync of one file makes that file durable, whatever other files were written.
 //
-//	lazyfs BACKING MOUNTPOINT REPORT
+// For benchmarks/lazy_layer_ops.py only, a fourth argument: `passthrough` serves go-fuse's
+// plain loopback (its files handed to the kernel's FUSE passthrough: reads and writes never
+// reach this process), `bare` the layer seeing every write and fsync but keeping nothing
+// (FUSE's round trips without the undo log): neither is a power-off layer, and the harness
+// never passes one. LAZYFS_CPUPROFILE=FILE writes a pprof CPU profile until the exit.
+//
+//	lazyfs BACKING MOUNTPOINT REPORT [passthrough|bare]
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -36,13 +43,17 @@ import (
 const fsName = "bc-lazyfs" // the harness finds its mounts by this name (mounts.py)
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: lazyfs BACKING MOUNTPOINT REPORT")
+	mode := ""
+	if len(os.Args) == 5 && (os.Args[4] == "passthrough" || os.Args[4] == "bare") {
+		mode = os.Args[4]
+	} else if len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: lazyfs BACKING MOUNTPOINT REPORT [passthrough|bare]")
 		os.Exit(2)
 	}
 	backing, _ := filepath.Abs(os.Args[1])
 	mountpoint, report := os.Args[2], os.Args[3]
 	l := newLayer(backing)
+	l.bare = mode == "bare"
 	var st syscall.Stat_t
 	if err := syscall.Stat(backing, &st); err != nil {
 		fmt.Fprintln(os.Stderr, "lazyfs:", err)
@@ -52,7 +63,17 @@ func main() {
 	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, l: l}
 	}
-	root.RootNode = root.NewNode(root, nil, "", &st)
+	if mode == "passthrough" {
+		root.NewNode = nil // go-fuse's own loopback nodes
+		root.RootNode = &fs.LoopbackNode{RootData: root}
+	} else {
+		root.RootNode = root.NewNode(root, nil, "", &st)
+	}
+	if prof := os.Getenv("LAZYFS_CPUPROFILE"); prof != "" {
+		if f, err := os.Create(prof); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile() // on every return; os.Exit below stops it first
+		}
+	}
 	timeout := time.Second // the kernel's caches of names and attributes; a cut unmounts, dropping them
 	opts := &fs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, MountOptions: fuse.MountOptions{
 		FsName: fsName, Name: "lazyfs", DirectMount: true, MaxWrite: 1 << 20,
@@ -88,5 +109,6 @@ func main() {
 		_ = exec.Command("fusermount3", "-u", "-z", mountpoint).Run()
 	}
 	_ = server // served until the exit
+	pprof.StopCPUProfile()
 	os.Exit(code)
 }

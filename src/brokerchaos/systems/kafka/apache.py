@@ -20,14 +20,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ...sandbox import process
 from .. import jvm
 from ..base import CLOCK, CORRUPT, POWER, NodeExited, SystemError_
 from ..cluster import LocalCluster, files_by_age
@@ -195,7 +193,7 @@ class ApacheKafka(LocalCluster):
 
     def clock_of(self, host: str) -> Optional[float]:
         """The JVM's own clock, from the head of a thread dump it prints on SIGQUIT."""
-        return jvm.wall_clock(lambda: process.send_signal(self.procs[host], signal.SIGQUIT), self.log(host))
+        return jvm.wall_clock(self.procs[host])
 
     def data_files(self, node: str) -> list[Path]:
         """The segment files of the run's topic on `node`, every partition, oldest first."""

@@ -23,11 +23,13 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..base import CLOCK, POWER, SystemError_
+from ..base import CLOCK, POWER, REPLACE, SystemError_
 from ..cluster import LocalCluster
 from ...sandbox.mounts import MountError
 from ..runtime import cache_dir, filling, http_get, port_open, wait_until
+from . import vernemembers
 from .backends import MqttRoles
+from .vernemembers import subscribed_in
 
 RELEASE_ENV = "BROKERCHAOS_VERNEMQ"
 # ../shared/vernemq beside the checkout: src/brokerchaos/systems/mqtt/vernemq.py -> parents[4]
@@ -112,8 +114,9 @@ class VerneServers(LocalCluster):
 
     ports = {"client": 1883, "mqtt": 1883, "cluster": 44053, "http": 8888, "dist": 9100}
     # clock: the Erlang VM (its os:system_time: retained-message and session expiry, the
-    # Plumtree/SWC exchange's timestamps) follows libfaketime as RabbitMQ's does
-    extra_offers = frozenset({POWER, CLOCK})
+    # Plumtree/SWC exchange's timestamps) follows libfaketime as RabbitMQ's does; replace:
+    # a node decommissioned with `vmq-admin cluster leave -k` and a new one joined (vernemembers.py)
+    extra_offers = frozenset({POWER, CLOCK, REPLACE})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -286,16 +289,6 @@ class VerneServers(LocalCluster):
                     "shared_subscription_policy": o.shared_subscription_policy} for n in self.node_names}
 
 
-def subscribed_in(record: str, nodename: str, topic: str) -> bool:
-    """Whether a subscriber's record in a node's store, as `vmq_subscriber_db:read` printed
-    it (`[{'VerneMQ@10.0.0.2',false,[{[<<"bc">>,<<"t">>],1}]}]`: node, clean session,
-    topic filters and QoS), holds a subscription to `topic` on the node `nodename`."""
-    flat = "".join(record.split())  # the printer breaks long terms over lines
-    levels = "[" + ",".join(f'<<"{level}">>' for level in topic.split("/")) + "]"
-    sessions = ["{'" + part for part in flat.split("{'")[1:]]  # one per node with a session of it
-    return any(s.startswith(f"{{'{nodename}',") and f"{{{levels}," in s for s in sessions)
-
-
 # nodetool's `rpcterms` with the node's name and cookie, as the release's vmq-admin calls it
 RPC_SCRIPT = """#!/bin/sh
 . "$(cd `dirname $0` ; /bin/pwd)/../lib/env.sh"
@@ -344,6 +337,39 @@ class VerneRoles(MqttRoles):
         if isinstance(self.cluster, VerneServers):
             return await self.cluster.whole()
         return True, "every node healthy"
+
+    async def remove_member(self, node: str, same_name: bool = False) -> dict:
+        """The node decommissioned (vernemembers.py): its sessions cut and its offline queues
+        migrated to the others by `vmq-admin cluster leave -k`, then stopped, its data deleted."""
+        c = self._ours("replace a node")
+        through = vernemembers.other_live(c, node)
+        before = await asyncio.to_thread(c.members, through)
+        left = await asyncio.to_thread(vernemembers.leave, c, node)
+        await asyncio.to_thread(vernemembers.renew, c, node)
+        return {"verb": f"vmq-admin cluster leave node={c.nodename(node)} -k (through {through}): its sessions cut, "
+                        f"its offline queues migrated, then it stopped; its data deleted",
+                "name": c.nodename(node), "members_before": sorted(before),
+                "members_after": sorted(await asyncio.to_thread(c.members, through)), **left}
+
+    async def add_member(self, node: str, timeout: float) -> dict:
+        """A new, empty node in the removed one's place (under its name: its address), joined
+        to the cluster, in sync once every member runs and it knows the receiver's subscription."""
+        c = self._ours("replace a node")
+        r = self.client.receiver
+        rx = r.current if r is not None and r.current else self.client.rx_node
+        cid = r.client_id if r is not None else ""
+        got = await vernemembers.rejoin(c, node, cid, rx, self.client.topic, timeout)
+        members = await asyncio.to_thread(c.members, got["through"])
+        knows = f"its subscriber store knows {cid}'s subscription on {rx}" if cid else "every member running"
+        return {"verb": f"a new VerneMQ node on {node}, its data empty, joined through {got['through']}",
+                "name": c.nodename(node), "members_after": sorted(m for m, up in members.items() if up), **got,
+                "copied": f"the cluster's metadata ({knows})" if got["in_sync_s"] is not None
+                          else f"not in sync: {got.get('last')}"}
+
+    def _ours(self, what: str) -> VerneServers:
+        if not isinstance(self.cluster, VerneServers):
+            raise LookupError(f"cannot {what} of an external VerneMQ cluster")
+        return self.cluster
 
     async def drop_counts(self) -> dict[str, dict[str, tuple[int, str]]]:
         """Each node's `queue_message_drop` (messages dropped because a session's queue held

@@ -129,7 +129,9 @@ class RabbitServers(LocalCluster):
             # exec the VM in place of the start script, so the PID we hold is beam.smp and
             # SIGKILL/SIGSTOP hit the broker itself; -noinput keeps the shell off
             "RABBITMQ_ALLOW_INPUT": "true",
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-noinput",
+            # Mnesia dumps its core (a table it cannot read: corrupt metadata) into the
+            # node's directory, not the harness's working directory (default: the cwd)
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f'-noinput -mnesia core_dir "{d}"',
             "ERL_EPMD_PORT": str(self._epmd_port()),
         })
         return env

@@ -260,9 +260,6 @@ class Nemesis:
             w.injecting(round((time.monotonic_ns() - t_start) / 1e6, 3))
             self.injecting = fault.inject_bound(len(target.nodes))
             fault.target = target
-            # the acks when the action began: a slow one (a VerneMQ leave takes 3 s) is in
-            # effect from its start (effect_ns), not from its return
-            acks = self.gate.acks
             try:
                 await fault.inject(target)
             finally:
@@ -274,7 +271,7 @@ class Nemesis:
             return False
         described.cancel()
         if not first:
-            self.book.opened(k, w, fault, target, t_start, acks, self.state)
+            self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
         w.effect = fault.effect
         self.book.look_injected(w.id, fault)
         if not self.cls.recoverable:

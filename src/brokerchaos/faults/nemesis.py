@@ -253,10 +253,10 @@ class Nemesis:
                 await self.view.roles_before(w, described, t_start)
             elif view[2]:
                 w.roles_before = view[2]  # as the view saw the cluster (view_age_ms)
+            acks = self.gate.acks  # as the action begins: a slow one (a 3 s VerneMQ leave) is in effect from there
             if first:
-                self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
-            # trigger -> inject called: lookup, roles_before and the loop's own delays (the
-            # rest of delay_ms is the action's)
+                self.book.opened(k, w, fault, target, t_start, acks, self.state)
+            # trigger -> inject called: lookup, roles_before, the loop's delays (the rest of delay_ms: the action's)
             w.injecting(round((time.monotonic_ns() - t_start) / 1e6, 3))
             self.injecting = fault.inject_bound(len(target.nodes))
             fault.target = target
@@ -271,7 +271,7 @@ class Nemesis:
             return False
         described.cancel()
         if not first:
-            self.book.opened(k, w, fault, target, t_start, self.gate.acks, self.state)
+            self.book.opened(k, w, fault, target, t_start, acks, self.state)
         w.effect = fault.effect
         self.book.look_injected(w.id, fault)
         if not self.cls.recoverable:

@@ -118,6 +118,12 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     # observers (a subscribe row "observer") measure the consumer side, consumer groups'
     # members (a subscribe row naming a group) are judged by the group verdicts; the other
     # verdicts are the others'
+    # replica readers (a subscribe row "replica", format 1.12): one node's copy each, judged
+    # by the replica verdicts alone
+    replica_of = {r["client"]: r["node"] or "?" for r in rows if r["type"] == "subscribe"
+                  and r["detail"] == "replica" and r.get("group") is None}
+    replica_rows = [r for r in rows if r["client"] in replica_of]
+    rows = [r for r in rows if r["client"] not in replica_of]
     outputs = {r["client"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None
                and r["detail"] == "output"}
     group_of = {r["client"]: r["group"] for r in rows if r["type"] == "subscribe" and r.get("group") is not None
@@ -133,6 +139,7 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     v.update(_groups(rows, members, group_of, v["_windows"]))
     v.update(_txns(rows))
     v.update(_eos(rows, output_rows, outputs))
+    v.update(_replicas(rows, replica_rows, replica_of))
     v["result"] = _result(v)
     v["live_consumers"] = len(observers)
     v["live_recv_rows"] = sum(1 for r in observed if r["type"] == "recv")
@@ -146,6 +153,41 @@ def _run(run: str, rows: list[dict], position: int = 1) -> dict:
     ends = sorted({r["detail"] for r in observed if r["type"] == "read_end"})
     v["live_read_status"] = "; ".join(ends) if ends else None
     return v
+
+
+def _replicas(rows: list[dict], replica_rows: list[dict], replica_of: dict) -> dict:
+    """The replica figures (docs/history-format.md, "Replicas"), the naive way."""
+    if not replica_of:
+        return {"replica_reads": 0, "replica_reads_complete": None, "diverged_positions": None,
+                "diverged_acked": None, "replicas_diverged": None, "acked_on_no_replica": None}
+    end = {n: None for n in replica_of.values()}
+    for r in replica_rows:
+        if r["type"] == "read_end":
+            end[replica_of[r["client"]]] = r["detail"]
+
+    def finished(d):
+        return d is not None and (d == "complete" or d.startswith("complete:"))
+    done = {n for n, d in end.items() if finished(d)}
+    got = [(replica_of[r["client"]], r.get("partition") or "", r["offset"], (r["producer"], r["value"]))
+           for r in replica_rows if r["type"] == "recv"]
+    at: dict = defaultdict(set)
+    for _, part, off, m in got:
+        if off is not None:
+            at[(part, off)].add(m)
+    acked = {(r["producer"], r["value"]) for r in rows if r["type"] == "ack"}
+    on: dict = defaultdict(set)  # (partition, message) -> finished replicas holding it
+    parts_of: dict = defaultdict(set)  # partition -> finished replicas that read some of it
+    for n, part, _, m in got:
+        if n in done:
+            on[(part, m)].add(n)
+            parts_of[part].add(n)
+    some = sum(1 for (part, m), ns in on.items() if m in acked
+               and ns < (parts_of[part] | (done if part == "" else set())))
+    positions = sum(1 for ms in at.values() if len(ms) > 1)
+    anywhere = {m for _, _, _, m in got}
+    return {"replica_reads": len(end), "replica_reads_complete": all(finished(d) for d in end.values()),
+            "diverged_positions": positions, "diverged_acked": some, "replicas_diverged": positions + some,
+            "acked_on_no_replica": len(acked - anywhere)}
 
 
 def _taken(rows: list[dict], group_of: dict) -> list[dict]:
@@ -461,6 +503,10 @@ def _result(v: dict) -> str:
         return "fail"
     if v["groups"] and decides and groups_done and v["group_skips"] > 0:
         return "fail"  # a stored message a group never processed
+    if v["replica_reads"] and (v["replicas_diverged"] or (v["replica_reads_complete"] and v["acked_on_no_replica"])):
+        return "fail"
+    if v["replica_reads"] and not v["replica_reads_complete"]:
+        return "unknown"
     if not decides or (v["groups"] and not groups_done) or (v["eos_outputs"] and not v["eos_read_complete"]):
         return "unknown"
     return "pass"

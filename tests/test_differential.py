@@ -30,6 +30,8 @@ KEYS = [
     "txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_reads", "torn_txns", "offset_conflicts",
     "nonmonotonic_reads", "interleaved_txns", "eos_outputs", "eos_recv_rows", "eos_duplicates", "eos_missing",
     "eos_nacked", "eos_read_complete",
+    "replica_reads", "replica_reads_complete", "diverged_positions", "diverged_acked", "replicas_diverged",
+    "acked_on_no_replica",
 ]
 FLOAT_KEYS = ["max_ack_gap_ms", "max_recv_gap_ms", "max_send_lag_ms", "runtime_s", "txtime_s", "gaptime_s",
               "downtime_s", "tx_downtime_s", "rx_downtime_s"]
@@ -93,6 +95,7 @@ def history(draw, read_after_write: bool = False):
         if not read_after_write:
             for gi in range(1, draw(st.integers(0, 2)) + 1):
                 _group(draw, rnd, clients, f"g{gi}", sent)
+        _replicas(draw, rnd, clients, sent)
         # fault windows, with ids (format 1.1) or without (older histories), their events
         # interleaved so that windows overlap and heal in any order; a window's id rides in
         # `value` here and goes to the `window` column below
@@ -122,13 +125,14 @@ def history(draw, read_after_write: bool = False):
             t += rnd.choice([0, 1, 5, 1000, 250_000, 3_000_000])
             seq[c] += 1
             nemesis = ty in ("fault", "heal", "ready")
-            rows.append(dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p,
-                             value=None if nemesis else v, window=v if nemesis else None,
-                             offset=x if ty in ("ack", "recv", "nack") else None,
-                             node="n1" if ty in ("fault", "heal", "ready") else
-                             rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
-                             detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe", "commit") else None,
-                             intended_ns=t - x if ty == "send" and x is not None else None, **(more or [{}])[0]))
+            rows.append({**dict(run=run, client=c, seq=seq[c], t_ns=t, type=ty, producer=p,
+                                value=None if nemesis else v, window=v if nemesis else None,
+                                offset=x if ty in ("ack", "recv", "nack") else None,
+                                node="n1" if ty in ("fault", "heal", "ready") else
+                                rnd.choice(["n1", "n2", "n3", None]) if ty in ("send", "recv") else None,
+                                detail=x if ty in ("fault", "heal", "read_end", "ready", "subscribe", "commit")
+                                else None, intended_ns=t - x if ty == "send" and x is not None else None),
+                         **(more or [{}])[0]})
         if read_after_write or draw(st.booleans()):
             # a producer of format 1.4: each message's first ack carries its first send's start
             start: dict = {}
@@ -176,6 +180,27 @@ def _group(draw, rnd, clients: dict, g: str, sent: list) -> None:
             evs.append(("read_end", None, None, end, {"group": g}))
     if draw(st.booleans()):
         _output(draw, rnd, clients, g, sent)
+
+
+def _replicas(draw, rnd, clients: dict, sent: list) -> None:
+    """Replica readers (format 1.12), one node's copy each: most of what was sent at its own
+    offset, some missing, some at another message's offset (a copy that diverged), in a
+    stream of one partition or two; each read finished or not."""
+    parts = draw(st.sampled_from([[None], [None], ["0", "1"]]))
+    for node in draw(st.sampled_from([[], [], ["n1"], ["n1", "n2"], ["n1", "n2", "n3"]])):
+        evs = clients.setdefault(f"replica-{node}", [])
+        evs.append(("subscribe", None, None, "replica", {"node": node}))
+        for p, v in sent:
+            k = rnd.random()
+            if k < 0.15:
+                continue
+            off = f"0:{v + 1}" if k < 0.2 else f"0:{v}"
+            evs.append(("recv", p, v, off, {"partition": parts[v % len(parts)], "node": node}))
+        if rnd.random() < 0.1:
+            evs.append(("recv", "px", 1, "0:1", {"partition": parts[0], "node": node}))
+        end = draw(st.sampled_from(["complete", "complete", "incomplete: node down", None]))
+        if end:
+            evs.append(("read_end", None, None, end))
 
 
 def _output(draw, rnd, clients: dict, g: str, sent: list) -> None:
@@ -264,7 +289,7 @@ def _assume_recordable(rows) -> None:
     # a run of nothing but an observer's rows (no producer sent, nobody else read, no fault)
     # is no run the harness can record, and has no verdict: the oracle has no rows to end it
     watched = {(r["run"], r["client"]) for r in rows if r["type"] == "subscribe"
-               and (r["detail"] == "observer" or r.get("group") is not None)}
+               and (r["detail"] in ("observer", "replica") or r.get("group") is not None)}
     assume(all(any((r["run"], r["client"]) not in watched for r in rows if r["run"] == run)
                for run in {r["run"] for r in rows}))
 

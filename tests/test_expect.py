@@ -140,8 +140,9 @@ def test_every_check_of_the_policy_is_a_rate_an_expectation_and_a_csv_column():
     eos = {"eos_outputs": 1, "eos_read_complete": True, "eos_duplicates": 0, "eos_missing": 0, "eos_nacked": 0}
     evidence = {"faults_not_in_effect": 0, "not_whole": 0, "mechanisms_missing": 0}
     stored = {"send_count": 10, "msgs_stored_twice": 0, "dups_without_offsets": 0}
+    replicas = {"replica_reads": 3, "replica_reads_complete": True, "replicas_diverged": 0, "acked_on_no_replica": 0}
     su = summarize([{**_totals(), **verdict(result="pass", under_replicated=0, **grouped, **txns, **eos,
-                                            **evidence, **stored)}])
+                                            **evidence, **stored, **replicas)}])
     assert list(su["verdicts"]) == [c.name for c in CHECKS]
     # a cluster's own check is a rate only where some run had it, a group's where a run had a
     # group, a transaction's where a run had transactions, an exactly-once one where a run

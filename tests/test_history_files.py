@@ -20,7 +20,7 @@ def test_recorder_refuses_an_unknown_event_type_and_writes_the_version(tmp_path)
     rec.close()
     (f,) = tmp_path.glob("*.parquet")
     meta = pq.read_schema(f).metadata
-    assert meta[VERSION_KEY] == ".".join(map(str, FORMAT_VERSION)).encode() == b"1.11"
+    assert meta[VERSION_KEY] == ".".join(map(str, FORMAT_VERSION)).encode() == b"1.12"
     rows = pq.read_table(f).to_pylist()
     assert [(r["type"], r["window"]) for r in rows] == [("send", None), ("fault", 7)]
 

@@ -22,7 +22,8 @@ pytestmark = [
 
 def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     s = sc.load("scenarios/redis-kill-primary.yaml",
-                {"runs": 1, "messages": 15_000, "after_acks": 5_000, "name": "it-redis-kill", "consumers": 1})
+                {"runs": 1, "messages": 15_000, "after_acks": 5_000, "name": "it-redis-kill", "consumers": 1,
+                 "read_replicas": True})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -33,6 +34,9 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
     assert v["read_complete"] is True, v["read_status"]
     assert v["send_count"] == 15_000 and v["pos_ack_count"] > 5_000
     assert v["acked_missing"] == 0 and v["result"] == "pass"
+    # the negative control of the replica checks: every node's copy read to its end, the same
+    assert (v["replica_reads"], v["replica_reads_complete"]) == (3, True), v["replica_status"]
+    assert (v["replicas_diverged"], v["acked_on_no_replica"]) == (0, 0)
     # the live consumer (an observer) read through the fault and got every acked message
     assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
     assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
@@ -45,7 +49,7 @@ def test_kill_primary_with_wait_loses_no_acked_write(tmp_path, spark):
 
 
 def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
-    s = sc.load("scenarios/redis-split-brain.yaml", {"name": "it-redis-split"})
+    s = sc.load("scenarios/redis-split-brain.yaml", {"name": "it-redis-split", "read_replicas": True})
     result = Session(s, tmp_path, observer=Quiet()).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -55,6 +59,9 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     assert v["read_complete"] is True, v["read_status"]
     # the positive control: the isolated primary acked writes the new primary never had
     assert v["acked_missing"] > 0 and v["result"] == "fail"
+    # read node by node once the old primary resynced: what it acked alone is on no copy at all
+    assert v["replica_reads_complete"] is True and v["acked_on_no_replica"] == v["acked_missing"], v
+    assert v["replicas_diverged"] == 0
     # the report shows where: the lost messages on the value-against-read-position plot, the
     # first rows of lost.csv under it, the run highlighted as failed
     page = result.report.read_text()
@@ -66,6 +73,19 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     parted = any(p and p["order"] for p in v.get("outage_parts") or [])
     expected = {"outages", "timeline-run-001", "positions-run-001"} | ({"parts-run-001"} if parted else set())
     assert set(got.ids) == expected, (got, v.get("outage_parts"))
+
+
+def test_split_brain_read_before_its_heal_shows_the_replicas_diverged(tmp_path, spark):
+    """The positive control of `replicas diverge`: the old primary's copy, read before the cut
+    is healed, holds what it acked alone; the promoted primary's and the other replica's do not."""
+    s = sc.load("scenarios/redis-split-brain-replicas.yaml", {"name": "it-redis-split-replicas", "messages": 25_000})
+    result = Session(s, tmp_path, observer=Quiet()).run()
+    (v,) = result.verdicts
+    old = result.metas["run-001"]["fault"]["nodes"][0]
+    assert v["replica_reads_complete"] is True and v["diverged_acked"] > 0 and v["result"] == "fail", v
+    rows = (result.dir / "divergence.csv").read_text().splitlines()
+    others = " ".join(sorted({"n1", "n2", "n3"} - {old}))
+    assert all(r.endswith(f",{old},{others}") for r in rows[1:]) and len(rows) - 1 == v["diverged_acked"], rows[:3]
 
 
 # -- external mode: the walk-through of docs/external.md, servers and sentinels by hand -------

@@ -163,12 +163,17 @@ class WorkloadSpec(_Strict):
                                 json_schema_extra=CLI)
     read_idle: float = Field(10.0, gt=0, description="seconds the read may make no progress before it gives up "
                                                      "(default 10)", json_schema_extra=CLI)
+    read_replicas: bool = Field(
+        False, description="after the end read, read each replica's copy of the stream on its own, node by node: "
+                           "the replica verdicts (replicas diverge, acked on no replica; default false)",
+        json_schema_extra=CLI)
 
     @model_validator(mode="after")
     def _topics(self) -> "WorkloadSpec":
         if self.topics > 1:
             what = [k for k, on in (("group", self.group is not None),
-                                    ("transactions", self.transactions is not None)) if on]
+                                    ("transactions", self.transactions is not None),
+                                    ("read_replicas", self.read_replicas)) if on]
             if what:
                 raise ValueError(f"topics > 1 is not yet combined with {', '.join(what)} (one topic there)")
         return self

@@ -71,6 +71,10 @@ def check(s: Scenario) -> None:
     system.check(s)
     _check_group(s, system)
     _check_txn(s, system)
+    if s.workload.read_replicas and not system.Client.replica_reads:
+        having = ", ".join(n for n in SYSTEMS.names() if SYSTEMS.get(n).Client.replica_reads)
+        raise ScenarioError(f"scenario field 'workload.read_replicas': {s.system} cannot read its replicas one by one "
+                            f"in this harness yet (systems that can: {having})")
     if s.workload.topics > 1 and not system.Client.many_topics:
         raise ScenarioError(f"scenario field 'workload.topics': {s.system}'s end reader reads during the write, "
                             "one topic at a time in this harness; give 1")

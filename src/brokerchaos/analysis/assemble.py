@@ -15,6 +15,7 @@ from .planned import Availability, FaultWindows, Latency, Ordering
 from .latency import pct
 from .parts import marks_of, split
 from .policy import reasons, result_of
+from .replicas import Replicas
 from .transactions import EOS_NONE, TXN_KEYS
 from .verdicts import COUNT_KEYS, JUMP_CLASSES, Verdict
 
@@ -35,6 +36,7 @@ class Parts:
     groups: Groups = Groups()
     group_outages: dict = field(default_factory=dict)  # (run, group, window index) -> ns
     txns: dict = field(default_factory=dict)  # per run with transactions, its TXN_KEYS
+    replicas: Replicas = Replicas({})  # per run that read its replicas one by one, their figures
 
     @property
     def latency_exact(self) -> bool:
@@ -56,6 +58,7 @@ def verdict(p: Parts, run: str, position: int) -> Verdict:
     v.update(_groups(p, run, [i for _, i, *_ in run_windows]))
     v.update(_end_check(p, run))
     v.update({**dict.fromkeys(TXN_KEYS, 0), **EOS_NONE, **p.txns.get(run, {})})
+    v.update(p.replicas.of(run))
     v["latency_exact"] = p.latency_exact
     v["timing"] = p.plan.timing
     v["topics"] = {}  # a run of several topics: each one's verdicts (topics.py attaches them)

@@ -41,6 +41,7 @@ from .facts import live_reader
 from .frames import count_when
 from .groups import Groups, analyze_groups
 from .ordering import first_reads
+from . import replicas as replica_reads
 from .transactions import analyze as analyze_txns
 from .transactions import exactly_once
 from .tuning import Tuning
@@ -106,6 +107,9 @@ class Rows:
     # per run, its effect, whole and mechanism rows in time order (format 1.9): the evidence
     # that it tested what it names (evidence.py)
     evidence: dict[str, list[dict]] = field(default_factory=dict)
+    # the replica readers' recv rows, their node as `replica`, and per run each one's read_end (replicas.py)
+    replicas: Optional[DataFrame] = None
+    replica_ends: dict[str, dict] = field(default_factory=dict)
 
     @property
     def checked(self) -> DataFrame:
@@ -200,6 +204,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     takes = sorted({(r["run"], r["group"]) for r in small if r["type"] == "subscribe" and r["group"] is not None
                     and (r["detail"] or "").endswith(TAKES)})
     observers -= set(member_of)
+    replica_of = replica_reads.readers(small)
     read_ends: dict[str, list] = {}
     live_ends: dict[str, list] = {}
     group_ends: dict[tuple[str, str], list] = {}
@@ -211,7 +216,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     for r in small:
         if r["type"] == "read_end":
             key = (r["run"], r["client"])
-            if key in outputs:
+            if key in outputs or key in replica_of:
                 continue
             if key in member_of:
                 group_ends.setdefault((r["run"], member_of[key]), []).append(r["detail"])
@@ -228,8 +233,10 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
             members.join(F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
                                                             "run string, client string, g string")), ["run", "client"])
     out_recv = _clients(spark, df, outputs).where(F.col("type") == "recv") if outputs else None
-    if observers or member_of or outputs:
-        df = _clients(spark, df, observers | set(member_of) | outputs, keep=False)
+    reps = replica_reads.labelled(spark, _clients(spark, df, set(replica_of)).where(F.col("type") == "recv"),
+                                  replica_of) if replica_of else None
+    if observers or member_of or outputs or replica_of:
+        df = _clients(spark, df, observers | set(member_of) | outputs | set(replica_of), keep=False)
     nemesis = [r for r in small if r["type"] in ("fault", "heal")]
     first_fault: dict[str, int] = {}
     for r in nemesis:
@@ -238,7 +245,8 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
     checks = {r["run"]: r for r in sorted((r for r in small if r["type"] == "check"), key=lambda r: r["t_ns"])}
     return Rows(df, obs_recv, nemesis, read_ends, live_ends, collections.Counter(run for run, _ in observers),
                 first_fault, checks, members, sorted(set((r, g) for (r, _), g in member_of.items())), group_ends,
-                taken(members, takes) if takes else None, out_recv, output_ends, marks, topics_read(small), evidence)
+                taken(members, takes) if takes else None, out_recv, output_ends, marks, topics_read(small), evidence,
+                reps, replica_reads.ends(small, replica_of))
 
 
 def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:

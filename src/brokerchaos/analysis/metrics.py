@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from pyspark.sql import DataFrame, SparkSession
 
 from . import job, planned
+from . import replicas as replica_reads
 from .assemble import Parts, verdict
 from .availability import ack_facts, pair_windows
 from .frames import DEFAULT, MS, in_memory, read_history, with_previous
@@ -49,6 +50,8 @@ class Analysis:
     kept: list = field(default_factory=list)
     # the consumer groups' skips log (None: no run had a skip), built when first read
     build_skips: Callable[[], Optional[DataFrame]] = lambda: None
+    # the replicas' divergence log (replicas.py; None: no run read its replicas)
+    divergence: Optional[DataFrame] = None
 
     @functools.cached_property
     def skips(self) -> Optional[DataFrame]:
@@ -104,7 +107,7 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
             return skipped(rows.checked, rows.members, rows.groups)
     return Analysis(verdicts, parts.ordering.jumps, parts.latency_exact, parts.counts.duplicates,
                     parts.counts.losses, meta={"seconds": clock.laps, "send_ns_runs": send_ns_runs},
-                    kept=cache.kept, build_skips=skips or (lambda: None))
+                    kept=cache.kept, build_skips=skips or (lambda: None), divergence=parts.replicas.log)
 
 
 def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, small: bool, cache: job.Cache,
@@ -125,4 +128,6 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
     facts = planned.facts(spark, rows, counts, plan, windows, clock)
     gout = planned.group_outages(rows, windows, plan, clock)
     txns = job.transactions(rows, clock)
-    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns)
+    reps = replica_reads.analyze(spark, rows.df, rows.replicas, rows.replica_ends)
+    clock.lap("replicas")
+    return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns, reps)

@@ -28,6 +28,10 @@ whose producers wrote in transactions; and the exactly-once checks, `eos-seen` a
 `eos-missing` over the read of a consume-transform-produce group's output (the missing kind
 needs that read, the group's and the checking read to have finished).
 
+The replica checks (format 1.12), `replicas-seen` and `replicas-missing`, judge the copies
+read node by node after the end read (`workload.read_replicas`): a run that read none is
+outside them; a judgement needs every replica's read finished, a divergence seen excepted.
+
 And the evidence that the run tested what it names (format 1.9), kind `evidence`: its fault
 windows did what they name and were undone, the cluster was whole before the read, the
 mechanisms the scenario requires happened. A run without such rows (no fault, an older
@@ -99,8 +103,12 @@ EVIDENCE = Scope("evidence")
 # message can
 STORED = Scope("stored", "send_count", "nothing sent in this run",
                lambda v: read_decides(v) and not v.get("dups_without_offsets"))
+# the replicas read one by one after the end read (format 1.12, replicas.py): a run that read
+# none is outside; a judgement needs every replica's read finished, a seen divergence excepted
+REPLICAS = Scope("replicas", "replica_reads", "no replica read one by one in this run",
+                 lambda v: v.get("replica_reads_complete") is True)
 # the scopes whose checks the console shows in the run's block only where the run has them
-SCOPED = (GROUP, TXN, EOS, STORED)
+SCOPED = (GROUP, TXN, EOS, STORED, REPLICAS)
 
 
 @dataclass(frozen=True)
@@ -239,6 +247,17 @@ CHECKS: tuple[Check, ...] = (
     Check("exactly-once nacked", "eos_nacked", EOS, Way.SEEN, True,
           "nacked (aborted) messages in a consume-transform-produce group's output", expect="eos-committed-only",
           holds="no message of a nacked or aborted write in a consume-transform-produce group's output"),
+    Check("replicas diverge", "replicas_diverged", REPLICAS, Way.SEEN, True,
+          "positions holding different messages on two replicas, or acked messages on some replicas and not on "
+          "others, once the cluster was whole", expect="replicas-agree",
+          holds="every replica read one by one holds the same message at each position and every acked message its "
+                "partition's other replicas hold",
+          detail=lambda v: f"{v.get('replicas_diverged') or 0} diverged: {v.get('diverged_positions') or 0} positions "
+                           f"holding different messages, {v.get('diverged_acked') or 0} acked messages on some "
+                           "replicas only (divergence.csv)"),
+    Check("acked on no replica", "acked_on_no_replica", REPLICAS, Way.MISSING, True,
+          "acked messages on no replica's copy (the broker lost them, not the read)", expect="acked-on-a-replica",
+          holds="every acked message is on some replica's copy, each read one by one to its end"),
     Check("fault not in effect", "faults_not_in_effect", EVIDENCE, Way.EVIDENCE, True,
           "fault windows whose effect the harness did not see (failed, never fired, not observed or not undone)",
           expect="fault-in-effect", holds="every fault window did what its action names, as the harness saw it "

@@ -12,7 +12,7 @@ from typing import Optional
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..history.schema import MESSAGE_TYPES, OBSERVER
+from ..history.schema import MESSAGE_TYPES, OBSERVER, REPLICA
 
 BUCKET_NS = 100_000_000
 # points on a value-against-read-position plot, per (consumer, producer) stream
@@ -106,11 +106,11 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
             (r["b"] * BUCKET_NS, r["n"], r["lo"], r["hi"]))
     _latency(df, out, send_ns_runs)
 
-    observers: dict[str, set] = {}  # and the groups' members: not the checking readers
+    observers: dict[str, set] = {}  # and the groups' members and replica readers: not the checking readers
     for r in df.where(t.isin(*EVENT_TYPES)).orderBy("run", "t_ns").collect():
         row = r.asDict()
         out.setdefault(row["run"], RunTimeline()).events.append(row)
-        if row["type"] == "subscribe" and (row["detail"] == OBSERVER or row.get("group") is not None):
+        if row["type"] == "subscribe" and (row["detail"] in (OBSERVER, REPLICA) or row.get("group") is not None):
             observers.setdefault(row["run"], set()).add(row["client"])
     _groups(spark, df, out, skips)
 

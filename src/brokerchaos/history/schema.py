@@ -1,4 +1,4 @@
-"""History format 1.11: the only contract between the workload/nemesis and the analysis.
+"""History format 1.12: the only contract between the workload/nemesis and the analysis.
 
 docs/history-format.md is the prose version of this module; keep the two in step. A minor
 version adds optional columns or row types (readers of 1.0 files fill them with nulls); a
@@ -6,7 +6,7 @@ new major version changes what existing columns mean, and an older reader refuse
 """
 import pyarrow as pa
 
-FORMAT_VERSION = (1, 11)
+FORMAT_VERSION = (1, 12)
 # key of the Parquet file metadata that carries the version ("1.1")
 VERSION_KEY = b"brokerchaos.history.format"
 
@@ -125,6 +125,9 @@ OUTPUT = "output"
 # an `assign` row's detail when a member moved itself back to its group's committed position
 # (a consume-transform-produce member after a transaction that did not commit)
 REWOUND = "rewound"
+# (1.12) a `subscribe` detail: the client reads one replica's copy directly, the node its
+# `node` names (docs/history-format.md, "Replicas"); judged by the replica verdicts alone
+REPLICA = "replica"
 LEFT = "left"  # a group member's read_end when it left the group on purpose (scale-in, a stop)
 
 NEMESIS_CLIENT = "nemesis"

@@ -74,8 +74,16 @@ SKIPS_COLUMNS = (
     ("run", "the run"), ("group", "the consumer group"), ("producer", "the producer"),
     ("value", "the message no member processed"), ("stored_at", "where the read found it stored"),
     ("committed_past", "the first commit of its partition past it"))
+DIVERGENCE_COLUMNS = (
+    ("run", "the run"),
+    ("kind", "`position`: two replicas hold different messages there; `acked on some`: an acked message some "
+             "replicas hold and others do not; `acked on none`: an acked message on no replica"),
+    ("partition", "the partition (empty: a stream of one)"), ("offset", "the position in the replicas' copies"),
+    ("producer", "the producer (empty for a position)"), ("value", "the message (empty for a position)"),
+    ("nodes", "the replicas holding it (for a position: each replica and the message it holds there)"),
+    ("missing_on", "the replicas whose finished read did not have it"))
 CSV_LOGS = {"jumps.csv": JUMPS_COLUMNS, "duplicates.csv": DUPLICATES_COLUMNS, "lost.csv": LOST_COLUMNS,
-            "skips.csv": SKIPS_COLUMNS}
+            "skips.csv": SKIPS_COLUMNS, "divergence.csv": DIVERGENCE_COLUMNS}
 
 
 def _header(columns: tuple) -> list[str]:
@@ -204,6 +212,15 @@ def _lost(analysis: Analysis, out: Path) -> None:
                             r["first_ack_ns"] / 1e6, r["read_there"]])
 
 
+def _divergence(log, out: Path) -> None:
+    """divergence.csv: the runs that read their replicas one by one, what the copies disagree on."""
+    with open(out / "divergence.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(_header(DIVERGENCE_COLUMNS))
+        for r in log.orderBy("run", "kind", "partition", "producer", "value", "offset").toLocalIterator():
+            w.writerow([r[c] for c, _ in DIVERGENCE_COLUMNS])
+
+
 def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
                   schedules: Optional[dict[str, list[outages.Step]]] = None, history=None,
                   extra: Optional[dict] = None) -> dict:
@@ -221,6 +238,8 @@ def write_session(analysis: Analysis, out: Path, metas: Optional[dict] = None,
     _lost(analysis, out)
     if any(v.get("groups") for v in verdicts):
         _skips(analysis, out)
+    if getattr(analysis, "divergence", None) is not None:
+        _divergence(analysis.divergence, out)
     summary = summarize(verdicts)
     # runs the harness was killed in (a resumed soak): reported, whatever their history holds
     summary["incomplete_runs"] = sorted(r for r, m in metas.items() if m.get("status") == "incomplete")

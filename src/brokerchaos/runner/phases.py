@@ -32,6 +32,7 @@ from .endcheck import CopiesWatch, end_check
 from .observe import Observer, progress_line
 from .record import BringUp, GroupEnd, Health, ReadEnd, RunRecord, WriteEnd
 from .topics import bounded_gather
+from .replicas import read_replicas
 from .whole import WHOLE_S, mechanisms, whole_before_read
 
 
@@ -162,6 +163,7 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         await write(c, rec, readers, nemeses, gate, producers)
         await heal_before_read(c, rec, nemeses, readers, nem_rec)
         await read(c, rec, readers)
+        await read_replicas(c, rec)
     finally:
         switches.close()
         await teardown(c, rec, readers, nemeses, nem_rec, watch, drops)

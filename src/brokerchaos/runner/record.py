@@ -104,6 +104,7 @@ class RunRecord:
     group_held: Optional[str] = None  # workload.group.hold_after: the member that held its work, if one did
     group_read_status: Optional[str] = None
     output_read_status: Optional[str] = None  # the end read of a consume-transform-produce group's output
+    replica_reads: Optional[dict] = None  # per node, how its copy's own read ended (workload.read_replicas)
     group_scaled: Optional[list] = None  # workload.group.schedule: each step, when, and the slots it changed
     read_status: Optional[str] = None
     read_s: Optional[float] = None

@@ -415,6 +415,18 @@ class Client:
         """A live consumer (`workload.consumers`): a LiveConsumer, or the system's LiveReader."""
         raise NotImplementedError
 
+    # it reads each replica's copy of the stream on its own (`workload.read_replicas`):
+    # `replica_nodes` names the nodes holding one, `replica_reader` reads one of them
+    replica_reads: ClassVar[bool] = False
+
+    async def replica_nodes(self) -> list[str]:
+        """The nodes holding a copy of the run's stream, once the cluster is whole."""
+        return list(self.cluster.node_names)
+
+    def replica_reader(self, name: str, node: str) -> Reader:
+        """A reader of what `node`'s own copy of the stream holds, at the positions it gives."""
+        raise NotImplementedError
+
     # it can serve `workload.topics` > 1: a reader after the write (for_topic's copies read
     # one topic each); a system whose end reader reads live (MQTT) cannot yet
     many_topics: ClassVar[bool] = True

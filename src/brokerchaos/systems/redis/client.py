@@ -109,6 +109,12 @@ class RedisClient(Client):
     def reader(self, name: str) -> "RedisReader":
         return RedisReader(self, name)
 
+    replica_reads = True
+
+    def replica_reader(self, name: str, node: str) -> "RedisReader":
+        """XRANGE on that node itself, primary or replica (entry ids are the same on every copy)."""
+        return RedisReader(self, name, node)
+
     def consumer(self, name: str) -> "RedisConsumer":
         return RedisConsumer(self, name)
 

@@ -27,13 +27,21 @@ async def abandon_after(coro, timeout: float, abandoned: set):
     """`await coro` for at most `timeout` seconds; past that it is cancelled and left behind
     (kept in `abandoned`), not awaited as asyncio.wait_for would."""
     task = asyncio.ensure_future(coro)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:  # the caller was cancelled (a producer's writer at the write's end)
+        _leave(task, abandoned)
+        raise
     if not done:
-        task.cancel()
-        abandoned.add(task)
-        task.add_done_callback(lambda t: _settle(t, abandoned))
+        _leave(task, abandoned)
         raise TimeoutError(f"no answer within {timeout:.0f}s")
     return task.result()
+
+
+def _leave(task: asyncio.Task, abandoned: set) -> None:
+    task.cancel()
+    abandoned.add(task)
+    task.add_done_callback(lambda t: _settle(t, abandoned))
 
 
 def _settle(task: asyncio.Task, abandoned: set) -> None:

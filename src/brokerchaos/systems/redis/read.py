@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Optional
 
 from ..base import Client, DeliverCallback
 from ..consumer import LiveConsumer
@@ -11,16 +12,18 @@ from .conn import FIELD, abandon_after, aclose, client_for, entry_id
 
 
 class RedisReader:
-    """XRANGE over the whole stream, on the primary the sentinels name."""
+    """XRANGE over the whole stream, on the primary the sentinels name (or on `node`, a
+    replica's own copy)."""
 
-    def __init__(self, client: Client, name: str) -> None:
+    def __init__(self, client: Client, name: str, node: Optional[str] = None) -> None:
         self.system = client
         self.name = name
+        self.node = node
 
     async def read(self, deliver: DeliverCallback, idle: float) -> str:
         s = self.system
         deadline = time.monotonic() + idle
-        addr = None
+        addr = None if self.node is None else s.cluster.address(self.node)
         last = ""
         while addr is None:
             try:

@@ -697,3 +697,4 @@ def test_a_supervised_node_that_exits_on_its_own_is_started_again_and_one_taken_
     finally:
         c.heal(f)
     assert c.healthy()
+

@@ -78,7 +78,7 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     # back, after the last send, and the run had no end-to-end latency to measure
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 1, "messages": 20_000, "after_acks": 5_000, "name": "it-kill-leader", "consumers": 1,
-                 "rate": 4000})
+                 "rate": 4000, "read_replicas": True})
     obs = LeaderWitness()
     result = Session(s, tmp_path, observer=obs, report=False).run()
     (v,) = result.verdicts
@@ -87,6 +87,9 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     assert v["send_count"] == 20_000
     _no_loss_of_ours(v)
     assert v["pos_ack_count"] > 5_000 and v["received"] >= v["pos_ack_count"]
+    # the replica checks' negative control: each server's store read to its end, alike
+    assert (v["replica_reads"], v["replica_reads_complete"]) == (3, True), v["replica_status"]
+    assert (v["replicas_diverged"], v["acked_on_no_replica"]) == (0, 0)
     # the live consumer (an observer) read through the fault and got every acked message
     assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
     assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
@@ -116,6 +119,19 @@ def test_kill_leader_kills_the_real_leader_and_accounts_for_every_acked_message(
     # nothing left behind
     assert _ours(obs.sid) == []
     assert not (Path("/tmp/brokerchaos") / obs.sid).exists()
+
+
+def test_a_follower_killed_until_after_the_reads_holds_a_copy_that_diverged(tmp_path, spark):
+    """The positive control of `replicas diverge` on NATS: the killed follower's own store stops
+    where the kill found it; the end read, from the leader, misses nothing."""
+    s = sc.load("scenarios/nats-kill-follower-replicas.yaml", {"name": "it-nats-replicas"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    down = result.metas["run-001"]["fault"]["nodes"][0]
+    assert v["acked_missing"] == 0 and v["replica_reads_complete"] is True, v["replica_status"]
+    assert v["diverged_acked"] > 5_000 and v["diverged_positions"] == 0 and v["result"] == "fail", v
+    rows = (result.dir / "divergence.csv").read_text().splitlines()[1:]
+    assert {r.rsplit(",", 1)[1] for r in rows} == {down}, rows[:3]
 
 
 def test_producers_in_processes_of_their_own_trigger_the_fault_and_record_every_message(tmp_path, spark):

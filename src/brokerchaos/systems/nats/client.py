@@ -16,6 +16,7 @@ from nats.js.errors import APIError
 from ..base import Client, ClientEvents, OutcomeCallback, SystemError_
 from .conn import _close, _connect
 from .read import NatsConsumer, NatsReader
+from .store import StoreReader
 
 
 class NatsClient(Client):
@@ -92,6 +93,17 @@ class NatsClient(Client):
 
     def consumer(self, name: str) -> "NatsConsumer":
         return NatsConsumer(self, name)
+
+    replica_reads = True
+
+    async def replica_nodes(self) -> list[str]:
+        """The nodes whose store has the stream (an R3 stream on a larger cluster: its peers)."""
+        have = getattr(self.cluster, "has_stream", None)
+        nodes = self.cluster.node_names
+        return [n for n in nodes if have(n)] if have is not None else list(nodes)
+
+    def replica_reader(self, name: str, node: str) -> "StoreReader":
+        return StoreReader(self.cluster, node)
 
     group_kinds = ("durable",)  # one durable pull consumer, shared by the members
 

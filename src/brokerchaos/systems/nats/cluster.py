@@ -216,6 +216,10 @@ class NatsServers(LocalCluster):
         found = (self.datadir / node).glob(f"jetstream/*/streams/{stream}/msgs/*.blk")
         return sorted(found, key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
 
+    def has_stream(self, node: str) -> bool:
+        """The node's store has the run's stream (a copy of it, perhaps empty)."""
+        return any((self.datadir / node).glob(f"jetstream/*/streams/{self.ctx.stream_name}"))
+
     def metadata_files(self, node: str) -> list[Path]:
         """The server's system account store ($SYS): the Raft groups' logs, term and vote
         files, peer lists and snapshots, the meta group's (which streams exist, on which

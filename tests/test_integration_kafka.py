@@ -262,7 +262,7 @@ def test_acks1_leader_isolated_from_zookeeper_loses_what_the_old_leader_acked(tm
     test short; the write lasts 10 s at 10,000 msg/s, the cut comes at 2 s."""
     s = sc.load("scenarios/kafka-acks1-isolate-leader-from-zk.yaml",
                 {"runs": 1, "messages": 100_000, "after_acks": 20_000, "name": "it-kafka-acks1-zk",
-                 "option": ["zk_session_timeout_ms=3000"]})
+                 "option": ["zk_session_timeout_ms=3000"], "read_replicas": True})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -277,6 +277,9 @@ def test_acks1_leader_isolated_from_zookeeper_loses_what_the_old_leader_acked(tm
     assert sorted(w["roles_after"]["isr"]) == ["n1", "n2", "n3"], w["roles_after"]
     assert v["read_complete"] is True, v["read_status"]
     assert v["acked_missing"] > 0 and v["result"] == "fail", v
+    # each broker's segments read: the old leader truncated its log to the new leader's, so
+    # what it acked alone is on no copy at all (the broker's loss, not the read's)
+    assert v["replica_reads_complete"] is True and v["acked_on_no_replica"] == v["acked_missing"], v
     # lost.csv: every lost message was acked by the old leader, after the cut
     import csv
 
@@ -292,7 +295,7 @@ def test_acks_all_loses_nothing_when_the_leader_is_cut_off_from_zookeeper(tmp_pa
     """The negative control of the same fault: acks=all with min.insync.replicas=2."""
     s = sc.load("scenarios/kafka-acksall-isolate-leader-from-zk.yaml",
                 {"runs": 1, "messages": 70_000, "after_acks": 10_000, "name": "it-kafka-acksall-zk",
-                 "option": ["zk_session_timeout_ms=3000"]})
+                 "option": ["zk_session_timeout_ms=3000"], "read_replicas": True})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
@@ -300,6 +303,29 @@ def test_acks_all_loses_nothing_when_the_leader_is_cut_off_from_zookeeper(tmp_pa
     assert w["roles_during"]["leader"] != meta["fault"]["nodes"][0], w  # the fail-over happened
     assert v["read_complete"] is True, v["read_status"]
     assert v["pos_ack_count"] > 10_000 and v["acked_missing"] == 0, v
+    # and every broker's segments hold the same messages at the same offsets
+    assert (v["replica_reads"], v["replica_reads_complete"]) == (3, True), v["replica_status"]
+    assert (v["replicas_diverged"], v["acked_on_no_replica"]) == (0, 0), v
+
+
+def test_an_old_leader_read_before_its_heal_holds_what_it_acked_alone(tmp_path, spark):
+    """The positive control of `replicas diverge` on Kafka: acks=1, the leader cut off from
+    the other brokers and ZooKeeper (not the client) until after the reads; its segments
+    hold the messages it acked after the cut, the other brokers' do not."""
+    s = sc.load("scenarios/kafka-acks1-isolate-leader-replicas.yaml",
+                {"messages": 60_000, "after_acks": 20_000, "name": "it-kafka-replicas",
+                 "option": ["zk_session_timeout_ms=3000"]})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (old,) = result.metas["run-001"]["fault"]["nodes"]
+    assert v["replica_reads_complete"] is True and v["diverged_acked"] > 0 and v["result"] == "fail", v
+    import csv
+
+    with open(result.dir / "divergence.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    acked_some = [r for r in rows if r["kind"] == "acked on some"]
+    assert acked_some and all(old in r["nodes"].split() or old in r["missing_on"].split() for r in acked_some)
+    assert any(r["nodes"] == old for r in acked_some), acked_some[:3]
 
 
 def test_kraft_leader_kill_moves_the_producer_and_loses_nothing(tmp_path, spark):

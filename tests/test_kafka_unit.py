@@ -207,3 +207,36 @@ def test_a_zookeeper_leader_whose_broker_is_gone_is_not_serving():
     assert look({**stale, "leader": 1, "controller": 3}) == "n1"
     with pytest.raises(SystemError_, match="has no leader"):
         look({**stale, "leader": -1})
+
+
+def _zz(n: int) -> bytes:
+    """A zigzag varint, as Kafka's records write their lengths and deltas."""
+    raw, out = (n << 1) ^ (n >> 63), b""
+    while True:
+        b, raw = raw & 0x7F, raw >> 7
+        out += bytes([b | (0x80 if raw else 0)])
+        if not raw:
+            return out
+
+
+def _batch(base: int, values: list[bytes], attrs: int = 0) -> bytes:
+    """One record batch (magic 2) as a broker's segment holds it (systems/kafka/segments.py)."""
+    import struct
+
+    recs = b""
+    for d, v in enumerate(values):
+        body = b"\x00" + _zz(0) + _zz(d) + _zz(-1) + _zz(len(v)) + v + _zz(0)
+        recs += _zz(len(body)) + body
+    head = struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs, len(values) - 1, 0, 0, -1, -1, -1, len(values))
+    return struct.pack(">qi", base, len(head) + len(recs)) + head + recs
+
+
+def test_a_broker_s_segment_is_read_batch_by_batch_control_batches_left_out():
+    from brokerchaos.systems.kafka.segments import CONTROL, Unreadable, records
+
+    seg = _batch(0, [b"p1:1", b"p1:2"]) + _batch(2, [b"\x00\x00\x00\x00\x00\x00"], CONTROL) + _batch(3, [b"p1:3"])
+    assert list(records(seg)) == [(0, b"p1:1"), (1, b"p1:2"), (3, b"p1:3")]
+    with pytest.raises(Unreadable, match="compressed"):
+        list(records(_batch(0, [b"x"], attrs=1)))
+    with pytest.raises(Unreadable, match="a batch of"):
+        list(records(seg[:-2]))

@@ -200,6 +200,11 @@ class ApacheKafka(LocalCluster):
         found = (self.datadir / node / "data").glob(f"{self.ctx.stream_name}-*/*.log")
         return sorted(found, key=lambda p: (p.parent.name, int(p.stem) if p.stem.isdigit() else 0))
 
+    def has_stream(self, node: str) -> bool:
+        """The broker's log dirs hold a partition of the run's topic."""
+        return any(p.name.rpartition("-")[2].isdigit()
+                   for p in (self.datadir / node / "data").glob(f"{self.ctx.stream_name}-*"))
+
     def metadata_files(self, node: str) -> list[Path]:
         """The cluster's metadata as `node` keeps it, oldest first: ZooKeeper's snapshots and
         transaction logs on the ZooKeeper node; on a KRaft controller or broker its copy of

@@ -21,6 +21,7 @@ from . import release
 from .library import admin_for
 from .producer import KafkaProducer
 from .read import KafkaConsumer, KafkaReader
+from .segments import SegmentReader
 
 
 class KafkaClient(Client):
@@ -177,6 +178,17 @@ class KafkaClient(Client):
 
     def consumer(self, name: str) -> "KafkaConsumer":
         return KafkaConsumer(self, name)
+
+    replica_reads = True
+
+    async def replica_nodes(self) -> list[str]:
+        """The brokers whose log dirs hold a partition of the topic."""
+        have = getattr(self.cluster, "has_stream", None)
+        nodes = self.cluster.node_names
+        return [n for n in nodes if have(n)] if have is not None else list(nodes)
+
+    def replica_reader(self, name: str, node: str) -> "SegmentReader":
+        return SegmentReader(self.cluster, node, self.options.partitions)
 
     group_kinds = ("classic", "consumer")
 

@@ -1,0 +1,105 @@
+"""One Kafka broker's own copy of the run's topic (`workload.read_replicas`): its log segments
+(`<log dir>/<topic>-<partition>/<base offset>.log`) parsed batch by batch, record by record, in
+offset order, each message at `<partition>:<offset>` as the end read names it. No broker is
+asked: what a replica holds is what its files hold, the leader's and each follower's alike
+(a follower truncated after an unclean election, a log that kept what the others gave away).
+
+The format is Kafka's record batch (magic 2, big-endian): the base offset (8 bytes), the
+batch's length after that field (4), the leader epoch (4), the magic (1), a CRC (4), the
+attributes (2: the codec in the low 3 bits, bit 5 a control batch), the last offset delta
+(4), two timestamps (8 + 8), the producer id, epoch and base sequence (8 + 2 + 4), and the
+record count (4); then each record: its length (a zigzag varint), attributes (1), the
+timestamp delta and the offset delta (varints), the key and the value (a varint length, -1
+for none, then the bytes) and the headers. Control batches (a transaction's commit or abort
+marker) hold no message; a compressed batch (the harness's producers do not compress) or an
+older magic is not read, and the reader says so."""
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+from typing import Iterator
+
+from ..base import DeliverCallback
+
+BATCH = struct.Struct(">qiibIhiqqqhii")  # 61 bytes, base offset to record count
+CONTROL, CODEC = 1 << 5, 0x7
+
+
+class Unreadable(Exception):
+    """A batch the parser cannot read: torn, compressed, or of an older format."""
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """A zigzag varint at `i`: (value, the index after it)."""
+    shift = raw = 0
+    while True:
+        if i >= len(data):
+            raise Unreadable("a varint past the end of its batch")
+        b = data[i]
+        raw |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), i
+        shift += 7
+
+
+def _bytes(data: bytes, i: int) -> tuple[bytes | None, int]:
+    n, i = _varint(data, i)
+    return (None, i) if n < 0 else (data[i:i + n], i + n)
+
+
+def records(data: bytes) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, value) of each message of one segment file, control batches left out."""
+    i = 0
+    while i + BATCH.size <= len(data):
+        base, length, _, magic, _, attrs, _, _, _, _, _, _, count = BATCH.unpack_from(data, i)
+        end = i + 12 + length
+        if length <= 0 and not any(data[i:]):
+            return  # zeroed space after the last batch
+        if magic != 2 or end > len(data) or length < BATCH.size - 12:
+            raise Unreadable(f"a batch of {length} bytes, magic {magic}, at byte {i} of {len(data)}")
+        if attrs & CODEC:
+            raise Unreadable(f"a compressed batch (codec {attrs & CODEC}) at byte {i}")
+        if not attrs & CONTROL:
+            yield from _batch(data[i + BATCH.size:end], base, count)
+        i = end
+    if i != len(data):
+        raise Unreadable(f"{len(data) - i} bytes after the last whole batch")
+
+
+def _batch(body: bytes, base: int, count: int) -> Iterator[tuple[int, bytes | None]]:
+    j = 0
+    for _ in range(count):
+        length, j = _varint(body, j)
+        nxt = j + length
+        _, k = _varint(body, j + 1)  # the timestamp delta, after the attributes byte
+        delta, k = _varint(body, k)
+        _, k = _bytes(body, k)  # the key
+        value, _ = _bytes(body, k)
+        yield base + delta, value
+        j = nxt
+
+
+class SegmentReader:
+    """A broker's copy of the topic, from its segment files (module docstring)."""
+
+    def __init__(self, cluster, node: str, partitions: int) -> None:
+        self.cluster, self.node, self.partitions = cluster, node, partitions
+
+    async def read(self, deliver: DeliverCallback, idle: float) -> str:
+        files = getattr(self.cluster, "data_files", None)
+        if files is None:
+            return "incomplete: this cluster's segment files are not the harness's to read"
+        segments = files(self.node)
+        for path in segments:
+            part = Path(path).parent.name.rpartition("-")[2]
+            if not part.isdigit():
+                continue  # a partition's directory being deleted (`…-delete`), not the topic's
+            try:
+                data = await asyncio.to_thread(Path(path).read_bytes)
+                for offset, value in records(data):
+                    deliver(value or b"", f"{part}:{offset}", self.node, part if self.partitions > 1 else None)
+            except (OSError, Unreadable) as e:
+                return f"incomplete: {Path(path).parent.name}/{Path(path).name} on {self.node}: {e}"
+        return "complete" if segments else "complete: no segment (an empty copy)"

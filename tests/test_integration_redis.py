@@ -66,6 +66,7 @@ def test_split_brain_shows_acked_writes_lost(tmp_path, spark):
     # first rows of lost.csv under it, the run highlighted as failed
     page = result.report.read_text()
     assert "positions-run-001" in page and "acked, lost" in page and "Acked, never read" in page
+    assert "Replicas read one by one: where they disagree" in page and "every replica" in page
     assert "<tr class='fail'>" in page
     got = check_report(result.report, "redis-split-brain")
     # the outages, the timeline, the positions; the outage taken apart only when a mark was seen

@@ -39,6 +39,8 @@ class RunTimeline:
     group_recv: dict[tuple, list[tuple[int, int]]] = field(default_factory=dict)
     group_done: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     skips: list[dict] = field(default_factory=list)
+    # the replicas read one by one (format 1.12): the first rows of the divergence log
+    diverged: list[dict] = field(default_factory=list)
 
     @property
     def t0(self) -> Optional[int]:
@@ -87,8 +89,8 @@ def _groups(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], ski
 
 def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Optional[DataFrame] = None,
             losses: Optional[DataFrame] = None, send_ns_runs: Optional[list] = None,
-            skips: Optional[DataFrame] = None) -> dict[str, RunTimeline]:
-    """Every run's timeline. `jumps`, `losses` and `skips` are the analysis' logs
+            skips: Optional[DataFrame] = None, divergence: Optional[DataFrame] = None) -> dict[str, RunTimeline]:
+    """Every run's timeline. `jumps`, `losses`, `skips` and `divergence` are the analysis' logs
     (metrics.Analysis); positions, jumps and losses are gathered only for runs that have
     any. `send_ns_runs`: the runs whose acks carry their send time (format 1.4), whose
     latency needs no pairing."""
@@ -118,6 +120,11 @@ def collect(spark: SparkSession, df: DataFrame, verdicts: list[dict], jumps: Opt
                 if v.get("acked_missing") or v.get("jf") or v.get("jb") or v.get("djf") or v.get("djb")}
     if troubled:
         _positions(spark, df, out, troubled, observers, jumps, losses)
+    split = [v["run"] for v in verdicts if v.get("replicas_diverged") or v.get("acked_on_no_replica")]
+    if divergence is not None and split:
+        for row in _first_rows(divergence.where(F.col("run").isin(split)), ["kind", "partition", "producer", "value",
+                                                                             "offset"], FIRST_ROWS):
+            out[row["run"]].diverged.append(row)
     return out
 
 

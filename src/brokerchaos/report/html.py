@@ -275,6 +275,18 @@ def _lost_table(v: Verdict, tl: RunTimeline) -> str:
             + _table(["producer", "value", "acked at", "acked by", "first ack (ms)", "read there"], rows, left=1))
 
 
+def _divergence_table(v: Verdict, tl: RunTimeline) -> str:
+    """The first rows of divergence.csv: where the replicas read one by one disagree."""
+    if not tl.diverged:
+        return ""
+    rows = [[_e(r["kind"]), _e(r["partition"]), _e(r["offset"]), _e(r["producer"]), _e(r["value"]),
+             _e(r["nodes"]), _e(r["missing_on"])] for r in tl.diverged[:TABLE_ROWS]]
+    total = (v.get("replicas_diverged") or 0) + (v.get("acked_on_no_replica") or 0)
+    more = f" (the first {TABLE_ROWS} of {total:,}; divergence.csv has them all)" if total > TABLE_ROWS else ""
+    return (f"<h4>Replicas read one by one: where they disagree{more}</h4>"
+            + _table(["kind", "partition", "offset", "producer", "value", "held by", "missing on"], rows, left=6))
+
+
 def _jump_table(v: Verdict, tl: RunTimeline) -> str:
     if not tl.jumps:
         return ""
@@ -382,7 +394,8 @@ def run_section(v: Verdict, meta: dict, tl: RunTimeline) -> str:
              f"outage per fault: {outs}; read {v.get('read_status') or 'not recorded'}")
     return (f"<section id='{_e(v['run'])}'><h2>{_e(v['run'])} <span class='badge {v['result']}'>"
             f"{_e(v['result'].upper())}</span></h2><p>{_e(facts)}</p>{_evidence_html(v)}{''.join(figs)}"
-            f"{topics_table(v)}{_lost_table(v, tl)}{_jump_table(v, tl)}{_groups_html(v, tl)}</section>")
+            f"{topics_table(v)}{_lost_table(v, tl)}{_divergence_table(v, tl)}{_jump_table(v, tl)}"
+            f"{_groups_html(v, tl)}</section>")
 
 
 # -- the session summary ----------------------------------------------------------------------
@@ -447,7 +460,8 @@ def write_session(spark, df, analysis, out: Path, metas: dict, summary: dict) ->
     if len(drawn) < len(analysis.verdicts):
         df = df.where(df["run"].isin(drawn))
     tls = timeline.collect(spark, df, [v for v in analysis.verdicts if v["run"] in set(drawn)], analysis.jumps,
-                           analysis.losses, analysis.meta.get("send_ns_runs"), getattr(analysis, "skips", None))
+                           analysis.losses, analysis.meta.get("send_ns_runs"), getattr(analysis, "skips", None),
+                           getattr(analysis, "divergence", None))
     command = (out / "command.txt").read_text().strip() if (out / "command.txt").exists() else None
     path = out / "report.html"
     path.write_text(session_page(scenario, analysis.verdicts, metas, summary, tls, out, command))

@@ -420,8 +420,11 @@ class Client:
     replica_reads: ClassVar[bool] = False
 
     async def replica_nodes(self) -> list[str]:
-        """The nodes holding a copy of the run's stream, once the cluster is whole."""
-        return list(self.cluster.node_names)
+        """The nodes holding a copy of the run's stream, once the cluster is whole: those
+        whose store has it where the cluster can tell (`has_stream(node)`), else every node."""
+        have = getattr(self.cluster, "has_stream", None)
+        nodes = self.cluster.node_names
+        return [n for n in nodes if have(n)] if have is not None else list(nodes)
 
     def replica_reader(self, name: str, node: str) -> Reader:
         """A reader of what `node`'s own copy of the stream holds, at the positions it gives."""

@@ -180,3 +180,33 @@ async def port_open(addr: tuple[str, int], timeout: float = 1.0) -> bool:
         return True
     except (OSError, asyncio.TimeoutError):
         return False
+
+
+class FileCopyReader:
+    """A node's own copy of the stream, read from its files (`Cluster.data_files(node)`, in
+    the order the cluster gives) with no server asked (`workload.read_replicas`): a subclass
+    writes `messages(path, data)`, each message of one file as (payload, offset, partition),
+    and names in `unreadable` what it raises on a file it cannot read (the read then ends
+    incomplete, naming the file)."""
+
+    unreadable: tuple[type[Exception], ...] = ()
+
+    def __init__(self, cluster, node: str) -> None:
+        self.cluster, self.node = cluster, node
+
+    def messages(self, path: Path, data: bytes):
+        raise NotImplementedError
+
+    async def read(self, deliver: Callable[..., None], idle: float) -> str:
+        files = getattr(self.cluster, "data_files", None)
+        if files is None:
+            return "incomplete: this cluster's files are not the harness's to read (an external cluster)"
+        paths = [Path(p) for p in files(self.node)]
+        for path in paths:
+            try:
+                data = await asyncio.to_thread(path.read_bytes)
+                for payload, offset, partition in self.messages(path, data):
+                    deliver(payload, offset, self.node, partition)
+            except (OSError, *self.unreadable) as e:
+                return f"incomplete: {path.parent.name}/{path.name} on {self.node}: {type(e).__name__}: {e}"
+        return "complete" if paths else "complete: no file of the stream (an empty copy)"

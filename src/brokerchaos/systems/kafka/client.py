@@ -181,12 +181,6 @@ class KafkaClient(Client):
 
     replica_reads = True
 
-    async def replica_nodes(self) -> list[str]:
-        """The brokers whose log dirs hold a partition of the topic."""
-        have = getattr(self.cluster, "has_stream", None)
-        nodes = self.cluster.node_names
-        return [n for n in nodes if have(n)] if have is not None else list(nodes)
-
     def replica_reader(self, name: str, node: str) -> "SegmentReader":
         return SegmentReader(self.cluster, node, self.options.partitions)
 

@@ -15,12 +15,11 @@ marker) hold no message; a compressed batch (the harness's producers do not comp
 older magic is not read, and the reader says so."""
 from __future__ import annotations
 
-import asyncio
 import struct
 from pathlib import Path
 from typing import Iterator
 
-from ..base import DeliverCallback
+from ..runtime import FileCopyReader
 
 BATCH = struct.Struct(">qiibIhiqqqhii")  # 61 bytes, base offset to record count
 CONTROL, CODEC = 1 << 5, 0x7
@@ -81,25 +80,18 @@ def _batch(body: bytes, base: int, count: int) -> Iterator[tuple[int, bytes | No
         j = nxt
 
 
-class SegmentReader:
+class SegmentReader(FileCopyReader):
     """A broker's copy of the topic, from its segment files (module docstring)."""
 
-    def __init__(self, cluster, node: str, partitions: int) -> None:
-        self.cluster, self.node, self.partitions = cluster, node, partitions
+    unreadable = (Unreadable,)
 
-    async def read(self, deliver: DeliverCallback, idle: float) -> str:
-        files = getattr(self.cluster, "data_files", None)
-        if files is None:
-            return "incomplete: this cluster's segment files are not the harness's to read"
-        segments = files(self.node)
-        for path in segments:
-            part = Path(path).parent.name.rpartition("-")[2]
-            if not part.isdigit():
-                continue  # a partition's directory being deleted (`…-delete`), not the topic's
-            try:
-                data = await asyncio.to_thread(Path(path).read_bytes)
-                for offset, value in records(data):
-                    deliver(value or b"", f"{part}:{offset}", self.node, part if self.partitions > 1 else None)
-            except (OSError, Unreadable) as e:
-                return f"incomplete: {Path(path).parent.name}/{Path(path).name} on {self.node}: {e}"
-        return "complete" if segments else "complete: no segment (an empty copy)"
+    def __init__(self, cluster, node: str, partitions: int) -> None:
+        super().__init__(cluster, node)
+        self.partitions = partitions
+
+    def messages(self, path: Path, data: bytes):
+        part = path.parent.name.rpartition("-")[2]
+        if not part.isdigit():
+            return  # a partition's directory being deleted (`…-delete`), not the topic's
+        for offset, value in records(data):
+            yield value or b"", f"{part}:{offset}", part if self.partitions > 1 else None

@@ -96,12 +96,6 @@ class NatsClient(Client):
 
     replica_reads = True
 
-    async def replica_nodes(self) -> list[str]:
-        """The nodes whose store has the stream (an R3 stream on a larger cluster: its peers)."""
-        have = getattr(self.cluster, "has_stream", None)
-        nodes = self.cluster.node_names
-        return [n for n in nodes if have(n)] if have is not None else list(nodes)
-
     def replica_reader(self, name: str, node: str) -> "StoreReader":
         return StoreReader(self.cluster, node)
 

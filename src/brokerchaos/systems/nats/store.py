@@ -12,12 +12,11 @@ encrypted blocks (stream `compression`, server encryption: not used by the harne
 read: the reader says so."""
 from __future__ import annotations
 
-import asyncio
 import struct
 from pathlib import Path
 from typing import Iterator
 
-from ..base import DeliverCallback
+from ..runtime import FileCopyReader
 
 HBIT, EBIT, TBIT = 1 << 31, 1 << 63, 1 << 62
 HEAD, HASH = struct.Struct("<IQqH"), 8
@@ -49,22 +48,11 @@ def records(data: bytes) -> Iterator[tuple[int, bytes]]:
         raise Torn(f"{len(data) - i} bytes after the last whole record")
 
 
-class StoreReader:
+class StoreReader(FileCopyReader):
     """A node's copy of the stream, from its message blocks (module docstring)."""
 
-    def __init__(self, cluster, node: str) -> None:
-        self.cluster, self.node = cluster, node
+    unreadable = (Torn,)
 
-    async def read(self, deliver: DeliverCallback, idle: float) -> str:
-        files = getattr(self.cluster, "data_files", None)
-        if files is None:
-            return "incomplete: an external cluster's store files are not the harness's to read"
-        blocks = files(self.node)
-        for path in blocks:
-            try:
-                data = await asyncio.to_thread(Path(path).read_bytes)
-                for seq, payload in records(data):
-                    deliver(payload, str(seq), self.node)
-            except (OSError, Torn) as e:
-                return f"incomplete: {Path(path).name} on {self.node}: {type(e).__name__}: {e}"
-        return "complete" if blocks else "complete: no message block (an empty copy)"
+    def messages(self, path: Path, data: bytes):
+        for seq, payload in records(data):
+            yield payload, str(seq), None

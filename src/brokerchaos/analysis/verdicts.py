@@ -216,6 +216,14 @@ class Verdict(TypedDict, total=False):
     eos_missing: int
     eos_nacked: int
     eos_read_complete: Optional[bool]
+    # the replicas read one by one (format 1.12, analysis/replicas.py; 0 and None without)
+    replica_reads: int
+    replica_reads_complete: Optional[bool]
+    replica_status: Optional[str]
+    diverged_positions: Optional[int]
+    diverged_acked: Optional[int]
+    replicas_diverged: Optional[int]
+    acked_on_no_replica: Optional[int]
     # the cluster's own account of its copies once healed (a `check` row; None without one)
     under_replicated: Optional[int]
     end_check: Optional[str]

@@ -128,6 +128,6 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
     facts = planned.facts(spark, rows, counts, plan, windows, clock)
     gout = planned.group_outages(rows, windows, plan, clock)
     txns = job.transactions(rows, clock)
-    reps = replica_reads.analyze(spark, rows.df, rows.replicas, rows.replica_ends)
+    reps = replica_reads.analyze(spark, rows.df, rows.replicas, rows.replica_ends, cache.keep)
     clock.lap("replicas")
     return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns, reps)

@@ -34,7 +34,6 @@ NO_REPLICAS = {"replica_reads": 0, "replica_reads_complete": None, "replica_stat
                "diverged_positions": None, "diverged_acked": None, "replicas_diverged": None,
                "acked_on_no_replica": None}
 POSITION, ACKED_SOME, ACKED_NONE = "position", "acked on some", "acked on none"
-LOG_COLUMNS = ("run", "kind", "partition", "offset", "producer", "value", "nodes", "missing_on")
 
 
 def readers(small: list[dict]) -> dict[tuple[str, str], str]:
@@ -77,15 +76,16 @@ class Replicas:
 
 
 def analyze(spark: SparkSession, history: DataFrame, replicas: Optional[DataFrame],
-            replica_ends: dict[str, dict[str, Optional[str]]]) -> Replicas:
-    """The replica figures of every run that read its replicas (`history`: the other rows)."""
+            replica_ends: dict[str, dict[str, Optional[str]]], keep=lambda d: d) -> Replicas:
+    """The replica figures of every run that read its replicas (`history`: the other rows).
+    `keep` caches the divergence log, read for the counts and again for the CSV and the report."""
     if replicas is None:
         return Replicas({})
     done = sorted((run, n) for run, e in replica_ends.items() for n, d in e.items() if d and read_finished(d))
     acked = (history.where((F.col("type") == "ack") & F.col("run").isin(sorted(replica_ends)))
              .select("run", "producer", "value").distinct())
-    log = _positions(replicas).unionByName(_acked_on_some(spark, replicas, acked, done)).unionByName(
-        _acked_on_none(replicas, acked))
+    log = keep(_positions(replicas).unionByName(_acked_on_some(spark, replicas, acked, done)).unionByName(
+        _acked_on_none(replicas, acked)))
     counts = {(r["run"], r["kind"]): r["n"] for r in log.groupBy("run", "kind").agg(F.count("*").alias("n")).collect()}
     per_run = {}
     for run, e in replica_ends.items():
@@ -122,10 +122,10 @@ def _acked_on_some(spark: SparkSession, r: DataFrame, acked: DataFrame, done: li
         return spark.createDataFrame([], _LOG_SCHEMA)
     fin = F.broadcast(spark.createDataFrame(done, "run string, replica string"))
     rd = r.join(fin, ["run", "replica"])
-    whole = {}  # per run, every finished replica: what a stream of one partition should be on
+    whole: dict[str, list[str]] = {}  # per run, every finished replica: what a stream of one partition should be on
     for run, n in done:
         whole.setdefault(run, []).append(n)
-    should = [(x["run"], x["partition"], sorted(set(x["ns"]) | set(whole[x["run"]] if x["partition"] == "" else ())))
+    should = [(x["run"], x["partition"], whole[x["run"]] if x["partition"] == "" else sorted(x["ns"]))
               for x in rd.groupBy("run", "partition").agg(F.collect_set("replica").alias("ns")).collect()]
     expected = F.broadcast(spark.createDataFrame(should, "run string, partition string, should array<string>"))
     held = (rd.join(acked, ["run", "producer", "value"]).groupBy("run", "partition", "producer", "value")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import io
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 from ..sandbox.cache import cache_dir, filling, retried  # noqa: F401  (the broker modules' names for them)
 from .base import Hopeless, SystemError_
@@ -182,19 +183,36 @@ async def port_open(addr: tuple[str, int], timeout: float = 1.0) -> bool:
         return False
 
 
+def as_file(data: bytes | BinaryIO) -> BinaryIO:
+    """A file's bytes as a file to read from (a parser's unit tests pass bytes)."""
+    return io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+
+
+def zeroed_rest(fh: BinaryIO, head: bytes) -> bool:
+    """Whether `head` and all that follows it in `fh` are zero bytes: a file's preallocated,
+    unused end rather than a torn record."""
+    if any(head):
+        return False
+    while chunk := fh.read(1 << 20):
+        if any(chunk):
+            return False
+    return True
+
+
 class FileCopyReader:
     """A node's own copy of the stream, read from its files (`Cluster.data_files(node)`, in
     the order the cluster gives) with no server asked (`workload.read_replicas`): a subclass
-    writes `messages(path, data)`, each message of one file as (payload, offset, partition),
-    and names in `unreadable` what it raises on a file it cannot read (the read then ends
-    incomplete, naming the file)."""
+    writes `messages(path, fh)`, each message of one file (`fh`, open for reading: parsed as
+    it is read, never whole in memory, a Kafka segment being up to 1 GiB) as (payload,
+    offset, partition), and names in `unreadable` what it raises on a file it cannot read (the
+    read then ends incomplete, naming the file)."""
 
     unreadable: tuple[type[Exception], ...] = ()
 
     def __init__(self, cluster, node: str) -> None:
         self.cluster, self.node = cluster, node
 
-    def messages(self, path: Path, data: bytes):
+    def messages(self, path: Path, fh: BinaryIO):
         raise NotImplementedError
 
     async def read(self, deliver: Callable[..., None], idle: float) -> str:
@@ -204,9 +222,10 @@ class FileCopyReader:
         paths = [Path(p) for p in files(self.node)]
         for path in paths:
             try:
-                data = await asyncio.to_thread(path.read_bytes)
-                for payload, offset, partition in self.messages(path, data):
-                    deliver(payload, offset, self.node, partition)
+                with open(path, "rb", buffering=1 << 20) as fh:
+                    for payload, offset, partition in self.messages(path, fh):
+                        deliver(payload, offset, self.node, partition)
+                await asyncio.sleep(0)  # a file at a time, the loop's other work in between
             except (OSError, *self.unreadable) as e:
                 return f"incomplete: {path.parent.name}/{path.name} on {self.node}: {type(e).__name__}: {e}"
         return "complete" if paths else "complete: no file of the stream (an empty copy)"

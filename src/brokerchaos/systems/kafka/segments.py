@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
-from ..runtime import FileCopyReader
+from ..runtime import FileCopyReader, as_file, zeroed_rest
 
 BATCH = struct.Struct(">qiibIhiqqqhii")  # 61 bytes, base offset to record count
 CONTROL, CODEC = 1 << 5, 0x7
@@ -48,23 +48,28 @@ def _bytes(data: bytes, i: int) -> tuple[bytes | None, int]:
     return (None, i) if n < 0 else (data[i:i + n], i + n)
 
 
-def records(data: bytes) -> Iterator[tuple[int, bytes | None]]:
-    """(offset, value) of each message of one segment file, control batches left out."""
-    i = 0
-    while i + BATCH.size <= len(data):
-        base, length, _, magic, _, attrs, _, _, _, _, _, _, count = BATCH.unpack_from(data, i)
-        end = i + 12 + length
-        if length <= 0 and not any(data[i:]):
+def records(segment: bytes | BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, value) of each message of one segment (its bytes, or the file open), control
+    batches left out."""
+    fh, at = as_file(segment), 0
+    while head := fh.read(BATCH.size):
+        if len(head) < BATCH.size:
+            if zeroed_rest(fh, head):
+                return
+            raise Unreadable(f"{len(head)} bytes after the last whole batch, at byte {at}")
+        base, length, _, magic, _, attrs, _, _, _, _, _, _, count = BATCH.unpack(head)
+        if length <= 0 and zeroed_rest(fh, head):
             return  # zeroed space after the last batch
-        if magic != 2 or end > len(data) or length < BATCH.size - 12:
-            raise Unreadable(f"a batch of {length} bytes, magic {magic}, at byte {i} of {len(data)}")
+        if magic != 2 or length < BATCH.size - 12:
+            raise Unreadable(f"a batch of {length} bytes, magic {magic}, at byte {at}")
         if attrs & CODEC:
-            raise Unreadable(f"a compressed batch (codec {attrs & CODEC}) at byte {i}")
+            raise Unreadable(f"a compressed batch (codec {attrs & CODEC}) at byte {at}")
+        body = fh.read(length + 12 - BATCH.size)
+        if len(body) < length + 12 - BATCH.size:
+            raise Unreadable(f"a batch of {length} bytes at byte {at}, past the segment's end")
         if not attrs & CONTROL:
-            yield from _batch(data[i + BATCH.size:end], base, count)
-        i = end
-    if i != len(data):
-        raise Unreadable(f"{len(data) - i} bytes after the last whole batch")
+            yield from _batch(body, base, count)
+        at += 12 + length
 
 
 def _batch(body: bytes, base: int, count: int) -> Iterator[tuple[int, bytes | None]]:
@@ -89,9 +94,9 @@ class SegmentReader(FileCopyReader):
         super().__init__(cluster, node)
         self.partitions = partitions
 
-    def messages(self, path: Path, data: bytes):
+    def messages(self, path: Path, fh: BinaryIO):
         part = path.parent.name.rpartition("-")[2]
         if not part.isdigit():
             return  # a partition's directory being deleted (`…-delete`), not the topic's
-        for offset, value in records(data):
+        for offset, value in records(fh):
             yield value or b"", f"{part}:{offset}", part if self.partitions > 1 else None

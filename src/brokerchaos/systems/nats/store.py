@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
-from ..runtime import FileCopyReader
+from ..runtime import FileCopyReader, as_file, zeroed_rest
 
 HBIT, EBIT, TBIT = 1 << 31, 1 << 63, 1 << 62
 HEAD, HASH = struct.Struct("<IQqH"), 8
@@ -26,26 +26,30 @@ class Torn(Exception):
     """A record that does not fit its block: a torn or unreadable block."""
 
 
-def records(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(sequence, payload) of each message record of one block, erased ones and tombstones left out."""
-    i = 0
-    while i + HEAD.size <= len(data):
-        rl, seq, _, slen = HEAD.unpack_from(data, i)
+def records(block: bytes | BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(sequence, payload) of each message record of one block (its bytes, or the file open),
+    erased ones and tombstones left out."""
+    fh, at = as_file(block), 0
+    while head := fh.read(HEAD.size):
+        if len(head) < HEAD.size:
+            if zeroed_rest(fh, head):
+                return
+            raise Torn(f"{len(head)} bytes after the last whole record, at byte {at}")
+        rl, seq, _, slen = HEAD.unpack(head)
         headers, rl = rl & HBIT, rl & ~HBIT
-        if rl == 0 and not any(data[i:]):
+        if rl == 0 and zeroed_rest(fh, head):
             return  # a block's unused, zeroed end
-        if rl < HEAD.size + slen + HASH or i + rl > len(data):
-            raise Torn(f"a record of {rl} bytes at byte {i} of {len(data)}")
-        j = i + HEAD.size + slen
-        if headers:
-            j += 4 + struct.unpack_from("<I", data, j)[0]
-        if j > i + rl - HASH:
-            raise Torn(f"headers past their record at byte {i}")
+        if rl < HEAD.size + slen + HASH:
+            raise Torn(f"a record of {rl} bytes at byte {at}")
+        body = fh.read(rl - HEAD.size)
+        if len(body) < rl - HEAD.size:
+            raise Torn(f"a record of {rl} bytes at byte {at}, past the block's end")
+        j = slen + (4 + struct.unpack_from("<I", body, slen)[0] if headers else 0)
+        if j > len(body) - HASH:
+            raise Torn(f"headers past their record at byte {at}")
         if seq and not seq & (EBIT | TBIT):
-            yield seq, data[j:i + rl - HASH]
-        i += rl
-    if i != len(data):
-        raise Torn(f"{len(data) - i} bytes after the last whole record")
+            yield seq, body[j:len(body) - HASH]
+        at += rl
 
 
 class StoreReader(FileCopyReader):
@@ -53,6 +57,6 @@ class StoreReader(FileCopyReader):
 
     unreadable = (Torn,)
 
-    def messages(self, path: Path, data: bytes):
-        for seq, payload in records(data):
+    def messages(self, path: Path, fh: BinaryIO):
+        for seq, payload in records(fh):
             yield payload, str(seq), None

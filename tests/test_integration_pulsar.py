@@ -186,7 +186,7 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
     s = sc.load("scenarios/pulsar-kill-bookie.yaml", {"runs": 1, "messages": 8_000, "in_flight": 4000, "rate": 2000,
                                                       "after_acks": 3_000,
                                                       "name": "it-pulsar-kill-bookie", "consumers": 1, "nodes": 1,
-                                                      "replicas": 1})
+                                                      "replicas": 1, "read_replicas": True})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     for meta, v in zip(result.metas.values(), result.verdicts):
         assert meta["fault"]["windows"][0].get("ready_ms") is not None, "never whole again"
@@ -202,6 +202,9 @@ def test_killed_bookie_within_the_write_quorum_loses_nothing(tmp_path, spark):
         assert v["live_consumers"] == 1 and v["live_read_status"] == "complete", v
         assert v["live_recv_rows"] >= v["pos_ack_count"] and v["e2e_latency_ms"] is not None, v
         assert v["fault_recv_gaps_ms"][0] is not None, v
+        # every bookie's own copy read from its files, and they agree (replicas' negative control)
+        assert v["replica_reads"] == 3 and v["replica_reads_complete"] is True, v["replica_status"]
+        assert (v["replicas_diverged"], v["acked_on_no_replica"]) == (0, 0), v
 
 
 def _history(session_dir, columns):
@@ -257,13 +260,18 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     """The positive control: E-Qw-Qa 2-2-2, both bookies of the current ensemble killed and
     their disks wiped: every copy of that ledger's entries is gone."""
     s = sc.load("scenarios/pulsar-wipe-write-quorum.yaml", {"runs": 1, "messages": 8_000, "in_flight": 4000,
-                                                            "after_acks": 3_000,
+                                                            "after_acks": 3_000, "read_replicas": True,
                                                             "name": "it-pulsar-wipe", "nodes": 1, "replicas": 1})
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     meta = result.metas["run-001"]
     w = meta["fault"]["windows"][0]
     assert sorted(meta["fault"]["nodes"]) == sorted(w["roles_before"]["ensemble"]), w
+    # the bookies' own copies: what the wiped ones held is on no copy at all, whatever the
+    # end read managed (the loss is the broker's, not the read's)
+    assert v["replica_reads_complete"] is True and v["acked_on_no_replica"] > 0, v
+    if v["read_complete"] is True:
+        assert v["acked_on_no_replica"] == v["acked_missing"], v
     if v["read_complete"] is not True:
         # When every stored entry sat on the wiped bookies (no write landed after the wipe),
         # the broker skips them (autoSkipNonRecoverableData) but the reader still has "a
@@ -284,6 +292,27 @@ def test_wiped_write_quorum_loses_acked_messages(tmp_path, spark):
     with open(result.dir / "lost.csv", newline="") as fh:
         lost = [float(r["first_ack_ms"]) for r in csv.DictReader(fh)]
     assert len(lost) == v["acked_missing"] and max(lost) < w["healed_ms"], (max(lost), w)
+
+
+def test_a_paused_bookie_s_copy_lacks_what_the_others_acked_without_it(tmp_path, spark):
+    """The positive control of `replicas diverge` on Pulsar: E-Qw-Qa 3-3-2, a bookie paused
+    after 3,000 acks until after the reads; each entry acked during the pause is on the other
+    two bookies and missing from its write set's third (scenarios/pulsar-pause-bookie-qa2-replicas.yaml)."""
+    s = sc.load("scenarios/pulsar-pause-bookie-qa2-replicas.yaml", {"name": "it-pulsar-pause-bookie-replicas",
+                                                                    "nodes": 1, "replicas": 1})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (paused,) = result.metas["run-001"]["fault"]["nodes"]
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["replica_reads"] == 3 and v["replica_reads_complete"] is True, v["replica_status"]
+    # acked after the pause: on no copy of the paused bookie, on both of the others
+    assert 0 < v["diverged_acked"] <= v["pos_ack_count"] - 3_000 and v["diverged_positions"] == 0, v
+    assert v["acked_on_no_replica"] == 0 and v["result"] == "fail", v
+    import csv
+
+    with open(result.dir / "divergence.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == v["diverged_acked"] and {r["missing_on"] for r in rows} == {paused}, rows[:3]
 
 
 def _ack_offsets(session_dir):

@@ -153,6 +153,8 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     # replicas read one by one where the system's client can read one node's copy
     ({"system": "rabbitmq", "workload": {"read_replicas": True}}, "workload.read_replicas"),
     ({"system": "redis", "workload": {"read_replicas": True, "topics": 2}}, "workload"),
+    ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"broker": "lite"},
+      "workload": {"read_replicas": True}}, "workload.read_replicas"),
 ])
 def test_system_options_are_checked_per_system(doc, field):
     with pytest.raises(sc.ScenarioError, match=rf"^scenario field '{field}'"):

@@ -237,6 +237,9 @@ class Pulsar(System):
         if o.broker == "lite" and not (o.journal_sync and o.zk_force_sync):
             raise ScenarioError("scenario field 'options.journal_sync': pulsar-lite has no bookies or ZooKeeper; "
                                 "journal_sync and zk_force_sync are for options.broker apache")
+        if o.broker == "lite" and w.read_replicas:
+            raise ScenarioError("scenario field 'workload.read_replicas': pulsar-lite has no bookies whose copies "
+                                "could be read one by one; it is for options.broker apache")
         if o.broker == "apache":
             if o.ensemble_size > o.bookies:
                 raise ScenarioError(f"scenario field 'options.ensemble_size': E={o.ensemble_size} needs that many "

@@ -31,13 +31,9 @@ class BookieMembership:
                 last = f"{b}: {type(e).__name__}"
                 continue
             if status == 200:
-                return sorted(self._bookie_at(addr) for addr in json.loads(body))
+                return sorted(self.client.bookie_at(addr) for addr in json.loads(body))
             last = f"{b}: HTTP {status}"
         raise LookupError(f"no bookie listed the writable bookies ({last})")
-
-    def _bookie_at(self, addr: str) -> str:
-        host, _, port = addr.rpartition(":")
-        return (self.cluster.node_at(host, int(port), "bookie") if port.isdigit() else None) or addr
 
     async def remove_member(self, node: str, same_name: bool = False) -> dict:
         c = self.cluster

@@ -16,13 +16,14 @@ from typing import ClassVar, Optional
 
 from ..base import Client, NodeExited, SystemError_
 from ..runtime import http_get, wait_until
+from .entries import BookieCopies
 from .library import SharedInstances, _close, client_logger
 from .owners import ZkOwners, owned_by
 from .producer import PulsarProducer
 from .read import PulsarConsumer, PulsarReader
 
 
-class PulsarClient(Client):
+class PulsarClient(BookieCopies, Client):
     # the C++ client's reconnect back-off: 100 ms doubling (the availability seed's 100, 300,
     # 700, 1500 ms…), each delay after the first up to 10% shorter (the seed: "-10% jitter")
     reconnect_steps_ms = (100.0, 300.0, 700.0, 1500.0, 3100.0, 6300.0)

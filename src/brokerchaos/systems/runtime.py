@@ -10,7 +10,7 @@ import io
 import threading
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 from ..sandbox.cache import cache_dir, filling, retried  # noqa: F401  (the broker modules' names for them)
 from .base import Hopeless, SystemError_
@@ -197,6 +197,17 @@ def zeroed_rest(fh: BinaryIO, head: bytes) -> bool:
         if any(chunk):
             return False
     return True
+
+
+def heads(fh: BinaryIO, size: int, torn: type[Exception]) -> Iterator[bytes]:
+    """Each record's fixed-size head in turn (the parser reads the rest), to the file's end or
+    its zeroed, unused rest; a shorter tail that is not zeros raises `torn`."""
+    while head := fh.read(size):
+        if len(head) < size:
+            if zeroed_rest(fh, head):
+                return
+            raise torn(f"{len(head)} bytes after the last whole record, at byte {fh.tell() - len(head)}")
+        yield head
 
 
 class FileCopyReader:

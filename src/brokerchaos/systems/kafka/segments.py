@@ -19,7 +19,7 @@ import struct
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from ..runtime import FileCopyReader, as_file, zeroed_rest
+from ..runtime import FileCopyReader, as_file, heads, zeroed_rest
 
 BATCH = struct.Struct(">qiibIhiqqqhii")  # 61 bytes, base offset to record count
 CONTROL, CODEC = 1 << 5, 0x7
@@ -52,11 +52,7 @@ def records(segment: bytes | BinaryIO) -> Iterator[tuple[int, bytes | None]]:
     """(offset, value) of each message of one segment (its bytes, or the file open), control
     batches left out."""
     fh, at = as_file(segment), 0
-    while head := fh.read(BATCH.size):
-        if len(head) < BATCH.size:
-            if zeroed_rest(fh, head):
-                return
-            raise Unreadable(f"{len(head)} bytes after the last whole batch, at byte {at}")
+    for head in heads(fh, BATCH.size, Unreadable):
         base, length, _, magic, _, attrs, _, _, _, _, _, _, count = BATCH.unpack(head)
         if length <= 0 and zeroed_rest(fh, head):
             return  # zeroed space after the last batch

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from ..runtime import FileCopyReader, as_file, zeroed_rest
+from ..runtime import FileCopyReader, as_file, heads, zeroed_rest
 
 HBIT, EBIT, TBIT = 1 << 31, 1 << 63, 1 << 62
 HEAD, HASH = struct.Struct("<IQqH"), 8
@@ -30,11 +30,7 @@ def records(block: bytes | BinaryIO) -> Iterator[tuple[int, bytes]]:
     """(sequence, payload) of each message record of one block (its bytes, or the file open),
     erased ones and tombstones left out."""
     fh, at = as_file(block), 0
-    while head := fh.read(HEAD.size):
-        if len(head) < HEAD.size:
-            if zeroed_rest(fh, head):
-                return
-            raise Torn(f"{len(head)} bytes after the last whole record, at byte {at}")
+    for head in heads(fh, HEAD.size, Torn):
         rl, seq, _, slen = HEAD.unpack(head)
         headers, rl = rl & HBIT, rl & ~HBIT
         if rl == 0 and zeroed_rest(fh, head):

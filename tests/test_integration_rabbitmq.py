@@ -51,6 +51,36 @@ def test_quorum_queue_kill_leader_loses_nothing_and_the_cluster_is_reused(tmp_pa
     assert second["cluster_ready_s"] < first["cluster_ready_s"]
 
 
+def test_a_quorum_queue_s_members_read_one_by_one_agree_after_a_leader_kill(tmp_path, spark):
+    """The negative control of the replica checks on RabbitMQ: each member's Ra log read from
+    its node's files before the end read, once the restarted leader has caught up."""
+    s = sc.load("scenarios/rabbitmq-kill-leader.yaml",
+                {"runs": 1, "messages": 5_000, "after_acks": 2_000, "in_flight": 500, "read_replicas": True,
+                 "name": "it-rabbit-kill-replicas"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["replica_reads"] == 3 and v["replica_reads_complete"] is True, v["replica_status"]
+    assert (v["replicas_diverged"], v["acked_on_no_replica"], v["result"]) == (0, 0, "pass"), v
+
+
+def test_a_follower_killed_until_after_the_reads_holds_less_than_the_other_members(tmp_path, spark):
+    """The positive control: a follower killed after 2,000 acks and started only after the
+    reads (scenarios/rabbitmq-kill-follower-replicas.yaml): what the other two confirmed
+    meanwhile is on their logs and not on its."""
+    s = sc.load("scenarios/rabbitmq-kill-follower-replicas.yaml",
+                {"messages": 6_000, "after_acks": 2_000, "in_flight": 500, "name": "it-rabbit-follower-replicas"})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    (killed,) = result.metas["run-001"]["fault"]["nodes"]
+    assert v["read_complete"] is True and v["acked_missing"] == 0, v
+    assert v["replica_reads"] == 3 and v["replica_reads_complete"] is True, v["replica_status"]
+    assert 0 < v["diverged_acked"] <= v["pos_ack_count"] - 2_000 and v["diverged_positions"] == 0, v
+    assert v["acked_on_no_replica"] == 0 and v["result"] == "fail", v
+    with open(result.dir / "divergence.csv", newline="") as fh:
+        assert {r["missing_on"] for r in csv.DictReader(fh)} == {killed}
+
+
 def test_classic_queue_on_a_killed_node_loses_acked_messages(tmp_path, spark):
     s = sc.load("scenarios/rabbitmq-classic-kill.yaml",
                 {"runs": 1, "messages": 10_000, "after_acks": 3_000, "name": "it-rabbit-classic"})

@@ -151,7 +151,11 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_anything_starts(tmp_path):
     ({"system": "redis", "fault": {"action": "stepdown", "target": "leader", "params": {"every": True}}},
      "fault.action"),
     # replicas read one by one where the system's client can read one node's copy
-    ({"system": "rabbitmq", "workload": {"read_replicas": True}}, "workload.read_replicas"),
+    ({"system": "rabbitmq", "options": {"queue_type": "classic"}, "cluster": {"replicas": 1},
+      "workload": {"read_replicas": True}}, "workload.read_replicas"),
+    ({"system": "rabbitmq", "options": {"queue_type": "stream"}, "workload": {"read_replicas": True}},
+     "workload.read_replicas"),
+    ({"system": "rabbitmq", "workload": {"read_replicas": True, "consumers": 1}}, "workload.read_replicas"),
     ({"system": "redis", "workload": {"read_replicas": True, "topics": 2}}, "workload"),
     ({"system": "pulsar", "cluster": {"nodes": 1, "replicas": 1}, "options": {"broker": "lite"},
       "workload": {"read_replicas": True}}, "workload.read_replicas"),

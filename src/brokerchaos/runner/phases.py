@@ -162,8 +162,12 @@ async def client_side(c: RunContext, rec: RunRecord) -> None:
         await drops.start()
         await write(c, rec, readers, nemeses, gate, producers)
         await heal_before_read(c, rec, nemeses, readers, nem_rec)
+        early = c.dep.client.replicas_before_read  # an end read that takes the messages out of the copies
+        if early:
+            await read_replicas(c, rec)
         await read(c, rec, readers)
-        await read_replicas(c, rec)
+        if not early:
+            await read_replicas(c, rec)
     finally:
         switches.close()
         await teardown(c, rec, readers, nemeses, nem_rec, watch, drops)

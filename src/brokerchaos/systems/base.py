@@ -418,6 +418,9 @@ class Client:
     # it reads each replica's copy of the stream on its own (`workload.read_replicas`):
     # `replica_nodes` names the nodes holding one, `replica_reader` reads one of them
     replica_reads: ClassVar[bool] = False
+    # its end read takes the messages out of the store (a RabbitMQ queue's, whose members
+    # then drop what was settled): its copies are read before the end read, not after
+    replicas_before_read: ClassVar[bool] = False
 
     async def replica_nodes(self) -> list[str]:
         """The nodes holding a copy of the run's stream, once the cluster is whole: those

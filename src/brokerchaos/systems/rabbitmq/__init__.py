@@ -80,6 +80,13 @@ class RabbitMQ(System):
         qt = scenario.options.get("queue_type", "quorum")
         if qt == "classic" and c.replicas != 1 and "replicas" in c.model_fields_set:
             raise ScenarioError("scenario field 'cluster.replicas': a classic queue lives on one node; set it to 1")
+        if qt != "quorum" and scenario.workload.read_replicas:
+            raise ScenarioError(f"scenario field 'workload.read_replicas': a {qt} queue has no members to read one by "
+                                "one; it is for options.queue_type quorum")
+        w = scenario.workload
+        if w.read_replicas and (w.consumers or w.group is not None):
+            raise ScenarioError("scenario field 'workload.read_replicas': consumers settle what they take from the "
+                                "queue, and its members then drop it from their logs; read replicas without them")
         if qt == "stream" and scenario.options.get("message_ttl") is not None:
             raise ScenarioError("scenario field 'options.message_ttl': a stream does not expire messages one by one")
         if c.replicas > c.nodes:

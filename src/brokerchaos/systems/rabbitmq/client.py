@@ -19,6 +19,7 @@ from ..consumer import LiveConsumer
 from ..roles import Roles
 from ..runtime import port_open, wait_until
 from .cluster import AUTH, Management, node_of
+from .ralog import MemberReader, last_index, member_dir
 
 
 def _aio_pika():
@@ -123,6 +124,31 @@ class RabbitClient(Client):
 
     def consumer(self, name: str) -> "RabbitConsumer":
         return RabbitConsumer(self, name)
+
+    # a quorum queue's members read one by one, before the end read settles what they hold
+    replica_reads = True
+    replicas_before_read = True
+
+    async def replica_nodes(self) -> list[str]:
+        """The nodes with a member of the run's queue in their files, once their logs end at
+        the same index (a member restarted catches up after the cluster is whole), or after
+        `workload.read_idle` less a second: then they are read as they are."""
+        ra = getattr(self.cluster, "ra_dir", None)
+        if ra is None:
+            raise SystemError_("this cluster's files are not the harness's to read (an external cluster)")
+        nodes = [n for n in self.cluster.node_names if member_dir(ra(n), self.stream_name) is not None]
+        if not nodes:
+            raise SystemError_(f"no node has a member of {self.stream_name} in its files")
+        deadline = time.monotonic() + max(self.ctx.scenario.workload.read_idle - 1.0, 0.5)
+        while time.monotonic() < deadline:
+            ends = {n: await asyncio.to_thread(last_index, ra(n), self.stream_name) for n in nodes}
+            if len(set(ends.values())) == 1:
+                break
+            await asyncio.sleep(0.5)
+        return nodes
+
+    def replica_reader(self, name: str, node: str) -> "MemberReader":
+        return MemberReader(self.cluster, node, self.stream_name)
 
     group_kinds = ("queue",)  # competing consumers on the run's queue (group.py)
     group_takes = True

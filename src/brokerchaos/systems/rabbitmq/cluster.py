@@ -72,6 +72,10 @@ class RabbitServers(LocalCluster):
                         *stores.glob("*/queues/*/*.idx"), *stores.glob("*/queues/*/journal.jif"),
                         *stores.glob("*/msg_store_persistent/*.rdq")])
 
+    def ra_dir(self, node: str) -> Path:
+        """Where `node` keeps its quorum queues' Ra logs: the WAL and a directory per member."""
+        return self.datadir / node / "mnesia" / self.erl_name(node) / "quorum" / self.erl_name(node)
+
     def metadata_files(self, node: str) -> list[Path]:
         """The node's Mnesia tables (schema, queues, bindings, users: RabbitMQ 3.x's metadata
         store), their logs and its decision table, oldest first."""

@@ -240,3 +240,22 @@ def test_a_broker_s_segment_is_read_batch_by_batch_control_batches_left_out():
         list(records(_batch(0, [b"x"], attrs=1)))
     with pytest.raises(Unreadable, match="a batch of"):
         list(records(seg[:-2]))
+
+
+def test_a_topic_counts_as_made_only_where_a_brokers_metadata_has_it_led():
+    """create_stream waits until every live broker's own metadata answers with the run's
+    topics led (unled): the run's next question, the leader at the start, may go to any
+    broker, and one that has not cached the topic yet answers without it."""
+    from brokerchaos.systems.kafka.client import unled
+
+    def md(**topics):
+        return SimpleNamespace(topics={name: SimpleNamespace(error=None, partitions={
+            i: SimpleNamespace(leader=lead) for i, lead in enumerate(leaders)}) for name, leaders in topics.items()})
+
+    assert unled(md(t=[1, 2]), ["t"], 2) is None
+    assert unled(md(), ["t"], 2) == "t: not known yet"  # this broker has not cached it
+    assert unled(md(t=[1, -1]), ["t"], 2) == "t: no leader yet"
+    assert unled(md(t=[1]), ["t"], 2) == "t: no leader yet"  # partitions still coming
+    assert unled(md(t=[1, 2]), ["t", "t-out"], 2) == "t-out: not known yet"
+    failed = SimpleNamespace(topics={"t": SimpleNamespace(error="LEADER_NOT_AVAILABLE", partitions={})})
+    assert unled(failed, ["t"], 1) == "t: LEADER_NOT_AVAILABLE"

@@ -85,15 +85,16 @@ class KafkaClient(Client):
                 if e.args[0].code() != KafkaError._TIMED_OUT:
                     raise
 
-        # the controller has the topics; the brokers' metadata follows a moment later
+        # the controller has the topics; each broker's metadata cache follows a moment later,
+        # and the run's next question (the leader at the start) may go to any of them: wait
+        # until every live broker answers with the topics led
         async def led():
-            md = await self.metadata()
-            for name in topics:
-                t = md.topics.get(name)
-                if not (t is not None and t.error is None and len(t.partitions) == o.partitions and all(
-                        p.leader >= 0 for p in t.partitions.values())):
-                    return False, f"{name}: {t.error if t is not None and t.error else 'no leader yet'}"
-            return True, "led"
+            for n in self.cluster.node_names:
+                if self.cluster.alive(n):
+                    why = unled(await self.metadata_from(n, 3.0), topics, o.partitions)
+                    if why:
+                        return False, f"{n}: {why}"
+            return True, "led on every broker"
 
         await wait_until(led, timeout, f"topic {self.stream_name}")
         return self.stream_name
@@ -222,3 +223,14 @@ class KafkaClient(Client):
     async def close(self) -> None:
         self.clients.clear()
         self.admin = None
+
+
+def unled(md, topics: list[str], partitions: int) -> str | None:
+    """Why a metadata answer does not yet show every topic with its partitions led, or None."""
+    for name in topics:
+        t = md.topics.get(name)
+        if t is None or t.error is not None:
+            return f"{name}: {t.error if t is not None else 'not known yet'}"
+        if len(t.partitions) != partitions or any(p.leader < 0 for p in t.partitions.values()):
+            return f"{name}: no leader yet"
+    return None

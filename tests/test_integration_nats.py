@@ -134,6 +134,49 @@ def test_a_follower_killed_until_after_the_reads_holds_a_copy_that_diverged(tmp_
     assert {r.rsplit(",", 1)[1] for r in rows} == {down}, rows[:3]
 
 
+def _restarted_leader(tmp_path, version: str):
+    """scenarios/nats-restarted-leader-replicas.yaml on `version`: the leader, cut off from its
+    peers with the producer on its side, killed during the cut and started after it healed."""
+    s = sc.load("scenarios/nats-restarted-leader-replicas.yaml",
+                {"name": f"it-nats-restarted-leader-{version}", "server_version": version})
+    result = Session(s, tmp_path, observer=Quiet(), report=False).run()
+    (v,) = result.verdicts
+    cut, kill = (f["windows"][0] for f in result.metas["run-001"]["faults"])
+    # the kill found the cut server (the producer's), and both faults did what they name
+    assert cut["nodes"] == kill["nodes"] and cut["observed"]["state"] == kill["observed"]["state"] == "observed", \
+        (cut, kill)
+    assert v["read_complete"] is True and v["replica_reads_complete"] is True, v
+    return v, kill["nodes"][0], result.dir
+
+
+def test_a_restarted_leader_keeps_entries_no_quorum_had_on_2_10_22(tmp_path, spark):
+    """The positive control of the NATS restarted-leader case (docs/findings/nats.md): on
+    2.10.22 the old leader keeps and applies the publishes only its Raft log had, so at those
+    positions its stream holds other messages than the two peers', which agree."""
+    v, old, run_dir = _restarted_leader(tmp_path, "2.10.22")
+    assert v["diverged_positions"] > 0 and v["result"] == "fail", v
+    # the end read's consumer is led by any server: read from the old leader's copy, the
+    # messages it displaced are lost, each at a position the read returned holding another
+    assert v["acked_missing"] == v["acked_missing_overwritten"] <= v["diverged_positions"], v
+    import csv
+
+    with open(run_dir / "divergence.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["kind"] == "position"]
+    assert len(rows) == v["diverged_positions"], rows[:3]
+    for r in rows:  # "n1 p1:2022; n2 p1:2045; n3 p1:2045": the old leader alone differs
+        held = dict(x.split(" ", 1) for x in r["nodes"].split("; "))
+        others = {held[n] for n in held if n != old}
+        assert len(others) == 1 and held[old] not in others, r
+
+
+def test_a_restarted_leader_drops_entries_no_quorum_had_from_2_10_23(tmp_path, spark):
+    """The negative control: the same schedule on 2.10.25 (PR #5957, in 2.11.0 and backported
+    to 2.10.23), every copy alike."""
+    v, _, _ = _restarted_leader(tmp_path, "2.10.25")
+    assert v["diverged_positions"] == 0 and v["diverged_acked"] == 0 and v["acked_missing"] == 0, v
+    assert v["result"] == "pass", v
+
+
 def test_producers_in_processes_of_their_own_trigger_the_fault_and_record_every_message(tmp_path, spark):
     s = sc.load("scenarios/nats-kill-leader.yaml",
                 {"runs": 1, "messages": 20_000, "producers": 2, "processes": 2, "after_acks": 10_000,

@@ -14,6 +14,7 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from ..base import Client, ClientEvents, OutcomeCallback, SystemError_
+from .cluster import node_of_server
 from .conn import _close, _connect
 from .read import NatsConsumer, NatsReader
 from .store import StoreReader
@@ -30,6 +31,14 @@ class NatsClient(Client):
 
     def servers(self) -> list[str]:
         return ["nats://{}:{}".format(*self.cluster.address(n)) for n in self.cluster.node_names]
+
+    async def leader_first(self) -> list[str]:
+        """Every server's URL, the stream leader's first (options.producers_connect: leader)."""
+        info = await self.info()
+        if info.cluster is None or not info.cluster.leader:
+            raise SystemError_(f"stream {self.stream_name} has no leader to connect a producer to")
+        first = "nats://{}:{}".format(*self.cluster.address(await node_of_server(self.cluster, info.cluster.leader)))
+        return [first] + [u for u in self.servers() if u != first]
 
     def node_of_url(self, netloc: str) -> Optional[str]:
         host, _, port = netloc.rpartition(":")
@@ -131,7 +140,10 @@ class NatsProducer(ClientEvents):
             self._at = self.node()
             self.on_event("reconnect", self._at, "nats-py reconnected_cb")
 
-        self.nc = await _connect(self.system.servers(), f"brokerchaos-{self.name}", 30, disconnected, reconnected)
+        leader_first = self.system.options.producers_connect == "leader"
+        servers = await self.system.leader_first() if leader_first else self.system.servers()
+        self.nc = await _connect(servers, f"brokerchaos-{self.name}", 30, disconnected, reconnected,
+                                 ordered=leader_first)
         self._at = self.node()  # the node a disconnect leaves (nats-py no longer says)
         self.inbox = self.nc.new_inbox()
         prefix_len = len(self.inbox) + 1

@@ -10,7 +10,7 @@ import shutil
 import signal
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,6 +39,12 @@ class NatsOptions(BaseModel):
         "default", description="when JetStream fsyncs its files: default (the server's: every 2 minutes), always "
                                "(before each ack), or a duration such as 1s or 100ms; needs nats-server 2.10 or "
                                "later (cluster.version)")
+
+    producers_connect: Literal["random", "leader"] = Field(
+        "random", description="the server each producer connects to: random (nats-py's way: any server of the "
+                              "cluster), or leader: the server leading the stream when the producer starts, the "
+                              "others after it, in order, for its reconnects (a cut of the leader from its peers "
+                              "then keeps the producer's publishes on the leader's side)")
 
     lame_duck_duration: str = Field(
         "default", description="lame-duck mode (the lame-duck fault): the time over which the server closes its "

@@ -31,7 +31,7 @@ async def _close(nc) -> None:
 
 
 async def _connect(servers: list[str], name: str, timeout: float, disconnected=None, reconnected=None,
-                   check=lambda: None):
+                   check=lambda: None, ordered: bool = False):
     """`check` raises when waiting is hopeless (a server of ours exited while starting)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -49,6 +49,7 @@ async def _connect(servers: list[str], name: str, timeout: float, disconnected=N
                 disconnected_cb=disconnected or _quiet(),
                 reconnected_cb=reconnected or _quiet(),
                 allow_reconnect=True,
+                dont_randomize=ordered,
             )
         except (NoServersError, OSError, NatsTimeout, asyncio.TimeoutError) as e:
             last = e

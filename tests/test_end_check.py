@@ -55,6 +55,9 @@ class _Roles:
             raise a
         return a
 
+    async def short_of_copies(self, ids):
+        return [f"ledger {i}: OPEN" for i in ids]
+
 
 class _Dep:
     def __init__(self, roles):
@@ -89,6 +92,8 @@ def test_what_is_still_short_at_the_bound_is_recorded(monkeypatch):
     roles, rec, rows, _ = _check([["7", "9"]], 0.05, monkeypatch)
     assert roles.asked >= 2 and rec.under_replicated == ["7", "9"] and rows[0][1]["value"] == 2
     assert "2 ledger(s) (7, 9;" in rec.end_check
+    # what the system says each still-short ledger is, after the count
+    assert rec.end_check.endswith("; ledger 7: OPEN; ledger 9: OPEN"), rec.end_check
 
 
 def test_a_cluster_that_never_answers_is_not_an_all_clear(monkeypatch):
@@ -143,3 +148,27 @@ def test_no_watch_where_the_system_keeps_no_account():
         return watch.task, await watch.stop()
 
     assert asyncio.run(main()) == (None, None)
+
+
+def test_a_pulsar_ledger_still_short_is_named_by_its_topic_state_and_ensembles():
+    """The line for a ledger the auditor still lists: BookKeeper's metadata as its bookies'
+    HTTP admin API gives it (`/api/v1/ledger/metadata`), the bookies by node name."""
+    import base64
+
+    from brokerchaos.systems.pulsar.copies import UnderReplication
+
+    class Cluster:
+        def node_at(self, host, port, service):
+            return {"198.18.0.13": "b2", "198.18.0.15": "b4", "198.18.0.14": "b3"}.get(host)
+
+    roles = UnderReplication()
+    roles.cluster = Cluster()
+    ml = base64.b64encode(b"pulsar/198.18.0.11:8080/persistent/healthcheck").decode()
+    md = {"ledgerId": 0, "state": "OPEN", "lastEntryId": -1, "customMetadata": {"pulsar/managed-ledger": ml},
+          "allEnsembles": {"0": [{"id": "198.18.0.13:3181"}, {"id": "198.18.0.15:3181"}, {"id": "198.18.0.14:3181"}],
+                           "12": [{"id": "198.18.0.13:3181"}, {"id": "198.18.0.15:3181"}, {"id": "10.0.0.9:3181"}]}}
+    assert roles.ledger_line("0", md) == ("ledger 0 (pulsar/198.18.0.11:8080/persistent/healthcheck): OPEN, "
+                                          "ensembles 0: b2 b4 b3; 12: b2 b4 10.0.0.9:3181")
+    closed = {**md, "state": "CLOSED", "lastEntryId": 2, "customMetadata": {}}
+    assert roles.ledger_line("0", closed) == \
+        "ledger 0: CLOSED, last entry 2, ensembles 0: b2 b4 b3; 12: b2 b4 10.0.0.9:3181"

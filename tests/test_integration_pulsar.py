@@ -342,7 +342,7 @@ def _autorecovery(tmp_path, name: str, **options):
     result = Session(s, tmp_path, observer=Quiet(), report=False).run()
     (v,) = result.verdicts
     assert v["read_complete"] is True and v["acked_missing"] == 0, v
-    return v, result.metas["run-001"]
+    return v, result.metas["run-001"], result.dir / "run-001"
 
 
 def test_autorecovery_leaves_no_ledger_under_replicated(tmp_path, spark):
@@ -354,18 +354,33 @@ def test_autorecovery_leaves_no_ledger_under_replicated(tmp_path, spark):
     # beside the suite (the bookie's restart and the wait for the cluster whole took 21 s):
     # the copies were back by then. The background watch from the write's start looks
     # throughout the ~30 s the marks stand, whatever the load.
-    v, meta = _autorecovery(tmp_path, "it-pulsar-autorecovery", rereplication_grace_s=30)
+    v, meta, run_dir = _autorecovery(tmp_path, "it-pulsar-autorecovery", rereplication_grace_s=30)
     during = meta["copies_during"]
     assert during["most"] > 0 and during["first_ms"] > meta["fault"]["windows"][0]["t_ms"], meta["end_check"]
-    assert meta["under_replicated"] == [], meta["end_check"]
+    assert meta["under_replicated"] == [], (meta["end_check"], _recovery_lines(run_dir))
     assert v["under_replicated"] == 0 and v["end_check"] == meta["end_check"]
     assert expect.parse("replicated")[0].check(v)[0] == "pass"
+
+
+def _recovery_lines(run_dir, most: int = 40) -> list[str]:
+    """What the bookies' AutoRecovery said (the auditor's marks, each replication worker's
+    recoveries and copies): a failing end check's account, since CI keeps no run directory."""
+    import re
+    from pathlib import Path
+
+    said = re.compile(r"Auditor|ReplicationWorker|LedgerRecoveryOp|ReadOnlyLedgerHandle|fence request|"
+                      r"LedgerFragmentReplicator|underreplicated", re.I)
+    out = []
+    for log in sorted(Path(run_dir, "logs").glob("b*.log")):
+        out += [f"{log.stem}: {ln[:240]}" for ln in log.read_text(errors="replace").splitlines()
+                if said.search(ln) and "DEBUG" not in ln and not ln.startswith("\t")]
+    return sorted(out, key=lambda x: x.split(": ", 1)[1])[-most:]
 
 
 def test_an_end_check_before_autorecovery_is_done_shows_under_replication(tmp_path, spark):
     """The positive control: one look (recovery_timeout_s 0) while the topic's open ledger's
     grace (120 s) still holds its copy back."""
-    v, meta = _autorecovery(tmp_path, "it-pulsar-under-replicated", rereplication_grace_s=120,
+    v, meta, _ = _autorecovery(tmp_path, "it-pulsar-under-replicated", rereplication_grace_s=120,
                             recovery_timeout_s=0)
     assert v["under_replicated"] >= 1 and len(meta["under_replicated"]) == v["under_replicated"], meta
     assert meta["end_check"].startswith("under-replicated after"), meta["end_check"]

@@ -85,9 +85,20 @@ async def end_check(dep: Deployment, rec: RunRecord, nem_rec: Recorder, line: Ca
             break
         await asyncio.sleep(min(EVERY_S, bound - waited))
     detail = describe(first, last, waited, error, rec.copies_during)
+    if last:
+        detail += await what_is_short(dep, last)
     nem_rec.record("check", value=None if last is None else len(last), detail=detail)
     rec.under_replicated, rec.end_check = last, detail
     line(f"End check: {detail}")
+
+
+async def what_is_short(dep: Deployment, ids: list[str]) -> str:
+    """The system's own account of what is still short, appended to the check's detail."""
+    try:
+        lines = await asyncio.wait_for(dep.roles.short_of_copies(ids), LOOK_TIMEOUT_S)
+    except Exception as e:  # the detail is for the reader; the count stands without it
+        return f"; not described ({type(e).__name__}: {e})"
+    return "".join(f"; {x}" for x in lines)
 
 
 def describe(first: Optional[list[str]], last: Optional[list[str]], waited: float, error: Optional[str],

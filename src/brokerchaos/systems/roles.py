@@ -122,6 +122,11 @@ class Roles:
         AutoRecovery: under-replicated ledger ids); raises where it cannot be asked."""
         raise LookupError("this system keeps no account of under-replicated data")
 
+    async def short_of_copies(self, ids: list[str]) -> list[str]:
+        """What each of `ids` (from under_replicated) is, one line each, for an end check that
+        still finds them; nothing where the system says no more than their ids."""
+        return []
+
     async def whole(self) -> tuple[bool, str]:
         """One look: is the cluster whole and serving? (ok, what was seen)."""
         await self.client.connect(5.0)

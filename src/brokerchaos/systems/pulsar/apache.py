@@ -23,9 +23,10 @@ from .. import jvm
 from ..base import CLOCK, CORRUPT, POWER, WIPE, NodeExited, SystemError_
 from ..cluster import LocalCluster
 from ...sandbox import process
-from ..runtime import http_get, http_request, port_open, quiet_logger, wait_until
+from ..runtime import http_get, port_open, quiet_logger, wait_until
 from . import files, release
 from .bookies import BookieMembership
+from .copies import UnderReplication
 from .roles import PulsarRoles
 
 ZK = "zk"
@@ -298,7 +299,7 @@ class ApachePulsar(LocalCluster):
         return self._versions.get("pulsar")
 
 
-class ApachePulsarRoles(BookieMembership, PulsarRoles):
+class ApachePulsarRoles(UnderReplication, BookieMembership, PulsarRoles):
     """The topic's owner by lookup; its ledgers and their bookies from the topic's internal
     stats (the seed read the first ledger's ensemble from ZooKeeper; this asks for the
     current one)."""
@@ -357,32 +358,6 @@ class ApachePulsarRoles(BookieMembership, PulsarRoles):
         if ledgers:
             out["ensemble"] = self.bookies_of(ledgers[-1])
         return out
-
-    def copies_wait(self) -> Optional[float]:
-        o = self.client.options
-        return o.recovery_timeout_s if o.autorecovery else None
-
-    async def under_replicated(self) -> list[str]:
-        """The ledgers AutoRecovery's auditor has marked under-replicated, as a bookie's HTTP
-        admin API lists them; LookupError if no bookie answers or no auditor is elected (an
-        empty list from nobody watching would be a false all-clear)."""
-        errors = []
-        for b in self.cluster.bookies:
-            host, port = self.cluster.address(b, "bookie_admin")
-            try:
-                auditor = await http_get(host, port, "/api/v1/autorecovery/who_is_auditor", 10.0)
-                if not auditor.strip():
-                    raise OSError("no auditor elected")
-                status, body = await http_request(host, port, "/api/v1/autorecovery/list_under_replicated_ledger", 30.0)
-            except (OSError, asyncio.TimeoutError) as e:
-                errors.append(f"{b}: {e or type(e).__name__}")
-                continue
-            if status == 404 and b"No under replicated" in body:
-                return []
-            if status == 200:
-                return [str(x) for x in json.loads(body)]
-            errors.append(f"{b}: HTTP {status} {body[:60]!r}")
-        raise LookupError("no bookie told its under-replicated ledgers: " + "; ".join(errors))
 
     async def whole(self) -> tuple[bool, str]:
         c = self.cluster

@@ -34,6 +34,14 @@ AGAIN = 10_000  # values processed a second time by the other member
 
 
 def _member(directory: Path, client: str, part: int, values: np.ndarray, t0: int) -> int:
+    """One member's rows (member_table), written in CHUNK-row files."""
+    table = member_table("bench", client, part, values, t0)
+    for i, start in enumerate(range(0, len(table), CHUNK)):
+        pq.write_table(table.slice(start, CHUNK), directory / f"{client}-{i:05d}.parquet")
+    return len(table)
+
+
+def member_table(run: str, client: str, part: int, values: np.ndarray, t0: int) -> pa.Table:
     """One member's rows: its subscribe and assignment, a recv per value (position =
     value's place in its partition), a commit after every 500."""
     n = len(values)
@@ -55,8 +63,8 @@ def _member(directory: Path, client: str, part: int, values: np.ndarray, t0: int
     pos[:2] = 0
     seq = np.arange(1, m + 1, dtype=np.int64)
     is_recv = types == "recv"
-    table = pa.table({
-        "run": pa.array(["bench"] * m), "client": pa.array([client] * m), "seq": seq,
+    return pa.table({
+        "run": pa.array([run] * m), "client": pa.array([client] * m), "seq": seq,
         "t_ns": t0 + seq * 700, "type": pa.array(types.tolist(), pa.string()),
         "producer": pa.array(np.where(is_recv, "p1", None).tolist(), pa.string()),
         "value": pa.array(vals, mask=~has_val), "offset": pa.array(
@@ -67,11 +75,8 @@ def _member(directory: Path, client: str, part: int, values: np.ndarray, t0: int
         "window": pa.nulls(m, pa.int64()), "intended_ns": pa.nulls(m, pa.int64()), "send_ns": pa.nulls(m, pa.int64()),
         "group": pa.array(["g1"] * m), "partition": pa.array([str(part)] * m),
         "position": pa.array(pos, mask=~(is_recv | (types == "commit"))), "epoch": pa.nulls(m, pa.int64()),
-        "txn": pa.nulls(m, pa.int64()),
+        "txn": pa.nulls(m, pa.int64()), "topic": pa.nulls(m, pa.string()),
     }, schema=SCHEMA)
-    for i, start in enumerate(range(0, m, CHUNK)):
-        pq.write_table(table.slice(start, CHUNK), directory / f"{client}-{i:05d}.parquet")
-    return m
 
 
 def generate_group(directory: Path, n: int, seed: int = 2) -> int:

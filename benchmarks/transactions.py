@@ -49,17 +49,22 @@ def transactional(src: Path, dest: Path) -> None:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(src, dest)
     for f in dest.rglob("*.parquet"):
-        t = pq.read_table(f)
-        # a read_committed read never gets an aborted transaction's messages
-        t = t.filter(pc.invert(pc.and_(pc.equal(t.column("type"), "recv"), _aborted(t))))
-        txn, nth = _txn(t), _aborted(t)
-        outcome = pc.is_in(t.column("type"), pa.array(["ack", "nack", "unknown"]))
-        txn = pc.if_else(outcome, txn, pa.nulls(len(t), pa.int64()))
-        types = pc.if_else(pc.and_(pc.equal(t.column("type"), "ack"), nth), pa.scalar("nack"), t.column("type"))
-        cols = {c: t.column(c) for c in t.column_names}
-        cols["type"], cols["txn"] = types, txn
-        pq.write_table(pa.table({c: cols.get(c, pa.nulls(len(t), SCHEMA.field(c).type)) for c in SCHEMA.names},
-                                schema=SCHEMA), f)
+        pq.write_table(in_transactions(pq.read_table(f)), f)
+
+
+def in_transactions(t: pa.Table) -> pa.Table:
+    """One history table's producer outcomes in transactions of SIZE, every ABORT_EVERY-th
+    aborted (its acks become nacks, its messages never read)."""
+    # a read_committed read never gets an aborted transaction's messages
+    t = t.filter(pc.invert(pc.and_(pc.equal(t.column("type"), "recv"), _aborted(t))))
+    txn, nth = _txn(t), _aborted(t)
+    outcome = pc.is_in(t.column("type"), pa.array(["ack", "nack", "unknown"]))
+    txn = pc.if_else(outcome, txn, pa.nulls(len(t), pa.int64()))
+    types = pc.if_else(pc.and_(pc.equal(t.column("type"), "ack"), nth), pa.scalar("nack"), t.column("type"))
+    cols = {c: t.column(c) for c in t.column_names}
+    cols["type"], cols["txn"] = types, txn
+    return pa.table({c: cols.get(c, pa.nulls(len(t), SCHEMA.field(c).type)) for c in SCHEMA.names},
+                    schema=SCHEMA)
 
 
 def main() -> None:

@@ -32,12 +32,19 @@ class NatsClient(Client):
     def servers(self) -> list[str]:
         return ["nats://{}:{}".format(*self.cluster.address(n)) for n in self.cluster.node_names]
 
-    async def leader_first(self) -> list[str]:
-        """Every server's URL, the stream leader's first (options.producers_connect: leader)."""
+    async def leader_node(self) -> str:
+        """The node leading the stream, as the JetStream API says over this connection."""
         info = await self.info()
         if info.cluster is None or not info.cluster.leader:
-            raise SystemError_(f"stream {self.stream_name} has no leader to connect a producer to")
-        first = "nats://{}:{}".format(*self.cluster.address(await node_of_server(self.cluster, info.cluster.leader)))
+            # single server without clustering: it is the leader
+            if len(self.cluster.node_names) == 1:
+                return self.cluster.node_names[0]
+            raise SystemError_(f"stream {self.stream_name} has no leader")
+        return await node_of_server(self.cluster, info.cluster.leader)
+
+    async def leader_first(self) -> list[str]:
+        """Every server's URL, the stream leader's first (options.producers_connect: leader)."""
+        first = "nats://{}:{}".format(*self.cluster.address(await self.leader_node()))
         return [first] + [u for u in self.servers() if u != first]
 
     def node_of_url(self, netloc: str) -> Optional[str]:

@@ -46,13 +46,7 @@ class NatsRoles(Roles):
             await asyncio.gather(*tries, return_exceptions=True)
 
     async def _leader_by_api(self) -> str:
-        info = await self.client.info()
-        if info.cluster is None or not info.cluster.leader:
-            # single server without clustering: it is the leader
-            if len(self.cluster.node_names) == 1:
-                return self.cluster.node_names[0]
-            raise SystemError_(f"stream {self.ctx.stream_name} has no leader")
-        return await node_of_server(self.cluster, info.cluster.leader)
+        return await self.client.leader_node()
 
     async def _leader_by_jsz(self, node: str) -> str:
         lead = (await self._jsz_leaders(node)).get(self.ctx.stream_name)

@@ -344,12 +344,7 @@ class ApachePulsarRoles(UnderReplication, BookieMembership, PulsarRoles):
         found = ENSEMBLES.findall(ledger.get("metadata") or "")
         if not found:
             raise LookupError(f"ledger {ledger.get('ledgerId')}: no ensemble in its metadata")
-        out = []
-        for addr in found[-1].split(","):
-            host, _, port = addr.strip().rpartition(":")
-            node = self.cluster.node_at(host, int(port), "bookie") if port.isdigit() else None
-            out.append(node or addr.strip())
-        return out
+        return [self.bookie_name(addr.strip()) for addr in found[-1].split(",")]
 
     async def describe(self) -> dict:
         out: dict = {"leader": await self.leader()}

@@ -84,6 +84,7 @@ class UnderReplication:
         return f"ledger {lid}" + (f" ({owner})" if owner else "") + f": {state}{end}, ensembles {'; '.join(parts)}"
 
     def bookie_name(self, addr: str) -> str:
+        """The bookie node at `host:port`, or the address as given where no node is there."""
         host, _, port = addr.rpartition(":")
         return (self.cluster.node_at(host, int(port), "bookie") if port.isdigit() else None) or addr
 

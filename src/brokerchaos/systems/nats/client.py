@@ -90,7 +90,9 @@ class NatsClient(Client):
                 # right after start-up the meta leader may not yet know every peer
                 last = e
                 await asyncio.sleep(0.2)
-        raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: {last!r}")
+        # an APIError's repr drops its code and description ("BadRequestError()"); its str keeps them
+        raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: "
+                           f"{type(last).__name__}: {last}")
 
     async def drop_stream(self) -> None:
         try:

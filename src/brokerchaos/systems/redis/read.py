@@ -58,8 +58,10 @@ class RedisReader:
 
 
 def _killed(e: Exception) -> bool:
-    """The server closed the connection (a client kill), not a refused or failed command."""
-    return type(e).__name__ == "ConnectionError" and "closed by server" in str(e)
+    """The server ended the connection (a client kill), not a refused or failed command: it
+    closes it ('closed by server') or, when the kill finds the ask unread, resets it."""
+    said = str(e)
+    return type(e).__name__ == "ConnectionError" and ("closed by server" in said or "reset by peer" in said)
 
 
 class RedisConsumer(LiveConsumer):

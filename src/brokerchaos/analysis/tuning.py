@@ -43,8 +43,12 @@ class Tuning:
     # instead of lag() per bucket and a carry between buckets (three): for a run's worth of
     # rows the buckets' extra jobs cost more than the one task they spare
     plain_rows: int = 1_000_000
-    # a history up to this many bytes of Parquet (a run of ~20,000 messages) is read once into
-    # memory as one partition: every query then has no shuffle (one partition already meets
-    # any grouping), one task and no file to open, which is what a small run's queries spend
-    # their time on; past it, the copy costs more than the second core and the reads it spares
-    small_bytes: int = 1 << 20
+    # a history up to this many bytes of Parquet (a run of ~80,000 messages; 20 runs of 1,000
+    # with a consumer group each are 1.2 MB) is read once into memory as one partition: every
+    # query then has no shuffle (one partition already meets any grouping), one task and no
+    # file to open, which is what a small run's queries spend their time on; past it, the copy
+    # gains nothing over the second core and the reads it spares (2026-12-06, warm: group
+    # 20 x 1,000 9.1-9.4 s in memory against 11.2-11.7 s from the files; plain 100 x 1,000,
+    # 4.4 MB, 5.6-7.0 against 7.1-7.5 s; one group run of 100,000, 7.1 MB, 7.4-7.7 against
+    # 6.6-7.9 s; docs/benchmarks/history.md)
+    small_bytes: int = 4 << 20

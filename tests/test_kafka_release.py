@@ -1,6 +1,7 @@
 """Kafka releases by cluster.version (systems/kafka/release.py): the form, the mode each
 release runs in, a minor resolved to its newest patch from Maven Central's list (a cached
 copy here: no network), and the pom written for a release."""
+import io
 import os
 import time
 
@@ -60,6 +61,32 @@ def test_an_old_list_is_asked_again_and_kept_when_the_ask_fails(cache, monkeypat
     monkeypatch.setattr(releases.urllib.request, "urlopen", refused)
     assert release.resolve("4.3").version == "4.3.2"
     assert asked == [release.LISTING.url]
+
+
+def test_a_release_missing_from_a_list_an_hour_old_is_asked_for_again(cache, monkeypatch):
+    path = cache / "maven" / "kafka_2.13-metadata.xml"
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))
+    newer = path.read_text().replace("<version>4.3.2</version>", "<version>4.3.2</version><version>4.5.0</version>")
+    asked = []
+
+    class Answer(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def answered(url, timeout):
+        asked.append(url)
+        return Answer(newer.encode())
+
+    monkeypatch.setattr(releases.urllib.request, "urlopen", answered)
+    assert release.resolve("4.3").version == "4.3.2" and asked == []  # found in the list: not asked
+    assert release.LISTING.lists("4.3.2") and asked == []
+    assert release.resolve("4.5").version == "4.5.0"  # a minor out within the hour: asked, found
+    assert asked == [release.LISTING.url]
+    assert release.LISTING.lists("4.5.1") is False and len(asked) == 1  # the list is now fresh: not asked again
 
 
 @pytest.mark.parametrize("version, metadata, kraft, why", [

@@ -17,6 +17,8 @@ from brokerchaos.systems.pulsar import cpp_client
 
 RELEASES = {"confluent-kafka": ["1.9.2", "2.4.0", "2.6.0", "2.6.2", "2.6.1", "2.16.1"],
             "pulsar-client": ["3.4.0", "3.5.0", "3.13.0"]}
+# the releases this interpreter loaded are listed too: setup installs the newest, whatever day it runs
+LOADED = {dist: v for dist in RELEASES if (v := pyclients.PyClient(dist, "", (0, 0), "").loaded())}
 
 
 @pytest.fixture
@@ -24,6 +26,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("BROKERCHAOS_CACHE", str(tmp_path))
     (tmp_path / "pypi").mkdir()
     for dist, versions in RELEASES.items():
+        versions = versions + [LOADED[dist]] if dist in LOADED else versions
         doc = {"info": {"version": versions[-1], "requires_python": ">=3.8.0"},
                "releases": {v: [{"filename": f"{dist}-{v}.whl"}] for v in versions + ["2.5.0rc1"]}}
         (tmp_path / "pypi" / f"{dist}.json").write_text(json.dumps(doc))

@@ -52,8 +52,7 @@ class PyClient:
         """The release `asked` names (a minor's newest patch), one PyPI lists."""
         listing = self.listing()
         version = listing.newest(self.asked, self.dist, fetch, FIELD)
-        listed = listing.versions(fetch)
-        if listed and version not in listed:
+        if listing.lists(version, fetch) is False:
             raise ScenarioError(f"scenario field '{FIELD}': PyPI lists no {self.dist} {version}")
         return version
 

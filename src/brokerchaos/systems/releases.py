@@ -20,6 +20,7 @@ from .runtime import cache_dir, retried
 
 CENTRAL = "https://repo1.maven.org/maven2"
 LIST_MAX_AGE_S = 86_400
+RECHECK_AFTER_S = 600  # a release missing from a list older than this is asked for again
 FETCH_TIMEOUT_S = 20
 _FORM = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 
@@ -58,8 +59,20 @@ class Listing:
     def versions(self, fetch: bool = True) -> list[str]:
         """X.Y.Z releases, oldest first: from the cache when under a day old, else asked
         again (a failed ask falls back on the cache)."""
+        return self._read(fetch, LIST_MAX_AGE_S)
+
+    def lists(self, version: str, fetch: bool = True) -> Optional[bool]:
+        """Whether the registry lists `version` (None: no list to say). A cached list may be
+        older than a release just out: one missing from a list over RECHECK_AFTER_S old is
+        asked for again before it is called missing."""
+        listed = self.versions(fetch)
+        if listed and version not in listed and fetch:
+            listed = self._read(fetch, RECHECK_AFTER_S)
+        return (version in listed) if listed else None
+
+    def _read(self, fetch: bool, max_age_s: float) -> list[str]:
         path = self.path
-        fresh = path.exists() and time.time() - path.stat().st_mtime < LIST_MAX_AGE_S
+        fresh = path.exists() and time.time() - path.stat().st_mtime < max_age_s
         if fetch and not fresh:
             got, err = retried(lambda: self._ask(path), f"the list of {self.name} releases")
             if got != 0 and not path.exists():
@@ -87,6 +100,8 @@ class Listing:
         if patch is not None:
             return asked
         patches = [v for v in self.versions(fetch) if parse(v)[:2] == (major, minor)]
+        if not patches and fetch:  # a minor just out may be missing from a cached list
+            patches = [v for v in self._read(fetch, RECHECK_AFTER_S) if parse(v)[:2] == (major, minor)]
         if not patches:
             raise ScenarioError(f"scenario field '{field}': {self.url.split('/')[2]} lists no {what} "
                                 f"{asked}.x release")

@@ -8,7 +8,7 @@ from typing import Optional
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from .frames import DEFAULT, only_runs, with_per_run, with_previous
+from .frames import DEFAULT, only_runs, with_per_run, with_previous, local_table
 from .latency import ack_latency_columns
 from .tuning import Tuning
 
@@ -51,7 +51,7 @@ class Windows:
     @property
     def df(self) -> DataFrame:
         if self._df is None:
-            self._df = self.spark.createDataFrame(self.rows, "run string, w int, t_fault long, t_wend long")
+            self._df = local_table(self.spark, self.rows, "run string, w int, t_fault long, t_wend long")
         return self._df
 
 

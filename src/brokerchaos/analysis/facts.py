@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from .availability import gaps
 from .tuning import Tuning
+from .frames import local_table
 
 
 def session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict],
@@ -33,7 +34,7 @@ def session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dic
             # rows of other runs at the same times are left out below)
             rows = rows.where(ts.isin(times))
         else:
-            at = spark.createDataFrame(sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
+            at = local_table(spark, sorted({(run, tm) for run, _, tm in want}), "run string, t_ns long")
             rows = rows.join(F.broadcast(at), ["run", "t_ns"])
         rows = rows.select("run", "t_ns", "type", "client", "seq", "node").collect()
         for run, kind, tm in want:
@@ -44,7 +45,7 @@ def session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dic
                 out[run][kind] = (cands[-1] if kind.endswith("_f") else cands[0])[2]
     first = [(r, tf, te) for r, i, tf, te, *_ in windows if i == 0]
     if first:
-        w0 = spark.createDataFrame(first, "run string, t_fault long, t_wend long")
+        w0 = local_table(spark, first, "run string, t_fault long, t_wend long")
         # the receivers already reading when the fault's window closed (a consumer that only
         # reads after the write phase has no row by then and costs nothing here)
         recv = df.where(t == "recv").select("run", "client", "t_ns")

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from ..history.schema import ACKED, COMMIT_OK
 from .counts import _bit, _blk  # the same blocks of values as the run's counts
-from .frames import count_when, with_previous
+from .frames import count_when, with_previous, local_table
 from .tuning import Tuning
 
 # what an assignment row stands for among a member's positions: below any position, so the
@@ -154,7 +154,7 @@ def skipped(checked: DataFrame, members: DataFrame, groups: list[tuple[str, str]
     stored = (checked.where((c("type") == "recv") & ident).select("run", "client", "producer", "value", "offset")
               .join(sent, ["run", "producer", "value"], "left_semi"))
     done = members.where((c("type") == "recv") & ident).select("run", "g", "producer", "value").distinct()
-    gdf = F.broadcast(spark.createDataFrame(groups, "run string, g string"))
+    gdf = F.broadcast(local_table(spark, groups, "run string, g string"))
     skips = (stored.join(gdf, "run").join(done, ["run", "g", "producer", "value"], "left_anti")
              .groupBy("run", "g", "producer", "value")
              .agg(F.concat_ws(" ", F.array_sort(F.collect_set(_where_found()))
@@ -185,7 +185,7 @@ def analyze_groups(members: DataFrame, groups: list[tuple[str, str]], blocks: Da
     """Every group figure. `members`: the members' rows with their group as `g`; `groups`:
     (run, group) of each group; `blocks`: the counts' bit-set blocks."""
     spark = members.sparkSession
-    gdf = spark.createDataFrame(groups, "run string, g string")
+    gdf = local_table(spark, groups, "run string, g string")
     recv = members.where(F.col("type") == "recv")
     gblocks = group_blocks(recv, t).persist()
     try:

@@ -38,7 +38,7 @@ from .counts import (
     value_ranges,
 )
 from .facts import live_reader
-from .frames import count_when
+from .frames import count_when, local_table
 from .groups import Groups, analyze_groups
 from .ordering import first_reads
 from . import replicas as replica_reads
@@ -154,7 +154,7 @@ def _clients(spark: SparkSession, df: DataFrame, pairs: set, keep: bool = True) 
     """The rows of these (run, client) pairs (keep), or every other row."""
     if len(pairs) <= LITERAL_CLIENTS:
         return df.where(_is(pairs) if keep else ~_is(pairs))
-    who = F.broadcast(spark.createDataFrame(sorted(pairs), "run string, client string"))
+    who = F.broadcast(local_table(spark, sorted(pairs), "run string, client string"))
     return df.join(who, ["run", "client"], "inner" if keep else "left_anti")
 
 
@@ -230,7 +230,7 @@ def other_rows(spark: SparkSession, df: DataFrame) -> Rows:
         # what the group verdicts, the consumer outage and end-to-end latency read of them
         members = _clients(spark, df, set(member_of)).select(*MEMBER_COLUMNS)
         members = members.withColumn("g", _group_of(member_of)) if len(member_of) <= LITERAL_CLIENTS else \
-            members.join(F.broadcast(spark.createDataFrame(sorted((r, c, g) for (r, c), g in member_of.items()),
+            members.join(F.broadcast(local_table(spark, sorted((r, c, g) for (r, c), g in member_of.items()),
                                                             "run string, client string, g string")), ["run", "client"])
     out_recv = _clients(spark, df, outputs).where(F.col("type") == "recv") if outputs else None
     reps = replica_reads.labelled(spark, _clients(spark, df, set(replica_of)).where(F.col("type") == "recv"),
@@ -258,7 +258,7 @@ def taken(members: DataFrame, takes: list[tuple[str, str]]) -> DataFrame:
     if len(takes) <= LITERAL_CLIENTS:
         acks = members.where(_is(takes, "g") & named)
     else:  # a soak's thousands of runs: a broadcast join, as _clients picks
-        who = F.broadcast(members.sparkSession.createDataFrame(takes, "run string, g string"))
+        who = F.broadcast(local_table(members.sparkSession, takes, "run string, g string"))
         acks = members.where(named).join(who, ["run", "g"])
     return (acks.groupBy("run", "g", "producer", "value")
             .agg(F.min("t_ns").alias("t_ns"), F.min("seq").alias("seq"))

@@ -11,7 +11,7 @@ from typing import Optional
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .frames import DEFAULT, MS, columns_once, with_per_run
+from .frames import DEFAULT, MS, columns_once, with_per_run, local_table
 from .tuning import Tuning
 
 
@@ -184,14 +184,14 @@ def _place(need: dict, run: str, parts: list[tuple], ranks: dict[int, int]) -> N
 
 
 def _intervals(lats: DataFrame, parts: list[tuple]) -> DataFrame:
-    iv = lats.sparkSession.createDataFrame([(run, lo, hi) for run, lo, hi, _ in parts],
+    iv = local_table(lats.sparkSession, [(run, lo, hi) for run, lo, hi, _ in parts],
                                            "run string, lo long, hi long")
     return lats.join(F.broadcast(iv), "run").where(F.col("lat").between(F.col("lo"), F.col("hi")))
 
 
 def _sorted_ranks(lats: DataFrame, parts: list[tuple]) -> dict[tuple, int]:
     """The values at the wanted ranks of each (run, lo, hi, {rank within: rank in run})."""
-    ks = lats.sparkSession.createDataFrame([(run, lo, k) for run, lo, _, ks in parts for k in ks],
+    ks = local_table(lats.sparkSession, [(run, lo, k) for run, lo, _, ks in parts for k in ks],
                                            "run string, lo long, k int")
     got = (_intervals(lats, parts).groupBy("run", "lo").agg(F.sort_array(F.collect_list("lat")).alias("_a"))
            .join(F.broadcast(ks), ["run", "lo"])

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from .parts import PARTS
+from .frames import local_table
 
 if TYPE_CHECKING:
     from .verdicts import Verdict
@@ -45,7 +46,7 @@ def distributions(spark: SparkSession, series: dict[str, Iterable[Optional[float
     rows = [(name, float(v)) for name, vals in lists.items() for v in vals if v is not None]
     if not rows:
         return out
-    df = spark.createDataFrame(rows, "name string, ms double")
+    df = local_table(spark, rows, "name string, ms double")
     # percentile (not percentile_approx): exact, and these are a few thousand rows at most
     stats = df.groupBy("name").agg(F.count("ms").alias("n"), F.percentile("ms", list(QUANTILES)).alias("q"),
                                    F.max("ms").alias("mx")).collect()

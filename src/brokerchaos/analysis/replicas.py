@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..history.schema import REPLICA, read_finished
+from .frames import local_table
 
 # the figures of a run without replica reads (replica_reads 0: outside the replica checks)
 NO_REPLICAS = {"replica_reads": 0, "replica_reads_complete": None, "replica_status": None,
@@ -56,7 +57,7 @@ def ends(small: list[dict], of: dict[tuple[str, str], str]) -> dict[str, dict[st
 def labelled(spark: SparkSession, recv: DataFrame, of: dict[tuple[str, str], str]) -> DataFrame:
     """The replica readers' recv rows with their node as `replica` and the partition as a
     string ("" for a stream of one)."""
-    who = F.broadcast(spark.createDataFrame(sorted((r, c, n) for (r, c), n in of.items()),
+    who = F.broadcast(local_table(spark, sorted((r, c, n) for (r, c), n in of.items()),
                                             "run string, client string, replica string"))
     return (recv.join(who, ["run", "client"])
             .select("run", "replica", F.coalesce("partition", F.lit("")).alias("partition"), "offset", "producer",
@@ -119,15 +120,15 @@ def _acked_on_some(spark: SparkSession, r: DataFrame, acked: DataFrame, done: li
     """Acked messages some finished replicas hold and another finished one that read the
     same partition (in a stream of one: any finished one) does not."""
     if not done:
-        return spark.createDataFrame([], _LOG_SCHEMA)
-    fin = F.broadcast(spark.createDataFrame(done, "run string, replica string"))
+        return local_table(spark, [], _LOG_SCHEMA)
+    fin = F.broadcast(local_table(spark, done, "run string, replica string"))
     rd = r.join(fin, ["run", "replica"])
     whole: dict[str, list[str]] = {}  # per run, every finished replica: what a stream of one partition should be on
     for run, n in done:
         whole.setdefault(run, []).append(n)
     should = [(x["run"], x["partition"], whole[x["run"]] if x["partition"] == "" else sorted(x["ns"]))
               for x in rd.groupBy("run", "partition").agg(F.collect_set("replica").alias("ns")).collect()]
-    expected = F.broadcast(spark.createDataFrame(should, "run string, partition string, should array<string>"))
+    expected = F.broadcast(local_table(spark, should, "run string, partition string, should array<string>"))
     held = (rd.join(acked, ["run", "producer", "value"]).groupBy("run", "partition", "producer", "value")
             .agg(F.sort_array(F.collect_set("replica")).alias("on"), F.min("offset").alias("offset")))
     return (held.join(expected, ["run", "partition"])

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ..history.schema import MESSAGE_TYPES, OBSERVER, REPLICA
+from .frames import local_table
 
 BUCKET_NS = 100_000_000
 # points on a value-against-read-position plot, per (consumer, producer) stream
@@ -72,7 +73,7 @@ def _groups(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], ski
                       if e["type"] == "subscribe" and e.get("group") is not None})
     if not members:
         return
-    who = F.broadcast(spark.createDataFrame(members, "run string, client string, g string"))
+    who = F.broadcast(local_table(spark, members, "run string, client string, g string"))
     recv = df.where(F.col("type") == "recv").join(who, ["run", "client"])
     b = F.floor(F.col("t_ns") / F.lit(BUCKET_NS)).cast("long").alias("b")
     for r in recv.groupBy("run", "g", "client", b).count().orderBy("run", "g", "client", "b").collect():
@@ -166,11 +167,11 @@ def _positions(spark: SparkSession, df: DataFrame, out: dict[str, RunTimeline], 
     """For runs with losses or jumps: the checking readers' read positions in slices, and
     the first rows of the jump and loss logs."""
     steps = [(run, max(1, -(-int(v.get("recv_rows") or 0) // POSITIONS))) for run, v in troubled.items()]
-    step = spark.createDataFrame(steps, "run string, _step long")
+    step = local_table(spark, steps, "run string, _step long")
     recv = df.where(F.col("type") == "recv").join(F.broadcast(step), "run")
     skip = [(run, c) for run, cs in observers.items() for c in cs]
     if skip:
-        recv = recv.join(F.broadcast(spark.createDataFrame(skip, "run string, client string")),
+        recv = recv.join(F.broadcast(local_table(spark, skip, "run string, client string")),
                          ["run", "client"], "left_anti")
     for r in (
         recv.groupBy("run", "client", "producer", F.floor(F.col("seq") / F.col("_step")).alias("pb"))

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .verdicts import PER_TOPIC, shown
+from .frames import local_table
 
 if TYPE_CHECKING:
     from .verdicts import Verdict
@@ -24,7 +25,7 @@ TOPIC_KEYS = shown(PER_TOPIC)
 
 def topic_view(spark: SparkSession, df: DataFrame, topics: dict[str, list]) -> DataFrame:
     """The rows of the runs in `topics` (run -> its topics), each topic's as a run of its own."""
-    pairs = F.broadcast(spark.createDataFrame([(r, t) for r, ts in sorted(topics.items()) for t in ts],
+    pairs = F.broadcast(local_table(spark, [(r, t) for r, ts in sorted(topics.items()) for t in ts],
                                               "run string, _t string"))
     own = (df.join(pairs.select("run").distinct(), "run", "left_semi").where(F.col("topic").isNotNull())
            .withColumn("run", F.concat_ws(SEP, "run", "topic")))

@@ -1,0 +1,221 @@
+"""Shrinking a failing scenario (issue 68): from a scenario whose runs fail a check, the
+smallest scenario that still fails it — fewer faults, shorter windows, earlier triggers,
+fewer messages, fewer nodes — found by trying smaller ones and keeping each that still fails.
+
+Why not Hypothesis's shrinker: it shrinks the choice sequence a test function drew, by
+running the function hundreds of times in one process; a candidate here is a session of
+real runs of a minute each, whose failure is a rate, not a yes or no. What fits is delta
+debugging (Zeller's ddmin) over the scenario's faults — halves first, then single faults —
+and halving of each number that sizes a fault or the write, greedily: the first candidate
+that still fails becomes the scenario, and the search starts over from it.
+
+A candidate *still fails* when a probe of it fails the check (bisect's stopping rule: its
+first failing run decides; `runs` runs that pass it decide it holds; a run it cannot decide
+— the fault not in effect, the read not finished — is replaced and never counted, so a
+schedule whose faults did not take effect is not explored). How many runs make a hold
+believable depends on how often the original failed: `runs_to_see` is enough to see a
+failure, with 95% confidence, from a candidate failing at half the original's rate.
+
+Everything here works on the scenario's document (the dict its YAML holds), so that the
+reproducer is written back as a plain scenario file; `probe` is given (a session per
+candidate, bisect.probe's shape), which keeps this module free of runs and unit-testable.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+FAILS, HOLDS, UNDECIDED = "fails", "holds", "undecided"
+
+MIN_DURATION_S = 1.0  # a fault window shorter than this is not tried
+MIN_MESSAGES = 1_000  # nor a write of fewer messages
+MOST_RUNS = 50  # a probe's passing runs, however rarely the original failed
+
+
+def runs_to_see(failed: int, runs: int, share: float = 0.5, confidence: float = 0.95) -> int:
+    """Runs of a candidate that show at least one failure with `confidence` if it fails at
+    `share` of the rate the original did (`failed` of `runs`); at most MOST_RUNS."""
+    if runs <= 0 or failed <= 0:
+        return MOST_RUNS
+    p = min(1.0, share * failed / runs)
+    if p >= 1.0:
+        return 1
+    return max(1, min(MOST_RUNS, math.ceil(math.log(1 - confidence) / math.log(1 - p))))
+
+
+def faults_of(doc: dict) -> list[dict]:
+    """The scenario's faults, one list whichever key holds them (`fault` or `faults`)."""
+    if doc.get("faults"):
+        return list(doc["faults"])
+    return [doc["fault"]] if doc.get("fault") else []
+
+
+def with_faults(doc: dict, keep: list[int]) -> dict:
+    """The scenario with only the faults at positions `keep` (0-based, in order): a trigger
+    `after_fault` names the kept fault's new position, and is dropped with the fault it named."""
+    old = faults_of(doc)
+    where = {i: n for n, i in enumerate(keep)}
+    out = {k: v for k, v in copy.deepcopy(doc).items() if k not in ("fault", "faults")}
+    faults = []
+    for i in keep:
+        f = copy.deepcopy(old[i])
+        trig = dict(f.get("trigger") or {})
+        after = trig.get("after_fault")
+        if after is not None:
+            if after - 1 in where:
+                trig["after_fault"] = where[after - 1] + 1
+            else:
+                trig.pop("after_fault")
+                if not trig:
+                    trig = {"at_seconds": 0}
+            f["trigger"] = trig
+        faults.append(f)
+    if len(faults) == 1:
+        out["fault"] = faults[0]
+    elif faults:
+        out["faults"] = faults
+    return out
+
+
+def _without(n: int) -> Iterator[tuple[str, list[int]]]:
+    """ddmin's subsets of n faults: the complement of each chunk, the chunks halving down to one."""
+    size = n // 2
+    while size >= 1:
+        for lo in range(0, n, size):
+            hi = min(n, lo + size)
+            gone = f"fault {lo + 1}" if hi - lo == 1 else f"faults {lo + 1}-{hi}"
+            yield f"without {gone}", [i for i in range(n) if not lo <= i < hi]
+        size //= 2
+
+
+def _halved(x: float, least: float) -> Optional[float]:
+    """Half of x, not below `least`; None when x is already there."""
+    if x is None or x <= least:
+        return None
+    h = max(least, x / 2)
+    return int(h) if isinstance(x, int) else round(h, 1)
+
+
+def candidates(doc: dict) -> Iterator[tuple[str, dict]]:
+    """Smaller scenarios than `doc`, the largest cut first, each with what was cut."""
+    faults = faults_of(doc)
+    if len(faults) > 1:
+        seen = set()
+        for what, keep in _without(len(faults)):
+            if keep and tuple(keep) not in seen:
+                seen.add(tuple(keep))
+                yield what, with_faults(doc, keep)
+    for i, f in enumerate(faults):
+        for what, g in _smaller_fault(f):
+            new = with_faults(doc, list(range(len(faults))))
+            if "faults" in new:
+                new["faults"][i] = g
+            else:
+                new["fault"] = g
+            yield f"fault {i + 1}: {what}", new
+    w = doc.get("workload") or {}
+    m = _halved(w.get("messages"), MIN_MESSAGES)
+    if m is not None:
+        yield f"messages {w['messages']} -> {m}", _fewer_messages(doc, m / w["messages"])
+    nodes = (doc.get("cluster") or {}).get("nodes")
+    if nodes and nodes > 1:
+        new = copy.deepcopy(doc)
+        new["cluster"]["nodes"] = nodes - 1
+        yield f"nodes {nodes} -> {nodes - 1}", new
+
+
+def _smaller_fault(f: dict) -> Iterator[tuple[str, dict]]:
+    """One fault made smaller one way at a time: a window without repeats, a shorter window,
+    an earlier trigger."""
+    if f.get("repeat"):
+        g = copy.deepcopy(f)
+        g.pop("repeat")
+        yield "one window", g
+    d = _halved(f.get("duration"), MIN_DURATION_S)
+    if d is not None:
+        g = copy.deepcopy(f)
+        g["duration"] = d
+        yield f"duration {f['duration']} -> {d}", g
+    trig = f.get("trigger") or {}
+    for key, least in (("after_acks", 1), ("at_seconds", 0.5)):
+        t = _halved(trig.get(key), least)
+        if t is not None:
+            g = copy.deepcopy(f)
+            g["trigger"] = {**trig, key: t}
+            yield f"{key} {trig[key]} -> {t}", g
+
+
+def _fewer_messages(doc: dict, share: float) -> dict:
+    """The write cut to `share`, each ack trigger with it (the fault fires at the same point
+    of the write, not after it)."""
+    new = copy.deepcopy(doc)
+    new["workload"]["messages"] = max(MIN_MESSAGES, int(new["workload"]["messages"] * share))
+    for f in faults_of(new):
+        trig = f.get("trigger") or {}
+        if trig.get("after_acks"):
+            trig["after_acks"] = max(1, int(trig["after_acks"] * share))
+    return new
+
+
+@dataclass
+class Step:
+    """One candidate probed: what was cut, and what its runs said."""
+
+    cut: str
+    outcome: str
+    failed: int
+    decided: int
+    dir: str = ""
+
+    def to_json(self) -> dict:
+        return {"cut": self.cut, "outcome": self.outcome, "failed": self.failed, "decided": self.decided,
+                "dir": self.dir}
+
+
+@dataclass
+class Shrunk:
+    doc: dict  # the smallest scenario that still failed
+    steps: list[Step] = field(default_factory=list)
+    runs: int = 0  # every run the search made
+    stopped: str = ""  # why it ended
+
+    @property
+    def kept(self) -> list[str]:
+        return [s.cut for s in self.steps if s.outcome == FAILS]
+
+
+ProbeFn = Callable[[dict, int], tuple[str, int, int, int, str]]  # -> (outcome, failed, decided, runs, dir)
+
+
+def shrink(doc: dict, probe: ProbeFn, failed: int, runs: int, budget: int,
+           valid: Callable[[dict], bool] = lambda d: True) -> Shrunk:
+    """Greedy delta debugging from `doc`, which failed `failed` of `runs` decided runs:
+    each candidate `valid` accepts is probed for up to `runs_to_see` decided runs; the first
+    that fails replaces the scenario; ends when no candidate fails or `budget` runs are spent."""
+    out = Shrunk(copy.deepcopy(doc))
+    want = runs_to_see(failed, runs)
+    # a pass tries each cut once: one that held is not tried again within the pass, though
+    # the scenario around it has changed since (a trigger moved); the next pass tries it again
+    held: set[str] = set()
+    kept_in_pass = False
+    while True:
+        for cut, cand in candidates(out.doc):
+            if cut in held or not valid(cand):
+                continue
+            if out.runs >= budget:
+                out.stopped = f"the budget of {budget} runs was spent"
+                return out
+            outcome, f, decided, n, where = probe(cand, min(want, budget - out.runs))
+            out.runs += n
+            out.steps.append(Step(cut, outcome, f, decided, where))
+            if outcome == FAILS:
+                out.doc, kept_in_pass = cand, True
+                break
+            held.add(cut)
+        else:
+            if not kept_in_pass:
+                out.stopped = "no smaller scenario fails"
+                return out
+            held, kept_in_pass = set(), False

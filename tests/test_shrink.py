@@ -108,3 +108,19 @@ def test_a_cut_that_held_is_tried_once_per_pass():
     # "duration 4 -> 2" held in the pass that made the window 4 s, and once more in the last
     # pass, which kept nothing; every other cut that held, in the last pass only
     assert held.count("fault 1: duration 4 -> 2") == 2 and len(held) == len(set(held)) + 1, held
+
+
+def test_the_command_refuses_bad_input_in_one_line_before_anything_runs(tmp_path, capsys):
+    from brokerchaos.cli import main
+
+    f = tmp_path / "s.yaml"
+    f.write_text("system: redis\nworkload: {messages: 5000}\nfault: {action: kill, target: leader}\n")
+    for argv, said in ((["--runs", "0"], "--runs: at least 1"), (["--budget", "0"], "--budget: at least 1"),
+                       (["--check", "no-such"], "no-such"),
+                       (["--out", str(f / "x")], "--out")):
+        assert main(["shrink", str(f), *argv]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
+    f.write_text("system: redis\nworkload: {messages: -1}\n")
+    assert main(["shrink", str(f)]) == 2
+    assert "workload.messages" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from .cli_guard import _guarded, _java_ok, _observer, _unwritable
 from .cli_parser import EXIT_BAD_INPUT, build_parser
 
 
@@ -24,19 +25,6 @@ def _expectations(args):
     except ValueError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-
-
-def _unwritable(out: Optional[str], junit: Optional[str], out_flag: str = "--out") -> Optional[int]:
-    """Where results and the JUnit file go, tried before anything starts (one line, exit 2):
-    a run must not find out at its end that it cannot write what it found."""
-    from .inputs import directory_error, file_error
-
-    why = (directory_error(out, out_flag) if out is not None else None) or \
-        (file_error(junit, "--junit") if junit is not None else None)
-    if why:
-        print(f"brokerchaos: error: {why}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return None
 
 
 def _refused(what: str, why: str) -> int:
@@ -72,68 +60,6 @@ def _flag_keys() -> list[str]:
     from .scenario import FLAG_PATHS
 
     return ["option", "fault", "fault_param", "after_acks", "at_seconds", *FLAG_PATHS]
-
-
-def _java_ok(master) -> bool:
-    from .analysis.spark import check_java
-
-    try:
-        check_java(master)
-        return True
-    except RuntimeError as e:
-        print(f"brokerchaos: error: {e}", file=sys.stderr)
-        return False
-
-
-def _netns_needed(scenario) -> str:
-    """Network faults need the namespace sandbox; say so before anything starts."""
-    from .faults import FAULTS
-    from .sandbox import netns
-
-    for path, f in scenario.fault_fields():
-        cls = FAULTS.get(f.action)
-        if "netns" in cls.needs_for(cls.Params.model_validate(f.params)):
-            ok, why = netns.can_create()
-            if not ok:
-                return f"scenario field '{path}.action': fault {f.action!r} needs network namespaces ({why})"
-    return ""
-
-
-def _guarded(scenarios, spark_master, what: str, work):
-    """What every command that runs scenarios does around them: the namespace and Java checks
-    before anything starts, then `work()`; an exit code instead of its result when it cannot
-    run or is interrupted."""
-    for s in scenarios:
-        err = _netns_needed(s)
-        if err:
-            prefix = f"{s.name}: " if len(scenarios) > 1 else ""
-            print(f"brokerchaos: error: {prefix}{err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    if not _java_ok(spark_master):
-        return 1
-    from .errors import ScenarioError
-    from .runner import Terminated
-    from .sandbox import SandboxError
-    from .systems import SYSTEMS, SystemError_
-
-    for s in scenarios:  # a server release named by cluster.version, fetched once
-        try:
-            SYSTEMS.get(s.system).install(s)
-        except ScenarioError as e:
-            print(f"brokerchaos: error: {e}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except SystemError_ as e:
-            print(f"brokerchaos: {what} failed: {e}", file=sys.stderr)
-            return 1
-
-    try:
-        return work()
-    except (SystemError_, SandboxError) as e:
-        print(f"brokerchaos: {what} failed: {e}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, Terminated):
-        print("brokerchaos: interrupted; faults healed, cluster and sandbox removed", file=sys.stderr)
-        return 130
 
 
 def _seconds(text: str) -> float:
@@ -231,13 +157,6 @@ def _session_kind(session: Path) -> str:
     return words[1] if len(words) > 1 else "run"
 
 
-def _observer():
-    """Bars on a terminal, plain lines otherwise (runner/observe.py)."""
-    from .runner.observe import terminal_bars
-
-    return terminal_bars()
-
-
 def cmd_run(args) -> int:
     from . import validation as sc
 
@@ -328,49 +247,6 @@ def cmd_campaign(args) -> int:
     if refused:
         return _refused("campaign", "; ".join(refused))
     return _judge(args, exps, out["verdicts"], _result_exit(s["summary"].get("result") for s in out["sessions"]))
-
-
-def cmd_bisect(args) -> int:
-    from . import bisect as bs
-    from . import validation as sc
-
-    def load(version: str):  # the scenario as it runs on one release
-        return sc.load(args.scenario, bs.overrides(version, args.over))
-
-    try:
-        check = bs.check_of(args.check)
-        if args.runs < 1:
-            raise sc.ScenarioError("--runs: at least 1")
-        versions = bs.versions_of(load, args.versions, of=args.over)
-        on = {v: load(v) for v in versions}
-    except sc.ScenarioError as e:
-        print(f"brokerchaos: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except Exception as e:  # a registry that cannot be asked for its list
-        print(f"brokerchaos: bisect failed: {e}", file=sys.stderr)
-        return 1
-    from .cli_tools import machine_lacks
-
-    probes = [bs.on_release(s, v, args.runs) for v, s in on.items()]
-    bad = _unwritable(args.out, None) or machine_lacks(probes[:1])
-    if bad is not None:
-        return bad
-    bars = _observer()
-    try:
-        doc = _guarded(probes, args.spark_master, "bisect",
-                       lambda: bs.run(on, check, args.runs, Path(args.out), of=args.over,
-                                      spark_master=args.spark_master, observer=bars, command=args.command_line))
-    finally:
-        if bars is not None:
-            bars.close()
-    if isinstance(doc, int):
-        return doc
-    print("\n" + bs.table(doc))
-    print(f"Results: {doc['dir']}")
-    print(f"Report: {doc['report']}")
-    from .report.expect import EXIT_UNDECIDED
-
-    return 0 if doc["boundary"] else EXIT_UNDECIDED
 
 
 def cmd_analyze(args) -> int:
@@ -483,10 +359,11 @@ def main(argv=None) -> int:
         return 0
     # as typed, for the report's header (the session's scenario.json is what reproduces it)
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
+    from .cli_search import cmd_bisect, cmd_shrink
     from .cli_tools import cmd_clean, cmd_doctor, cmd_fetch, cmd_new
 
     return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "bisect": cmd_bisect,
-            "faults": cmd_faults, "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor,
+            "shrink": cmd_shrink, "faults": cmd_faults, "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor,
             "new": cmd_new}[args.command](args)
 
 

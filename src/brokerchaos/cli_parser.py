@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="brokerchaos", description=DESCRIPTION)
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    for add in (_run, _analyze, _campaign, _soak, _bisect):
+    for add in (_run, _analyze, _campaign, _soak, _bisect, _shrink):
         add(sub)
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
     from .cli_tools import add_parsers
@@ -153,6 +153,26 @@ def _bisect(sub) -> None:
                                                        "(default 5; a release fails at its first failing run; "
                                                        "runs the check cannot decide do not count)")
     _out_and_spark(b)
+
+
+def _shrink(sub) -> None:
+    """`shrink`: a failing scenario cut down to the smallest that still fails."""
+    k = sub.add_parser("shrink", help="cut a failing scenario down to the smallest that still fails a check",
+                       description="Runs the scenario --runs times for its failure rate, then tries smaller "
+                                   "ones — fewer faults (halves first, then one at a time), shorter windows, "
+                                   "earlier triggers, fewer messages, fewer nodes — each a session stopped at its "
+                                   "first run that fails the check, or when enough runs passed to see a failure "
+                                   "at half the original's rate; the first that fails is kept and the search "
+                                   "starts again from it, up to --budget runs. The smallest is run --runs times "
+                                   "again and written as reproducer.yaml with its rate and the command that "
+                                   "replays it; shrink.json has every step.")
+    k.add_argument("scenario", help="scenario YAML file (one that fails the check)")
+    k.add_argument("--check", default="no-loss", help="the check that must keep failing: any --expect name "
+                                                      "(no-loss, no-duplicates, ordered, …); default no-loss")
+    k.add_argument("--runs", type=int, default=3, help="runs of the original, and of the reproducer, for their "
+                                                       "rates (default 3)")
+    k.add_argument("--budget", type=int, default=60, help="runs the search may spend on candidates (default 60)")
+    _out_and_spark(k)
 
 
 def _out_and_spark(p: argparse.ArgumentParser, out: Optional[str] = "results",

@@ -17,15 +17,23 @@ believable depends on how often the original failed: `runs_to_see` is enough to 
 failure, with 95% confidence, from a candidate failing at half the original's rate.
 
 Everything here works on the scenario's document (the dict its YAML holds), so that the
-reproducer is written back as a plain scenario file; `probe` is given (a session per
-candidate, bisect.probe's shape), which keeps this module free of runs and unit-testable.
+reproducer is written back as a plain scenario file. The search is given its probe, so it
+is free of runs (tests/test_shrink.py); `run` gives it a session per candidate, in one
+cluster pool, between a measure of the original's rate and one of the reproducer's.
 """
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+import yaml
+
+from .report.stats import wilson
 
 FAILS, HOLDS, UNDECIDED = "fails", "holds", "undecided"
 
@@ -219,3 +227,99 @@ def shrink(doc: dict, probe: ProbeFn, failed: int, runs: int, budget: int,
                 out.stopped = "no smaller scenario fails"
                 return out
             held, kept_in_pass = set(), False
+
+
+# -- on real runs: a session per candidate ----------------------------------------------------
+
+SHRINK_FILE = "shrink.json"
+REPRODUCER = "reproducer.yaml"
+
+
+def _judged(result, check) -> tuple[int, int, list[str]]:
+    """A session's runs against the check: (failed, decided, why each failed)."""
+    failed = decided = 0
+    why = []
+    for v in result.verdicts:
+        status, said = check.check(v)
+        decided += status != "undecided"
+        if status == "fail":
+            failed += 1
+            why.append(f"{v['run']}: {said}")
+    return failed, decided, why
+
+
+def run(doc: dict, check, runs: int, budget: int, out: Path, spark_master: Optional[str] = None,
+        observer=None, command: Optional[str] = None) -> dict:
+    """The original's rate (`runs` runs), the search (`budget` runs at most), the reproducer's
+    rate (`runs` runs): each a session under `out/shrink-<name>-<stamp>/`, clusters kept
+    between them (a candidate whose servers are the same takes the one before's)."""
+    from . import validation as sc
+    from .bisect import StopAtFailure
+    from .runner import ClusterPool, Session
+
+    name = doc.get("name", "scenario")
+    root = Path(out) / f"shrink-{name}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+    root.mkdir(parents=True, exist_ok=True)
+    count = [0]
+
+    def session(d: dict, label: str, n: int, stop=None):
+        s = sc.build(d, {"runs": n, "name": f"{name}-{label}"[:64]})
+        return Session(s, root, spark_master=spark_master, observer=observer, report=True, stop_when=stop).run()
+
+    def probe(cand: dict, want: int):
+        count[0] += 1
+        result = session(cand, f"step{count[0]}", 2 * want, StopAtFailure(check, f"step {count[0]}", want))
+        failed, decided, _ = _judged(result, check)
+        outcome = FAILS if failed else (HOLDS if decided >= want else UNDECIDED)
+        return outcome, failed, decided, len(result.verdicts), result.dir.name
+
+    def valid(cand: dict) -> bool:
+        try:
+            sc.build(cand)
+        except sc.ScenarioError:
+            return False
+        return True
+
+    with ClusterPool():
+        first = session(doc, "original", runs)
+        failed, decided, why = _judged(first, check)
+        found = {"scenario": name, "check": check.text, "runs": runs, "budget": budget, "command": command,
+                 "original": {"failed": failed, "decided": decided, "dir": first.dir.name, "why": why}}
+        if not failed:
+            found["said"] = f"the original did not fail {check.text} in {decided} decided runs: nothing to shrink"
+            return _written(root, found, None)
+        shrunk = shrink(doc, probe, failed, decided, budget, valid)
+        last = session(shrunk.doc, "reproducer", runs)
+        f2, d2, why2 = _judged(last, check)
+    found.update({"steps": [s.to_json() for s in shrunk.steps], "search_runs": shrunk.runs,
+                  "stopped": shrunk.stopped, "kept": shrunk.kept,
+                  "reproducer": {"failed": f2, "decided": d2, "dir": last.dir.name, "why": why2,
+                                 "wilson95": list(wilson(f2, d2))},
+                  "said": f"{len(shrunk.kept)} cuts kept; the reproducer failed {f2} of {d2} decided runs"})
+    return _written(root, found, shrunk.doc)
+
+
+def _written(root: Path, found: dict, reproducer: Optional[dict]) -> dict:
+    """shrink.json, and the reproducer as a plain scenario file with its rate and replay command."""
+    if reproducer is not None:
+        r = found["reproducer"]
+        lo, hi = r["wilson95"]
+        rate = f"{r['failed']} of {r['decided']}" + (f" (95% interval {lo:.0%}-{hi:.0%})" if lo is not None else "")
+        head = (f"# shrunk from {found['scenario']} by `brokerchaos shrink` ({found['check']}): it failed {rate} runs\n"
+                f"# replay: brokerchaos run {root / REPRODUCER} --runs {found['runs']} --expect {found['check']}\n")
+        (root / REPRODUCER).write_text(head + yaml.safe_dump(reproducer, sort_keys=False))
+        found["reproducer"]["file"] = str(root / REPRODUCER)
+    (root / SHRINK_FILE).write_text(json.dumps(found, indent=2))
+    found["dir"] = root
+    return found
+
+
+def table(found: dict) -> str:
+    """One line per candidate probed: what was cut, its runs, kept or not."""
+    lines = [f"{'':<4} {'cut':<44} {'failed':>6}  outcome"]
+    o = found["original"]
+    lines.append(f"{'':<4} {'(the original)':<44} {o['failed']:>3}/{o['decided']:<2}")
+    for i, s in enumerate(found.get("steps", []), 1):
+        lines.append(f"{i:<4} {s['cut'][:44]:<44} {s['failed']:>3}/{s['decided']:<2}  "
+                     f"{'kept' if s['outcome'] == FAILS else s['outcome']}")
+    return "\n".join(lines + [found["said"]])

@@ -33,9 +33,8 @@ from typing import Callable, Iterator, Optional
 
 import yaml
 
+from .bisect import FAILS, HOLDS, UNDECIDED, StopAtFailure
 from .report.stats import wilson
-
-FAILS, HOLDS, UNDECIDED = "fails", "holds", "undecided"
 
 MIN_DURATION_S = 1.0  # a fault window shorter than this is not tried
 MIN_MESSAGES = 1_000  # nor a write of fewer messages
@@ -254,7 +253,6 @@ def run(doc: dict, check, runs: int, budget: int, out: Path, spark_master: Optio
     rate (`runs` runs): each a session under `out/shrink-<name>-<stamp>/`, clusters kept
     between them (a candidate whose servers are the same takes the one before's)."""
     from . import validation as sc
-    from .bisect import StopAtFailure
     from .runner import ClusterPool, Session
 
     name = doc.get("name", "scenario")

@@ -8,7 +8,7 @@ from typing import Optional
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from .frames import DEFAULT, only_runs, with_per_run, with_previous, local_table
+from .frames import DEFAULT, local_table, only_runs, with_per_run, with_previous
 from .latency import ack_latency_columns
 from .tuning import Tuning
 

@@ -8,8 +8,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .availability import gaps
-from .tuning import Tuning
 from .frames import local_table
+from .tuning import Tuning
 
 
 def session_facts(spark: SparkSession, df: DataFrame, windows: list, frames: dict[str, dict],

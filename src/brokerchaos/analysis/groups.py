@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from ..history.schema import ACKED, COMMIT_OK
 from .counts import _bit, _blk  # the same blocks of values as the run's counts
-from .frames import count_when, with_previous, local_table
+from .frames import count_when, local_table, with_previous
 from .tuning import Tuning
 
 # what an assignment row stands for among a member's positions: below any position, so the

@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..history.schema import ACKED, DROPS, EVIDENCE_TYPES, MESSAGE_TYPES, OBSERVER, OUTPUT, OWNER, TAKES
+from . import replicas as replica_reads
 from .counts import (
     block_rollup,
     duplicates,
@@ -41,7 +42,6 @@ from .facts import live_reader
 from .frames import count_when, local_table
 from .groups import Groups, analyze_groups
 from .ordering import first_reads
-from . import replicas as replica_reads
 from .transactions import analyze as analyze_txns
 from .transactions import exactly_once
 from .tuning import Tuning

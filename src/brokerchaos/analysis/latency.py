@@ -11,9 +11,8 @@ from typing import Optional
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .frames import DEFAULT, MS, columns_once, with_per_run, local_table
+from .frames import DEFAULT, MS, columns_once, local_table, with_per_run
 from .tuning import Tuning
-
 
 PERCENTILES = [0.5, 0.99, 0.999]
 

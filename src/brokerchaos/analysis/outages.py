@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Iterable, Optional, Union
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from .parts import PARTS
 from .frames import local_table
+from .parts import PARTS
 
 if TYPE_CHECKING:
     from .verdicts import Verdict

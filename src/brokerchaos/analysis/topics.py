@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .verdicts import PER_TOPIC, shown
 from .frames import local_table
+from .verdicts import PER_TOPIC, shown
 
 if TYPE_CHECKING:
     from .verdicts import Verdict

@@ -297,10 +297,11 @@ def test_kafka_corrupt_flips_bits_in_a_stopped_follower_s_segments_and_loses_not
 def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_always(tmp_path, spark, capsys):
     """The durability table's version boundary found by `bisect` (docs/findings/nats.md): a
     power cut of every node with sync_interval always loses the stream on 2.10.22 (its Raft
-    logs were made without SyncAlways) and nothing from 2.10.23 on. Three releases: both
-    ends probed first, then the middle; 2.10.22 decided by its first run, the others by
-    one passing run each (a run that cannot say, replaced); the stopping rule over several
-    runs is test_bisect.py's."""
+    logs were made without SyncAlways) and nothing from 2.10.23 on. Two neighbouring
+    releases, both ends probed (halving between them, and the stopping rule over several
+    runs, are test_bisect.py's: a third release here cost two minutes of `make test` and
+    proved nothing more of the real runs); 2.10.22 decided by its first run, 2.10.23 by one
+    passing run (a run that cannot say, replaced)."""
     import yaml
 
     from brokerchaos.cli import main
@@ -313,7 +314,7 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
     doc["name"] = "it-bisect-nats"
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc))
-    code = main(["bisect", str(path), "--versions", "2.10.22,2.10.23,2.10.25", "--runs", "1",
+    code = main(["bisect", str(path), "--versions", "2.10.22,2.10.23", "--runs", "1",
                  "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
@@ -321,7 +322,7 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
     found = json.loads((root / "bisect.json").read_text())
     assert found["boundary"] == {"before": "2.10.22", "after": "2.10.23", "direction": "fixed"}, found
     probes = {p["version"]: p for p in found["probes"]}
-    assert [p["version"] for p in found["probes"]] == ["2.10.22", "2.10.23", "2.10.25"]
+    assert [p["version"] for p in found["probes"]] == ["2.10.22", "2.10.23"]
     # a run the check cannot decide is said and replaced (2.10.23 once elected no meta leader
     # for minutes after the cut: 1 run of 12 measured, the read unfinished)
     assert all(p["runs"] == p["decided"] + len(p["undecided_why"]) for p in probes.values()), probes
@@ -331,7 +332,7 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
             v = json.loads(line)
             assert not v.get("not_whole") or f"{v['run']}:" in said, (p, v.get("whole_detail"))
     assert (probes["2.10.22"]["decided"], probes["2.10.22"]["violated"]) == (1, 1), probes  # stopped at once
-    assert all((probes[v]["violated"], probes[v]["decided"]) == (0, 1) for v in ("2.10.23", "2.10.25")), probes
+    assert (probes["2.10.23"]["violated"], probes["2.10.23"]["decided"]) == (0, 1), probes
     assert "no-loss: fails on 2.10.22 and holds from 2.10.23 (fixed)" in out
     assert all((root / p["dir"] / "report.html").exists() for p in found["probes"])
     # the search's own page in a real browser, offline: its plot drawn, its words the search's

@@ -273,3 +273,83 @@ def test_a_replica_replaced_under_load_is_copied_whole_and_loses_nothing(tmp_pat
     assert added["full_syncs"] >= 1, added  # the new server copied the primary's data whole
     assert r.meta["whole"]["whole"] is True, r.meta["whole"]
     assert r.verdict["acked_missing"] == 0 and r.verdict["result"] == "pass", r.verdict
+
+
+def test_explore_draws_schedules_until_one_loses_acked_writes_and_resumes_where_it_stopped(tmp_path, spark,
+                                                                                          capsys):
+    """`explore` on Redis with asynchronous replication and the producer pinned to its node
+    (the split brain's settings, its fault replaced): seed 14 draws a follower cut off for
+    10 s and the leader delayed for 2 s (both hold), then the leader cut off from its peers for
+    10 s, which the sentinels fail over while the old primary acks alone: a violation at the
+    third schedule, within a budget of 3 runs. Resumed, the search draws nothing more."""
+    import json
+
+    from brokerchaos import explore as ex
+    from brokerchaos.cli import main
+
+    import yaml
+
+    base = sc.load_document("scenarios/redis-split-brain.yaml")
+    base.update(name="it-redis-explore", workload={**base["workload"], "messages": 30_000})
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    argv = ["explore", str(tmp_path / "base.yaml"), "--actions", "isolate-from,delay,pause",
+            "--targets", "leader,follower", "--max-faults", "1", "--budget", "3", "--seed", "14",
+            "--out", str(tmp_path)]
+    assert main(argv) == 3, capsys.readouterr().out[-3000:]
+    out = capsys.readouterr().out
+    (root,) = tmp_path.glob("explore-it-redis-explore-*")
+    entries = ex.read_journal(root)
+    assert [(e["cells"][0][:2], e["outcome"]) for e in entries] == [
+        (["isolate-from", "follower"], "holds"), (["delay", "leader"], "holds"), (["isolate-from", "leader"], "fails")]
+    assert "acked messages missing" in entries[2]["why"][0], entries[2]
+    found = json.loads((root / ex.EXPLORE_FILE).read_text())
+    assert found["stopped"] == "1 violation found" and found["explored"] == 3 and found["runs"] == 3, found
+    assert sum(c["tried"] for c in found["coverage"]) == 3
+    # the violation is a plain scenario: it loads, with the base's settings and the fault drawn
+    doc = sc.load_document(root / "violation-003.yaml")
+    assert doc["options"] == {"wait_replicas": 0, "follow_failover": False}
+    assert doc["faults"] == entries[2]["faults"] and sc.build(doc).runs == 1
+    assert "brokerchaos shrink" in out and "3 schedules tried (3 explored, 3 runs)" in out
+    page = (root / "report.html").read_text()
+    assert "Found:</b> schedule 3" in page and all(f"href='{e['dir']}/report.html'" in page for e in entries)
+    got = check_report(root / "report.html", "explore-redis")
+    assert got.ids == ["coverage"] and got.title == "brokerchaos explore it-redis-explore", got
+    # resumed: the journal says a violation was found, so nothing more is drawn or run
+    assert main(["explore", "--resume", str(root)]) == 3
+    assert len(ex.read_journal(root)) == 3
+
+
+def test_shrink_cuts_a_schedule_down_to_its_one_useful_fault(tmp_path, spark, capsys):
+    """`shrink` of a hand-made schedule: a follower delayed and a follower paused (useless:
+    with asynchronous replication neither touches an acked write) before the leader cut off
+    from its peers (the split brain). The useful fault is last, so that delta debugging's
+    first cuts each fail and keep (without the delay, then without the pause): 2 runs of
+    search end at the isolation alone; the budget then stops the search, said so."""
+    import json
+
+    import yaml
+
+    from brokerchaos import shrink
+    from brokerchaos.cli import main
+
+    doc = sc.load_document("scenarios/redis-split-brain.yaml")
+    useful = {**doc.pop("fault"), "params": {"from": "peers"}}
+    doc.update(name="it-redis-shrink", workload={**doc["workload"], "messages": 30_000},
+               faults=[{"action": "delay", "target": "follower", "params": {"delay_ms": 50},
+                        "trigger": {"after_acks": 5000}, "duration": 2},
+                       {"action": "pause", "target": "followers[1]", "trigger": {"after_acks": 5000}, "duration": 2},
+                       useful])
+    path = tmp_path / "schedule.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code = main(["shrink", str(path), "--runs", "1", "--budget", "2", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    (root,) = (tmp_path / "out").glob("shrink-it-redis-shrink-*")
+    found = json.loads((root / shrink.SHRINK_FILE).read_text())
+    assert found["original"]["failed"] == 1, found["original"]
+    assert [(s["cut"], s["outcome"]) for s in found["steps"]] == [
+        ("without fault 1", "fails"), ("without fault 1", "fails")], found["steps"]
+    assert found["stopped"] == "the budget of 2 runs was spent" and "stopped: the budget" in out
+    rep = sc.load_document(root / shrink.REPRODUCER)
+    assert rep["fault"] == useful and "faults" not in rep, rep
+    assert found["reproducer"]["failed"] == 1 == found["reproducer"]["decided"], found["reproducer"]

@@ -201,7 +201,7 @@ def run(on: dict[str, "Scenario"], check: expect.Expectation, runs: int, out: Pa
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = Path(out) / f"bisect-{first.name}-{stamp}"
     root.mkdir(parents=True, exist_ok=True)
-    with ClusterPool():
+    with ClusterPool.open_or_new():
         found = search(versions, lambda v: probe(on[v], v, check, runs, root, spark_master, observer))
     doc = {"scenario": first.name, "system": first.system, "over": of, "check": check.text,
            "runs_per_release": runs, "versions": versions, "command": command, "boundary": found["boundary"],

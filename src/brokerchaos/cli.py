@@ -359,12 +359,12 @@ def main(argv=None) -> int:
         return 0
     # as typed, for the report's header (the session's scenario.json is what reproduces it)
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
-    from .cli_search import cmd_bisect, cmd_shrink
+    from .cli_search import cmd_bisect, cmd_explore, cmd_shrink
     from .cli_tools import cmd_clean, cmd_doctor, cmd_fetch, cmd_new
 
     return {"run": cmd_run, "analyze": cmd_analyze, "campaign": cmd_campaign, "soak": cmd_soak, "bisect": cmd_bisect,
-            "shrink": cmd_shrink, "faults": cmd_faults, "clean": cmd_clean, "fetch": cmd_fetch, "doctor": cmd_doctor,
-            "new": cmd_new}[args.command](args)
+            "shrink": cmd_shrink, "explore": cmd_explore, "faults": cmd_faults, "clean": cmd_clean,
+            "fetch": cmd_fetch, "doctor": cmd_doctor, "new": cmd_new}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="brokerchaos", description=DESCRIPTION)
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-    for add in (_run, _analyze, _campaign, _soak, _bisect, _shrink):
+    for add in (_run, _analyze, _campaign, _soak, _bisect, _shrink, _explore):
         add(sub)
     sub.add_parser("faults", help="list fault actions and targets, and which systems support them")
     from .cli_tools import add_parsers
@@ -173,6 +173,41 @@ def _shrink(sub) -> None:
                                                        "rates (default 3)")
     k.add_argument("--budget", type=int, default=60, help="runs the search may spend on candidates (default 60)")
     _out_and_spark(k)
+
+
+def _explore(sub) -> None:
+    """`explore`: fault schedules drawn and run until one fails."""
+    x = sub.add_parser("explore", help="draw fault schedules from what a system offers and run them until one "
+                                       "fails the policy (or a check)",
+                       description="Draws schedules from the system's fault actions (those its local cluster "
+                                   "supports, or --actions) x targets x trigger moments x windows, one to "
+                                   "--max-faults faults each, seeded; runs each as a session on a cluster kept "
+                                   "between them, judged by the verdict policy (or --check); stops at the first "
+                                   "violation (--collect N: the N-th), or when --budget runs or --minutes are "
+                                   "spent. A schedule whose faults did not take effect is tried, not explored. "
+                                   "Every schedule is a line of explore.jsonl (--resume DIR goes on); "
+                                   "explore.json, report.html (schedules, coverage) and the first violation as "
+                                   "violation-N.yaml, ready for `brokerchaos shrink`.")
+    x.add_argument("base", nargs="?", help="a scenario YAML file (its system, settings and workload; its faults "
+                                           "replaced), or a system's name (its defaults)")
+    x.add_argument("--seed", type=int, default=0, help="the draws' seed (default 0): the same seed, the same "
+                                                       "schedules")
+    x.add_argument("--budget", type=int, help="runs the search may spend, resumed ones included (default 20; "
+                                              "resumed: the exploration's own)")
+    x.add_argument("--minutes", type=float, help="start no schedule after this many minutes")
+    x.add_argument("--runs-each", type=int, help="runs per schedule (default 1)")
+    x.add_argument("--max-faults", type=int, default=2, help="faults per schedule, at most (default 2)")
+    x.add_argument("--actions", help="the actions drawn from, comma-separated (default: every one the system "
+                                     "offers)")
+    x.add_argument("--targets", help="the targets drawn from, comma-separated (default: leader, follower, "
+                                     "followers, random, minority, all, client-node)")
+    x.add_argument("--vary", action="append", metavar="KEY=V1,V2",
+                   help="a setting of the system drawn too, repeatable: acks=1,all or sync_interval=always,2m")
+    x.add_argument("--collect", type=int, help="stop at this many violations (default 1)")
+    x.add_argument("--check", help="one check instead of the whole policy: any --expect name (no-loss, …)")
+    x.add_argument("--resume", metavar="DIR", help="an exploration's directory to go on in (its base, seed "
+                                                   "and space are its own)")
+    _out_and_spark(x)
 
 
 def _out_and_spark(p: argparse.ArgumentParser, out: Optional[str] = "results",

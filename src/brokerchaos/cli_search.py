@@ -9,6 +9,23 @@ from .cli_guard import _guarded, _observer, _unwritable
 from .cli_parser import EXIT_BAD_INPUT
 
 
+def _searched(args, what: str, machine: list, started: list, work):
+    """What every search does around its work: the output path tried, the machine checked for
+    `machine`'s scenarios, Java, namespaces and the releases of `started`'s, bars on a
+    terminal; `work(bars)`'s result, or an exit code."""
+    from .cli_tools import machine_lacks
+
+    bad = _unwritable(args.out, None) or machine_lacks(machine)
+    if bad is not None:
+        return bad
+    bars = _observer()
+    try:
+        return _guarded(started, args.spark_master, what, lambda: work(bars))
+    finally:
+        if bars is not None:
+            bars.close()
+
+
 def cmd_bisect(args) -> int:
     from . import bisect as bs
     from . import validation as sc
@@ -28,20 +45,10 @@ def cmd_bisect(args) -> int:
     except Exception as e:  # a registry that cannot be asked for its list
         print(f"brokerchaos: bisect failed: {e}", file=sys.stderr)
         return 1
-    from .cli_tools import machine_lacks
-
     probes = [bs.on_release(s, v, args.runs) for v, s in on.items()]
-    bad = _unwritable(args.out, None) or machine_lacks(probes[:1])
-    if bad is not None:
-        return bad
-    bars = _observer()
-    try:
-        doc = _guarded(probes, args.spark_master, "bisect",
-                       lambda: bs.run(on, check, args.runs, Path(args.out), of=args.over,
-                                      spark_master=args.spark_master, observer=bars, command=args.command_line))
-    finally:
-        if bars is not None:
-            bars.close()
+    doc = _searched(args, "bisect", probes[:1], probes,
+                    lambda bars: bs.run(on, check, args.runs, Path(args.out), of=args.over,
+                                        spark_master=args.spark_master, observer=bars, command=args.command_line))
     if isinstance(doc, int):
         return doc
     print("\n" + bs.table(doc))
@@ -67,19 +74,9 @@ def cmd_shrink(args) -> int:
     except sc.ScenarioError as e:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from .cli_tools import machine_lacks
-
-    bad = _unwritable(args.out, None) or machine_lacks([first])
-    if bad is not None:
-        return bad
-    bars = _observer()
-    try:
-        found = _guarded([first], args.spark_master, "shrink",
-                         lambda: sk.run(doc, check, args.runs, args.budget, Path(args.out),
-                                        spark_master=args.spark_master, observer=bars, command=args.command_line))
-    finally:
-        if bars is not None:
-            bars.close()
+    found = _searched(args, "shrink", [first], [first],
+                      lambda bars: sk.run(doc, check, args.runs, args.budget, Path(args.out),
+                                          spark_master=args.spark_master, observer=bars, command=args.command_line))
     if isinstance(found, int):
         return found
     print("\n" + sk.table(found))
@@ -90,3 +87,88 @@ def cmd_shrink(args) -> int:
     from .report.expect import EXIT_UNDECIDED
 
     return EXIT_UNDECIDED
+
+
+DEFAULT_TERMS = {"budget_runs": 20, "runs_each": 1, "collect": 1, "minutes": None}
+
+
+def _resumed(path: str):
+    """A resumed exploration's base, seed, space, check and terms, from its explore.json."""
+    import json
+
+    from . import bisect as bs
+    from . import explore as ex
+    from .errors import ScenarioError
+
+    head = Path(path) / ex.EXPLORE_FILE
+    if not head.is_file():
+        raise ScenarioError(f"--resume: {path} has no {ex.EXPLORE_FILE} (not an exploration)")
+    old = json.loads(head.read_text())
+    check = ex.PolicyCheck() if old["check"] == ex.PolicyCheck.text else bs.check_of(old["check"])
+    return old["base"], old["seed"], ex.Space.from_json(old["space"]), check, old
+
+
+def _explore_setup(args):
+    """The base, its space, check and terms, and each action's first schedule (what the
+    machine must offer): from the flags, or from a resumed exploration's own explore.json
+    (its terms, unless a flag names new ones)."""
+    from . import bisect as bs
+    from . import explore as ex
+    from . import validation as sc
+
+    for flag, n in (("--budget", args.budget), ("--runs-each", args.runs_each), ("--collect", args.collect)):
+        if n is not None and n < 1:
+            raise sc.ScenarioError(f"{flag}: at least 1")
+    if args.resume:
+        doc, seed, space, check, old = _resumed(args.resume)
+    elif not args.base:
+        raise sc.ScenarioError("explore: give a scenario file or a system's name (or --resume DIR)")
+    else:
+        doc, seed, old = ex.base_doc(args.base), args.seed, DEFAULT_TERMS
+        space = ex.space_of(doc, _listed(args.actions), _listed(args.targets), args.max_faults,
+                            ex.vary_of(args.vary))
+        check = bs.check_of(args.check) if args.check else ex.PolicyCheck()
+    given = {"budget_runs": args.budget, "runs_each": args.runs_each, "collect": args.collect,
+             "minutes": args.minutes}
+    terms = {k: old[k] if given[k] is None else given[k] for k in DEFAULT_TERMS}
+    messages = sc.build(doc).workload.messages
+
+    firsts = []
+    for a in space.actions:  # each action alone, once: one the scenario can never run is refused now
+        try:
+            one = ex.draw(doc, ex.Space((a,), space.targets, max_faults=1), seed, 0, messages, sc.accepts)
+        except sc.ScenarioError:
+            raise sc.ScenarioError(f"--actions: {a}: no target of {', '.join(space.targets)} that "
+                                   f"{doc['system']} can run it on") from None
+        firsts.append(sc.build(one, {"runs": 1}))
+    return doc, seed, space, check, firsts, terms
+
+
+def _listed(value):
+    return [x.strip() for x in value.split(",") if x.strip()] if value else None
+
+
+def cmd_explore(args) -> int:
+    from . import explore as ex
+    from . import validation as sc
+
+    try:
+        doc, seed, space, check, firsts, terms = _explore_setup(args)
+    except sc.ScenarioError as e:
+        print(f"brokerchaos: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    found = _searched(args, "explore", firsts, firsts[:1],
+                      lambda bars: ex.run(doc, space, check, seed, terms["budget_runs"], Path(args.out),
+                                          terms["runs_each"], terms["minutes"], terms["collect"], args.resume,
+                                          spark_master=args.spark_master, observer=bars,
+                                          command=args.command_line))
+    if isinstance(found, int):
+        return found
+    print("\n" + ex.table(found))
+    print(f"Results: {found['dir']}")
+    if found["violations"]:
+        print(f"Violation: {found['violation_file']}  (cut it down: brokerchaos shrink {found['violation_file']})")
+        from .report.expect import EXIT_VIOLATED
+
+        return EXIT_VIOLATED
+    return 0

@@ -271,14 +271,7 @@ def run(doc: dict, check, runs: int, budget: int, out: Path, spark_master: Optio
         outcome = FAILS if failed else (HOLDS if decided >= want else UNDECIDED)
         return outcome, failed, decided, len(result.verdicts), result.dir.name
 
-    def valid(cand: dict) -> bool:
-        try:
-            sc.build(cand)
-        except sc.ScenarioError:
-            return False
-        return True
-
-    with ClusterPool():
+    with ClusterPool.open_or_new():
         first = session(doc, "original", runs)
         failed, decided, why = _judged(first, check)
         found = {"scenario": name, "check": check.text, "runs": runs, "budget": budget, "command": command,
@@ -286,14 +279,15 @@ def run(doc: dict, check, runs: int, budget: int, out: Path, spark_master: Optio
         if not failed:
             found["said"] = f"the original did not fail {check.text} in {decided} decided runs: nothing to shrink"
             return _written(root, found, None)
-        shrunk = shrink(doc, probe, failed, decided, budget, valid)
+        shrunk = shrink(doc, probe, failed, decided, budget, sc.accepts)
         last = session(shrunk.doc, "reproducer", runs)
         f2, d2, why2 = _judged(last, check)
     found.update({"steps": [s.to_json() for s in shrunk.steps], "search_runs": shrunk.runs,
                   "stopped": shrunk.stopped, "kept": shrunk.kept,
                   "reproducer": {"failed": f2, "decided": d2, "dir": last.dir.name, "why": why2,
                                  "wilson95": list(wilson(f2, d2))},
-                  "said": f"{len(shrunk.kept)} cuts kept; the reproducer failed {f2} of {d2} decided runs"})
+                  "said": f"{len(shrunk.kept)} cuts kept, {shrunk.runs} runs (stopped: {shrunk.stopped}); "
+                          f"the reproducer failed {f2} of {d2} decided runs"})
     return _written(root, found, shrunk.doc)
 
 

@@ -44,6 +44,16 @@ def build(doc: dict, overrides: Optional[dict[str, Any]] = None) -> Scenario:
     return scenario
 
 
+
+def accepts(doc: dict) -> bool:
+    """Whether `doc` is a scenario the harness runs (a search's candidates are tried here
+    first: one it would refuse is not drawn, or not probed)."""
+    try:
+        build(doc)
+    except ScenarioError:
+        return False
+    return True
+
 def load(path: Optional[str | Path] = None, overrides: Optional[dict[str, Any]] = None) -> Scenario:
     return build(load_document(path), overrides)
 

@@ -61,6 +61,14 @@ class ClusterPool:
         ClusterPool.current = self._outer
         self.close()
 
+    @classmethod
+    def open_or_new(cls):
+        """The pool already open (a campaign's, a test module's), or a new one: a search run
+        inside one keeps its clusters there."""
+        import contextlib
+
+        return contextlib.nullcontext(cls.current) if cls.current is not None else cls()
+
     @staticmethod
     def admits(s: "Scenario") -> bool:
         """A local cluster a session may leave behind: reuse on, a system whose clusters serve

@@ -14,7 +14,7 @@ from nats.js import api
 from nats.js.errors import APIError
 
 from ..base import Client, ClientEvents, OutcomeCallback, SystemError_
-from .cluster import node_of_server
+from .cluster import meta_whole, node_of_server
 from .conn import _close, _connect
 from .read import NatsConsumer, NatsReader
 from .store import StoreReader
@@ -90,9 +90,15 @@ class NatsClient(Client):
                 # right after start-up the meta leader may not yet know every peer
                 last = e
                 await asyncio.sleep(0.2)
-        # an APIError's repr drops its code and description ("BadRequestError()"); its str keeps them
+        # an APIError's repr drops its code and description ("BadRequestError()"); its str keeps
+        # them. Placement picks from the meta group's peers: its view says which it knew (once a
+        # fresh 2.10.23 cluster's meta leader found none for 30 s, its error naming no reason)
+        try:
+            _, meta = await asyncio.wait_for(meta_whole(self.cluster), 5.0)
+        except Exception as e:  # the error is the point; the view only helps read it
+            meta = f"the meta group's view not read: {e!r}"
         raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: "
-                           f"{type(last).__name__}: {last}")
+                           f"{type(last).__name__}: {last} ({meta})")
 
     async def drop_stream(self) -> None:
         try:

@@ -1,0 +1,141 @@
+"""The exploration's parts that need no cluster (explore.py): the space a system offers, the
+draws (the same for a seed, each one a scenario the harness runs), the policy as a check,
+the journal cut short by a kill, the coverage, the page; bad input refused in one line. The
+search on real runs is tests/test_integration_redis.py's."""
+import json
+
+import pytest
+
+from brokerchaos import explore as ex
+from brokerchaos import validation as sc
+from brokerchaos.cli import main
+from brokerchaos.errors import ScenarioError
+from brokerchaos.faults import FAULTS
+
+
+def test_the_space_is_what_the_system_offers_and_flags_narrow_it():
+    redis, kafka = ex.offered("redis"), ex.offered("kafka")
+    assert "kill" in redis and "isolate-from" in redis and "none" not in redis and "command" not in redis
+    assert "reassign" in kafka and "reassign" not in redis  # Redis has no partition reassignment
+    assert all(FAULTS.get(a).family for a in kafka)
+    doc = ex.base_doc("redis")
+    assert doc == {"name": "explore-redis", "system": "redis"}
+    sp = ex.space_of(doc, ["kill", "pause"], ["leader"], 1)
+    assert (sp.actions, sp.targets, sp.max_faults) == (("kill", "pause"), ("leader",), 1)
+    with pytest.raises(ScenarioError, match="redis does not offer 'reassign'"):
+        ex.space_of(doc, ["reassign"])
+    with pytest.raises(ScenarioError, match="no target 'leaders'"):
+        ex.space_of(doc, None, ["leaders"])
+    with pytest.raises(ScenarioError, match="--max-faults"):
+        ex.space_of(doc, None, None, 0)
+
+
+@pytest.mark.parametrize("system", ["redis", "kafka", "nats", "pulsar", "rabbitmq"])
+def test_a_seed_draws_the_same_schedules_and_each_is_one_the_harness_runs(system):
+    doc = ex.base_doc(system)
+    sp = ex.space_of(doc)
+    messages = sc.build(doc).workload.messages
+    drawn = [ex.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
+    assert drawn == [ex.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
+    assert drawn != [ex.draw(doc, sp, 8, i, messages, sc.accepts) for i in range(12)]
+    for d in drawn:
+        assert sc.accepts(d) and 1 <= len(d["faults"]) <= sp.max_faults and "fault" not in d
+        for f in d["faults"]:
+            assert f["action"] in sp.actions and f["target"] in sp.targets
+            assert f["trigger"]["after_acks"] / messages in sp.moments
+            assert f.get("duration") in sp.durations
+    assert len({f["action"] for d in drawn for f in d["faults"]}) > 3  # the space is explored, not one corner
+    assert ex.cells(drawn[0], messages)[0][2].endswith("%")
+
+
+def test_a_base_file_keeps_its_settings_and_loses_its_faults():
+    doc = sc.load_document("scenarios/redis-split-brain.yaml")
+    sp = ex.space_of(doc, ["kill"], ["leader"], 1)
+    d = ex.draw(doc, sp, 0, 4, 60_000, sc.accepts)
+    assert d["options"] == doc["options"] and d["workload"] == doc["workload"]
+    assert d["name"] == "redis-split-brain-x005" and [f["action"] for f in d["faults"]] == ["kill"]
+    # an action no target of the space can run is said, not drawn for ever
+    with pytest.raises(ScenarioError, match="no schedule of"):
+        ex.draw(doc, ex.space_of(doc, ["kill"], ["coordinator"], 1), 0, 0, 60_000, sc.accepts)
+
+
+def _v(result, **kw):
+    return {"run": "run-001", "result": result, "result_why": [], **kw}
+
+
+def test_the_policy_as_a_check_counts_a_pass_only_when_the_fault_was_seen_to_happen():
+    check = ex.PolicyCheck()
+    assert check.check(_v("fail", result_why=["acked missing 3"])) == ("fail", "acked missing 3")
+    assert check.check(_v("unknown", result_why=["the read did not finish"]))[0] == "undecided"
+    assert check.check(_v("pass")) == ("pass", "")  # nothing short: a verdict without evidence rows has no fault
+    short = check.check(_v("pass", not_whole=True, whole_detail="n2 down"))
+    assert short[0] == "undecided" and "did not test what it names" in short[1], short
+
+
+def _entry(i, outcome, cells, runs=1):
+    return {"i": i, "faults": [{"action": a, "target": t, "trigger": {"after_acks": 10}} for a, t, _ in cells],
+            "cells": cells, "dir": f"s{i}", "outcome": outcome, "runs": runs, "failed": int(outcome == "fails"),
+            "decided": int(outcome != "undecided"), "why": ["run-001: lost"] if outcome == "fails" else [],
+            "undecided_why": ["run-001: not whole"] if outcome == "undecided" else []}
+
+
+def test_the_journal_survives_a_cut_last_line_and_the_coverage_counts_explored_apart(tmp_path):
+    entries = [_entry(1, "holds", [["kill", "leader", "10%"]]),
+               _entry(2, "undecided", [["kill", "leader", "10%"], ["pause", "all", "50%"]]),
+               _entry(3, "fails", [["pause", "all", "50%"]])]
+    (tmp_path / ex.JOURNAL).write_text("".join(json.dumps(e) + "\n" for e in entries) + '{"i": 4, "fau')
+    assert ex.read_journal(tmp_path) == entries
+    (tmp_path / ex.JOURNAL).write_text('{"i": 1, "fau\n' + json.dumps(entries[0]) + "\n")
+    with pytest.raises(json.JSONDecodeError):  # a broken line before the last is not a kill's: said
+        ex.read_journal(tmp_path)
+    cov = {(c["action"], c["target"], c["moment"]): (c["tried"], c["explored"], c["failed"])
+           for c in ex.coverage(entries)}
+    assert cov == {("kill", "leader", "10%"): (2, 1, 0), ("pause", "all", "50%"): (2, 1, 1)}
+
+
+def test_the_exploration_is_written_with_its_violation_as_a_scenario_to_shrink(tmp_path):
+    head = {"scenario": "b", "system": "redis", "seed": 3, "check": "the policy",
+            "space": ex.Space(("kill", "pause")).to_json(), "command": "brokerchaos explore b.yaml",
+            "base": {"name": "b", "system": "redis", "options": {"wait_replicas": 0}, "fault": {"action": "kill"}}}
+    entries = [_entry(1, "holds", [["kill", "leader", "10%"]]),
+               _entry(2, "fails", [["pause", "all", "50%"]])]
+    found = ex._written(tmp_path, head, entries, "1 violation found")
+    doc = sc.load_document(found["violation_file"])
+    assert doc["faults"] == entries[1]["faults"] and doc["options"] == {"wait_replicas": 0} and "fault" not in doc
+    assert json.loads((tmp_path / ex.EXPLORE_FILE).read_text())["explored"] == 2
+    assert "2 schedules tried (2 explored, 2 runs), 1 failed the policy; stopped: 1 violation found" in ex.table(found)
+    page = (tmp_path / "report.html").read_text()
+    assert "Found:</b> schedule 2" in page and "href='s1/report.html'" in page and "brokerchaos shrink" in page
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["explore", "redis", "--budget", "0"], "--budget: at least 1"),
+    (["explore", "redis", "--actions", "kil"], "--actions: no fault action 'kil'"),
+    (["explore", "redis", "--actions", "reassign"], "redis does not offer 'reassign'"),
+    (["explore", "redis", "--actions", "kill", "--targets", "coordinator"],
+     "--actions: kill: no target of coordinator"),
+    (["explore", "nosuch.yaml"], "nosuch.yaml"),
+    (["explore"], "give a scenario file or a system's name"),
+    (["explore", "redis", "--resume", "/tmp"], "not an exploration"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, said, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+
+
+def test_a_setting_varied_is_drawn_with_the_faults_and_kept_in_the_violation(tmp_path):
+    doc = {"name": "k", "system": "kafka", "options": {"acks": "all"}}
+    with pytest.raises(ScenarioError, match="--vary: 'acks=1'"):
+        ex.vary_of(["acks=1"])
+    with pytest.raises(ScenarioError, match="--vary: acks=2"):
+        ex.space_of(doc, ["kill"], ["leader"], 1, ex.vary_of(["acks=1,2"]))
+    sp = ex.space_of(doc, ["kill"], ["leader"], 1, ex.vary_of(["acks=1,all"]))
+    assert ex.Space.from_json(json.loads(json.dumps(sp.to_json()))) == sp
+    drawn = [ex.draw(doc, sp, 0, i, 100_000, sc.accepts)["options"]["acks"] for i in range(12)]
+    assert set(drawn) == {1, "all"}, drawn
+    entry = {**_entry(1, "fails", [["kill", "leader", "10%"]]), "drawn": {"acks": 1}}
+    head = {"scenario": "k", "system": "kafka", "seed": 0, "check": "no-loss", "space": sp.to_json(), "base": doc}
+    found = ex._written(tmp_path, head, [entry], "1 violation found")
+    assert sc.load_document(found["violation_file"])["options"] == {"acks": 1}
+    assert "[acks=1]" in ex.table(found) and "acks: 1" in (tmp_path / "report.html").read_text()

@@ -113,7 +113,7 @@ def test_the_exploration_is_written_with_its_violation_as_a_scenario_to_shrink(t
     (["explore", "redis", "--actions", "kil"], "--actions: no fault action 'kil'"),
     (["explore", "redis", "--actions", "reassign"], "redis does not offer 'reassign'"),
     (["explore", "redis", "--actions", "kill", "--targets", "coordinator"],
-     "--actions: kill: no target of coordinator"),
+     "--actions: kill: not on this scenario: this system has no coordinator"),
     (["explore", "nosuch.yaml"], "nosuch.yaml"),
     (["explore"], "give a scenario file or a system's name"),
     (["explore", "redis", "--resume", "/tmp"], "not an exploration"),
@@ -139,3 +139,54 @@ def test_a_setting_varied_is_drawn_with_the_faults_and_kept_in_the_violation(tmp
     found = ex._written(tmp_path, head, [entry], "1 violation found")
     assert sc.load_document(found["violation_file"])["options"] == {"acks": 1}
     assert "[acks=1]" in ex.table(found) and "acks: 1" in (tmp_path / "report.html").read_text()
+
+
+def test_an_action_the_base_cannot_run_is_left_out_and_said_unless_asked_for_by_name(tmp_path):
+    doc = {"name": "k", "system": "kafka", "options": {"acks": 1}}  # 3 nodes: no node to move a replica to
+    sp = ex.space_of(doc)
+    kept, firsts = ex.runnable(doc, sp, 0, 100_000, named=False)
+    assert "reassign" in sp.actions and "reassign" not in kept.actions and len(firsts) == len(kept.actions)
+    assert "no node to move a replica to" in dict(kept.left_out)["reassign"], kept.left_out
+    assert ex.Space.from_json(kept.to_json()) == kept
+    with pytest.raises(ScenarioError, match="--actions: reassign: not on this scenario: .*no node to move"):
+        ex.runnable(doc, ex.space_of(doc, ["reassign", "kill"]), 0, 100_000, named=True)
+    found = ex._written(tmp_path, {"scenario": "k", "system": "kafka", "seed": 0, "check": "no-loss",
+                                   "space": kept.to_json(), "base": doc}, [], "the budget of 1 runs was spent")
+    assert "Left out: reassign" in (tmp_path / "report.html").read_text() and found["violations"] == []
+
+
+def _stand_in(fails_on: str, log: list, interrupt_at: int = 0):
+    """A session that stands for a real one: its one run fails the check when a fault of the
+    schedule is `fails_on`; at the `interrupt_at`-th call it is killed instead."""
+    def session(cand, runs, stop):
+        log.append(cand)
+        if len(log) == interrupt_at:
+            raise KeyboardInterrupt
+        bad = any(f["action"] == fails_on for f in cand["faults"])
+        v = {"run": "run-001", "result": "fail" if bad else "pass", "result_why": ["acked loss: 3"] if bad else []}
+        return f"s{len(log)}", [v]
+    return session
+
+
+def test_a_search_killed_mid_schedule_resumes_with_the_same_draws_and_stops_at_its_terms(tmp_path):
+    doc = {"name": "b", "system": "redis", "workload": {"messages": 10_000}}
+    space = ex.space_of(doc, ["pause", "kill", "delay"], ["leader"], 1)
+    check = ex.PolicyCheck()
+    first: list = []
+    with pytest.raises(KeyboardInterrupt):
+        ex.search(doc, space, check, 5, ex.Terms(budget_runs=30), tmp_path, _stand_in("kill", first, 3))
+    assert len(ex.read_journal(tmp_path)) == 2  # the schedule it was killed in is not journalled
+    assert json.loads((tmp_path / ex.EXPLORE_FILE).read_text())["stopped"] == "still running"
+    again: list = []
+    found = ex.search(doc, space, check, 5, ex.Terms(budget_runs=30), tmp_path, _stand_in("kill", again))
+    assert again[0] == first[2], "the schedule killed is drawn again, the same"
+    entries = ex.read_journal(tmp_path)
+    assert [e["i"] for e in entries] == list(range(1, len(entries) + 1))
+    assert [e["outcome"] for e in entries][-1] == "fails" and found["stopped"] == "1 violation found"
+    assert all(f["action"] != "kill" for e in entries[:-1] for f in e["faults"])
+    # the budget stops a search that finds nothing, and a resumed one with the budget spent
+    other = tmp_path / "other"
+    other.mkdir()
+    found = ex.search(doc, space, check, 5, ex.Terms(budget_runs=4), other, _stand_in("nothing", []))
+    assert found["runs"] == 4 and found["stopped"] == "the budget of 4 runs was spent"
+    assert ex.search(doc, space, check, 5, ex.Terms(budget_runs=4), other, _stand_in("nothing", []))["runs"] == 4

@@ -2,6 +2,7 @@
 `shrink` (the smallest scenario that still fails a check)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -89,9 +90,6 @@ def cmd_shrink(args) -> int:
     return EXIT_UNDECIDED
 
 
-DEFAULT_TERMS = {"budget_runs": 20, "runs_each": 1, "collect": 1, "minutes": None}
-
-
 def _resumed(path: str):
     """A resumed exploration's base, seed, space, check and terms, from its explore.json."""
     import json
@@ -105,7 +103,8 @@ def _resumed(path: str):
         raise ScenarioError(f"--resume: {path} has no {ex.EXPLORE_FILE} (not an exploration)")
     old = json.loads(head.read_text())
     check = ex.PolicyCheck() if old["check"] == ex.PolicyCheck.text else bs.check_of(old["check"])
-    return old["base"], old["seed"], ex.Space.from_json(old["space"]), check, old
+    terms = ex.Terms(**{k: old[k] for k in ("budget_runs", "runs_each", "minutes", "collect")})
+    return old["base"], old["seed"], ex.Space.from_json(old["space"]), check, terms
 
 
 def _explore_setup(args):
@@ -124,23 +123,18 @@ def _explore_setup(args):
     elif not args.base:
         raise sc.ScenarioError("explore: give a scenario file or a system's name (or --resume DIR)")
     else:
-        doc, seed, old = ex.base_doc(args.base), args.seed, DEFAULT_TERMS
+        doc, seed, old = ex.base_doc(args.base), args.seed, ex.Terms()
         space = ex.space_of(doc, _listed(args.actions), _listed(args.targets), args.max_faults,
                             ex.vary_of(args.vary))
         check = bs.check_of(args.check) if args.check else ex.PolicyCheck()
     given = {"budget_runs": args.budget, "runs_each": args.runs_each, "collect": args.collect,
              "minutes": args.minutes}
-    terms = {k: old[k] if given[k] is None else given[k] for k in DEFAULT_TERMS}
-    messages = sc.build(doc).workload.messages
-
-    firsts = []
-    for a in space.actions:  # each action alone, once: one the scenario can never run is refused now
-        try:
-            one = ex.draw(doc, ex.Space((a,), space.targets, max_faults=1), seed, 0, messages, sc.accepts)
-        except sc.ScenarioError:
-            raise sc.ScenarioError(f"--actions: {a}: no target of {', '.join(space.targets)} that "
-                                   f"{doc['system']} can run it on") from None
-        firsts.append(sc.build(one, {"runs": 1}))
+    terms = dataclasses.replace(old, **{k: v for k, v in given.items() if v is not None})
+    space, firsts = ex.runnable(doc, space, seed, sc.build(doc).workload.messages,
+                                named=bool(args.actions) and not args.resume)
+    for a, why in space.left_out:
+        print(f"explore: {a} left out: {why}")
+    firsts = [sc.build(one, {"runs": 1}) for one in firsts]
     return doc, seed, space, check, firsts, terms
 
 
@@ -158,8 +152,7 @@ def cmd_explore(args) -> int:
         print(f"brokerchaos: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     found = _searched(args, "explore", firsts, firsts[:1],
-                      lambda bars: ex.run(doc, space, check, seed, terms["budget_runs"], Path(args.out),
-                                          terms["runs_each"], terms["minutes"], terms["collect"], args.resume,
+                      lambda bars: ex.run(doc, space, check, seed, terms, Path(args.out), args.resume,
                                           spark_master=args.spark_master, observer=bars,
                                           command=args.command_line))
     if isinstance(found, int):

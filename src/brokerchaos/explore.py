@@ -18,6 +18,7 @@ spent; the coverage table counts each (action, target, moment) tried and explore
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 import time
@@ -53,16 +54,19 @@ class Space:
     max_faults: int = 2
     # settings drawn too (`--vary acks=1,all`): each a system option and its values
     vary: tuple[tuple[str, tuple], ...] = ()
+    # actions the system offers that this base cannot run (not asked for by name): each with why
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict:
         return {"actions": list(self.actions), "targets": list(self.targets), "moments": list(self.moments),
                 "durations": list(self.durations), "max_faults": self.max_faults,
-                "vary": {k: list(v) for k, v in self.vary}}
+                "vary": {k: list(v) for k, v in self.vary}, "left_out": dict(self.left_out)}
 
     @classmethod
     def from_json(cls, d: dict) -> "Space":
         return cls(tuple(d["actions"]), tuple(d["targets"]), tuple(d["moments"]), tuple(d["durations"]),
-                   d["max_faults"], tuple((k, tuple(v)) for k, v in (d.get("vary") or {}).items()))
+                   d["max_faults"], tuple((k, tuple(v)) for k, v in (d.get("vary") or {}).items()),
+                   tuple((d.get("left_out") or {}).items()))
 
 
 def base_doc(spec: str) -> dict:
@@ -149,6 +153,41 @@ def draw(doc: dict, space: Space, seed: int, i: int, messages: int, valid: Calla
     raise ScenarioError(f"no schedule of {DRAWS} drawn is one {doc['system']} can run: widen --actions or --targets")
 
 
+def why_not(doc: dict, action: str, targets: tuple[str, ...]) -> str:
+    """Why no target of `targets` runs `action` on this base: the scenario check's own words
+    for the first."""
+    from . import validation as sc
+
+    cls = FAULTS.get(action)
+    try:
+        sc.build({**{k: v for k, v in doc.items() if k not in ("fault", "faults")},
+                  "fault": {"action": action, "target": targets[0], "params": copy.deepcopy(cls.example)}})
+    except ScenarioError as e:
+        return str(e).split(": ", 1)[-1]
+    return f"no target of {', '.join(targets)}"
+
+
+def runnable(doc: dict, space: Space, seed: int, messages: int, named: bool) -> tuple[Space, list[dict]]:
+    """Each action's first schedule alone (what the machine must offer for it): an action no
+    target runs on this base is refused when `named` (--actions), else left out and said."""
+    from . import validation as sc
+
+    firsts, left = [], []
+    for a in space.actions:
+        try:
+            firsts.append(draw(doc, Space((a,), space.targets, max_faults=1), seed, 0, messages, sc.accepts))
+        except ScenarioError:
+            why = why_not(doc, a, space.targets)
+            if named:
+                raise ScenarioError(f"--actions: {a}: not on this scenario: {why}") from None
+            left.append((a, why))
+    if not firsts:
+        raise ScenarioError("explore: no action this system offers runs on this scenario: "
+                            + "; ".join(f"{a}: {w}" for a, w in left))
+    kept = tuple(a for a in space.actions if a not in dict(left))
+    return dataclasses.replace(space, actions=kept, left_out=space.left_out + tuple(left)), firsts
+
+
 def cells(cand: dict, messages: int) -> list[tuple[str, str, str]]:
     """The (action, target, moment) each fault of a schedule covers."""
     return [(f["action"], f["target"], f"{f['trigger']['after_acks'] / messages:.0%}") for f in cand["faults"]]
@@ -231,48 +270,76 @@ def schedules(doc: dict, space: Space, seed: int, start: int, messages: int,
         i += 1
 
 
-def run(doc: dict, space: Space, check, seed: int, budget_runs: int, out: Path, runs_each: int = 1,
-        minutes: Optional[float] = None, collect: int = 1, resume: Optional[Path] = None,
+@dataclass(frozen=True)
+class Terms:
+    """When a search stops: `collect` violations, `budget_runs` runs spent, `minutes` passed;
+    each schedule `runs_each` runs."""
+
+    budget_runs: int = 20
+    runs_each: int = 1
+    minutes: Optional[float] = None
+    collect: int = 1
+
+    def stopped(self, entries: list[dict], started: float) -> str:
+        """Why no further schedule starts, or ""."""
+        if sum(e["outcome"] == FAILS for e in entries) >= self.collect:
+            return f"{self.collect} violation{'s' * (self.collect > 1)} found"
+        if sum(e["runs"] for e in entries) >= self.budget_runs:
+            return f"the budget of {self.budget_runs} runs was spent"
+        if self.minutes is not None and time.monotonic() - started >= self.minutes * 60:
+            return f"{self.minutes:g} minutes passed"
+        return ""
+
+
+# a schedule run: (the scenario, its runs, the stopping rule) -> (its session's directory, verdicts)
+SessionFn = Callable[[dict, int, StopAtFailure], tuple[str, list]]
+
+
+def search(doc: dict, space: Space, check, seed: int, terms: Terms, root: Path, session: SessionFn,
+           command: Optional[str] = None) -> dict:
+    """The search in `root`: the journal's schedules first (a resumed search), then schedules
+    drawn and run through `session` until `terms` stop it; each journalled as it ends."""
+    from . import validation as sc
+
+    head = {"scenario": doc.get("name", "explore"), "system": doc["system"], "seed": seed, "check": check.text,
+            "space": space.to_json(), **dataclasses.asdict(terms), "command": command, "base": doc}
+    entries = read_journal(root)
+    if not entries:  # the search's own terms first: a search killed before its end resumes from them
+        (root / EXPLORE_FILE).write_text(json.dumps({**head, "schedules": [], "stopped": "still running"},
+                                                    indent=2, default=str))
+    messages = sc.build(doc).workload.messages
+    started = time.monotonic()
+    for i, cand in schedules(doc, space, seed, len(entries), messages, sc.accepts):
+        stopped = terms.stopped(entries, started)
+        if stopped:
+            break
+        runs = min(terms.runs_each, terms.budget_runs - sum(e["runs"] for e in entries))
+        where, verdicts = session(cand, runs, StopAtFailure(check, f"schedule {i + 1}", runs))
+        entry = {"i": i + 1, "faults": cand["faults"], "cells": cells(cand, messages),
+                 "drawn": {k: cand["options"][k] for k, _ in space.vary}, "dir": where, **judged(verdicts, check)}
+        _append(root, entry)
+        entries.append(entry)
+    return _written(root, head, entries, stopped)
+
+
+def run(doc: dict, space: Space, check, seed: int, terms: Terms, out: Path, resume: Optional[Path] = None,
         spark_master: Optional[str] = None, observer=None, command: Optional[str] = None) -> dict:
-    """The search: schedules drawn and run until `collect` fail, `budget_runs` runs are spent or
-    `minutes` have passed; each a session under `out/explore-<name>-<stamp>/` (or `resume`)."""
+    """The search on real runs: each schedule a session under `out/explore-<name>-<stamp>/`
+    (or `resume`), on clusters kept between them."""
     from . import validation as sc
     from .runner import ClusterPool, Session
 
     name = doc.get("name", "explore")
     root = Path(resume) if resume else Path(out) / f"explore-{name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     root.mkdir(parents=True, exist_ok=True)
-    head = {"scenario": name, "system": doc["system"], "seed": seed, "check": check.text, "space": space.to_json(),
-            "budget_runs": budget_runs, "minutes": minutes, "collect": collect, "runs_each": runs_each,
-            "command": command, "base": doc}
-    entries = read_journal(root)
-    if not entries:  # the search's own terms first: a search killed before its end resumes from them
-        (root / EXPLORE_FILE).write_text(json.dumps({**head, "schedules": [], "stopped": "still running"},
-                                                    indent=2, default=str))
-    messages = sc.build(doc).workload.messages
 
-    started, stopped = time.monotonic(), ""
+    def session(cand: dict, runs: int, stop: StopAtFailure) -> tuple[str, list]:
+        result = Session(sc.build(cand, {"runs": runs}), root, spark_master=spark_master, observer=observer,
+                         report=True, stop_when=stop).run()
+        return result.dir.name, result.verdicts
+
     with ClusterPool.open_or_new():
-        for i, cand in schedules(doc, space, seed, len(entries), messages, sc.accepts):
-            spent = sum(e["runs"] for e in entries)
-            if sum(e["outcome"] == FAILS for e in entries) >= collect:
-                stopped = f"{collect} violation{'s' * (collect > 1)} found"
-                break
-            if spent >= budget_runs:
-                stopped = f"the budget of {budget_runs} runs was spent"
-                break
-            if minutes is not None and time.monotonic() - started >= minutes * 60:
-                stopped = f"{minutes:g} minutes passed"
-                break
-            s = sc.build(cand, {"runs": min(runs_each, budget_runs - spent)})
-            result = Session(s, root, spark_master=spark_master, observer=observer, report=True,
-                             stop_when=StopAtFailure(check, f"schedule {i + 1}", s.runs)).run()
-            entry = {"i": i + 1, "faults": cand["faults"], "cells": cells(cand, messages),
-                     "drawn": {k: cand["options"][k] for k, _ in space.vary},
-                     "dir": result.dir.name, **judged(result.verdicts, check)}
-            _append(root, entry)
-            entries.append(entry)
-    return _written(root, head, entries, stopped)
+        return search(doc, space, check, seed, terms, root, session, command)
 
 
 def _written(root: Path, head: dict, entries: list[dict], stopped: str) -> dict:

@@ -69,7 +69,8 @@ def explore_page(doc: dict) -> str:
             + "".join(f"; {_e(k)} drawn from {_e(', '.join(map(str, v)))}" for k, v in (sp.get("vary") or {}).items())
             + ". A schedule is explored when its "
             "runs were decided: one whose fault did not take effect, or whose read did not finish, was tried "
-            "but not explored. A schedule's number links to its session's report.</p>",
+            "but not explored. A schedule's number links to its session's report."
+            + "".join(f" Left out: {_e(a)} ({_e(w)})." for a, w in (sp.get("left_out") or {}).items()) + "</p>",
             "<h2>Schedules</h2>", _schedules(doc), "<h2>Coverage</h2>", _fig(figure(doc), "coverage"), cov]
     if doc.get("command"):
         body.append(f"<p class='note'>Command: <code>{_e(doc['command'])}</code></p>")

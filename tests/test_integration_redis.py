@@ -319,6 +319,8 @@ def test_explore_draws_schedules_until_one_loses_acked_writes_and_resumes_where_
     assert len(ex.read_journal(root)) == 3
 
 
+@pytest.mark.effects(("not known",), "the delay's window may still be open when the leader is cut off (5,000 acks "
+                     "apart, under 2 s on a loaded machine): its probe across the cut link cannot tell the two apart")
 def test_shrink_cuts_a_schedule_down_to_its_one_useful_fault(tmp_path, spark, capsys):
     """`shrink` of a hand-made schedule: a follower delayed and a follower paused (useless:
     with asynchronous replication neither touches an acked write) before the leader cut off

@@ -121,3 +121,65 @@ def test_a_session_consumer_no_node_leads_is_not_whole(monkeypatch):
                     del c["cluster"]["leader"]
     ok, said = _consumers(monkeypatch, views)
     assert not ok and said == f"{SESSION}: no leader", said
+
+
+# the CI run of 2026-12-06 on 2.10.23: the meta leader n2 knew n3 only; n1's routes had raced
+# and it never heard from the leader (n1.log: "has not established contact with a meta leader")
+RACED = {"n1": {**FOLLOWER, "leader": ""}, "n2": {**FOLLOWER, "leader": "n2", "replicas": [LEADER["replicas"][0]]},
+         "n3": {**FOLLOWER, "leader": "n2"}}
+RACED["n2"]["replicas"] = [{"name": "n3", "current": True, "peer": "44jzkV9D"}]
+
+
+class _Servers(natscluster.NatsServers):
+    """NatsServers without processes: the meta views are served from `views`, and what it
+    kills and starts is logged (a server started again joins: its view is then whole)."""
+
+    def __init__(self, views):
+        self.views, self.log, self.start_notes, self._fresh = views, [], {}, True
+
+    node_names = ["n1", "n2", "n3"]
+    address = _Cluster.address
+    server_name = staticmethod(str)
+
+    def kill(self, node, timeout=10.0):
+        self.log.append(("kill", node))
+
+    def start_node(self, node):
+        self.log.append(("start", node))
+        self.views = {"n1": FOLLOWER, "n2": {**LEADER, "leader": "n2", "replicas": [
+            {"name": "n1", "current": True}, {"name": "n3", "current": True}]}, "n3": FOLLOWER}
+        self.views = {n: {**v, "leader": "n2"} for n, v in self.views.items()}
+
+
+def _ready(monkeypatch, servers):
+    async def http_get(host, port, path, timeout):
+        return json.dumps({"meta_cluster": servers.views[host]})
+
+    monkeypatch.setattr(natscluster, "http_get", http_get)
+    monkeypatch.setattr(natscluster, "JOIN_S", 0.3)
+    asyncio.run(servers.ready(1.5))
+
+
+def test_a_fresh_server_its_meta_leader_does_not_count_is_started_again_once(monkeypatch):
+    servers = _Servers(RACED)
+    _, said, behind = asyncio.run(_with(monkeypatch, servers, natscluster.meta_view(servers)))
+    assert behind == ["n1"] and "peers [('n3', True)]" in said, said
+    _ready(monkeypatch, servers)
+    assert servers.log == [("kill", "n1"), ("start", "n1")], servers.log
+    assert servers.start_notes["n1"].startswith("started again: no contact with the JetStream meta leader"), \
+        servers.start_notes
+    # a whole meta group, or a cluster not started by this object (reused): nothing restarted
+    whole = _Servers({"n1": FOLLOWER, "n2": FOLLOWER, "n3": LEADER})
+    _ready(monkeypatch, whole)
+    reused = _Servers(RACED)
+    reused._fresh = False
+    _ready(monkeypatch, reused)
+    assert whole.log == [] == reused.log and not whole.start_notes
+
+
+async def _with(monkeypatch, servers, coro):
+    async def http_get(host, port, path, timeout):
+        return json.dumps({"meta_cluster": servers.views[host]})
+
+    monkeypatch.setattr(natscluster, "http_get", http_get)
+    return await coro

@@ -600,6 +600,30 @@ def test_without_read_after_the_read_waits_for_every_start_of_a_staged_return(tm
     assert up == {"n1", "n2", "n3"} and nem.held() == []
 
 
+def test_a_heal_look_that_fails_where_another_fault_is_in_effect_is_not_known_and_one_alone_not_healed(
+        tmp_path, monkeypatch):
+    """Overlapping windows: a kill of n1 healed while a pause of n1 is still in effect, then the
+    pause healed alone. Each heal's look is made to fail: the kill's, taken under the pause,
+    cannot tell its own fault from the pause (not known, both named); the pause's, taken with
+    nothing else in effect, is its own (not healed)."""
+    from brokerchaos.faults import effect
+    from brokerchaos.faults.process import Kill, Pause
+
+    async def fails_after_heal(self, stage):
+        return effect.not_healed("probe silent") if stage == effect.HEALED else effect.observed("seen")
+
+    monkeypatch.setattr(Kill, "observe", fails_after_heal)
+    monkeypatch.setattr(Pause, "observe", fails_after_heal)
+    specs = [{"action": "pause", "target": "n1", "trigger": {"at_seconds": 0}, "duration": 0.6},
+             {"action": "kill", "target": "n1", "trigger": {"at_seconds": 0.1}, "duration": 0.2}]
+    _, nems, rows, _ = _run(tmp_path, specs)
+    effects = {r["window"]: r["detail"] for r in rows if r["type"] == "effect"}
+    pause, kill = (effects[n.windows[0]["id"]] for n in nems)
+    assert kill == "not known: kill n1: seen; probe silent (while pause n1 on n1 in effect there: " \
+                   "not told from its own)", kill
+    assert pause == "not healed: pause n1: seen; probe silent", pause
+
+
 def test_a_graceful_stop_is_in_effect_at_its_sigterm(tmp_path):
     dep = FakeDeployment()
 

@@ -38,6 +38,10 @@ class FaultContext:
     # whether another fault of the run holds `node` down now (a combined schedule): a heal
     # leaves such a node to that fault's heal
     held_elsewhere: Callable[[str], bool] = lambda node: False
+    # the other faults of the run in effect now on any of these nodes (a window open or its
+    # heal under way), each as "action target on nodes": a look that did not see its effect
+    # there cannot tell its own fault from theirs (effect.look)
+    elsewhere: Callable[[list[str]], list[str]] = lambda nodes: []
     # a fault recording windows of its own has each watched for the topics' owners
     # (faults/owners.py): its id from its fault row on, None once its node is back
     watch: Callable[[Optional[int]], None] = lambda window: None
@@ -130,6 +134,15 @@ class Fault:
         # set once a heal under way has gone as far as the read needs (a staged return that
         # lets the read begin between its starts: kill's read_after); None: the whole heal
         self.readable: Optional[asyncio.Event] = None
+
+    def acts_on(self) -> list[str]:
+        """The nodes this fault acts on: those it names (`nodes`), else its target's."""
+        return list(self.nodes) or (list(self.target.nodes) if self.target is not None else [])
+
+    def looked_at(self) -> list[str]:
+        """The nodes this fault's looks read: those it acts on; a fault that probes a link
+        adds the node at its other end."""
+        return self.acts_on()
 
     def held_down(self) -> list[str]:
         """The nodes this fault still holds down on purpose (while in effect, or while a heal

@@ -86,11 +86,30 @@ def combine(looks: Iterable[Seen]) -> Optional[Seen]:
 
 
 async def look(fault: Fault, stage: str) -> Optional[Seen]:
-    """One of a fault's looks, bounded: one that raises or hangs says so as not known."""
+    """One of a fault's looks, bounded: one that raises or hangs says so as not known; one
+    that did not see its effect while another fault was in effect where it looked, too."""
+    before = _elsewhere(fault)
     try:
-        return await asyncio.wait_for(fault.observe(stage), LOOK_S)
+        seen = await asyncio.wait_for(fault.observe(stage), LOOK_S)
     except Exception as e:
         return not_known(f"the {stage} look failed: {type(e).__name__}: {e}"[:300])
+    return confounded(seen, [*before, *_elsewhere(fault)])
+
+
+def _elsewhere(fault: Fault) -> list[str]:
+    looked = fault.looked_at()
+    return fault.ctx.elsewhere(looked) if looked else []
+
+
+def confounded(seen: Optional[Seen], others: list[str]) -> Optional[Seen]:
+    """A look that did not see its fault's effect (or its undoing) while other faults of the
+    run were in effect on a node it looked at cannot tell its fault from theirs (a delay's
+    probe after its heal, silent because another fault cut the leader off): not known, with
+    both said, rather than blamed on its own fault."""
+    if seen is None or seen.state not in (NOT_OBSERVED, NOT_HEALED) or not others:
+        return seen
+    return not_known(f"{seen.evidence} (while {'; '.join(dict.fromkeys(others))} in effect there: "
+                     f"not told from its own)")
 
 
 # -- processes -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
@@ -77,6 +78,17 @@ class NemesisContext:
         return any(nem.active is not None and nem.cls.starts_at_heal and node in nem.active[0].held_down()
                    for nem in self.nemeses if nem is not me)
 
+    def in_effect_on(self, nodes: list[str], me: object) -> list[str]:
+        """The nemeses other than `me` with a window in effect (or its heal under way) on any
+        of `nodes`, each as "action target on its nodes"."""
+        out = []
+        for nem in self.nemeses:
+            fault = nem.active[0] if nem.active is not None else nem.heals.fault if nem.heals.under_way else None
+            on = fault.acts_on() if nem is not me and fault is not None else []
+            if set(on) & set(nodes):
+                out.append(f"{nem.label} on {','.join(on)}")
+        return out
+
     def ended_event(self, index: int) -> asyncio.Event:
         return self.ended.setdefault(index, asyncio.Event())
 
@@ -123,10 +135,11 @@ class Nemesis:
         return self._owner_watch.moves if self._owner_watch is not None else {}
 
     def _context(self, uid: int = 0) -> FaultContext:
-        return FaultContext(self.deployment, self.target_rng, self.ctx.sandbox, self.params,
-                            self.ctx.workload.client_nodes, uid=uid, record=self.book.record, group=self.group,
+        ctx = self.ctx
+        return FaultContext(self.deployment, self.target_rng, ctx.sandbox, self.params, ctx.workload.client_nodes,
+                            uid=uid, record=self.book.record, elsewhere=partial(ctx.in_effect_on, me=self),
                             watch=lambda w: self._owner_watch is not None and self._owner_watch.own_window(w),
-                            held_elsewhere=lambda n: self.ctx.held_elsewhere(n, self))
+                            held_elsewhere=partial(ctx.held_elsewhere, me=self), group=self.group)
 
     def _new_fault(self) -> Fault:
         self._uid += 1
@@ -162,8 +175,7 @@ class Nemesis:
         """The nemesis's task raised (a harness bug, e.g. a window step out of order): said on
         the console and in run.json, never lost with the task; its windows still get their
         effect rows (finish_effects), so the run cannot pass on them quietly."""
-        why = f"the nemesis stopped: {type(e).__name__}: {e}"
-        self.state.setdefault("error", why)
+        self.state.setdefault("error", why := f"the nemesis stopped: {type(e).__name__}: {e}")
         self.line(f"Fault: {self.label} FAILED: {why}")
 
     async def end_of_write(self) -> None:

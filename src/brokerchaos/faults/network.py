@@ -136,6 +136,9 @@ class Cut(NetFault):
     def links(self, target: Target) -> set[tuple[str, str]]:
         raise NotImplementedError
 
+    def looked_at(self) -> list[str]:
+        return [*self.acts_on(), *(self.cut_pair or ()), *(self.open_pair or ())]
+
     async def inject(self, target: Target) -> None:
         self.nodes = list(target.nodes)
         links = await self.compute_links(target)

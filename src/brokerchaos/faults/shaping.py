@@ -105,6 +105,9 @@ class Delay(NetFault):
         self.delayers: dict = {}
         self.probed: Optional[tuple[str, str]] = None  # (target, a host on the delayed link)
 
+    def looked_at(self) -> list[str]:
+        return [*self.acts_on(), *(self.probed or ())]
+
     async def observe(self, stage: str):
         if self.probed is None:
             return effect.not_observed("no link delayed") if stage == INJECTED else None

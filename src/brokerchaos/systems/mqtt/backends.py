@@ -32,6 +32,7 @@ class NatsMqttServers(NatsServers):
                 f'  ack_wait: "{int(self.options.ack_wait_s * 1000)}ms"', "}"]
 
     async def ready(self, timeout: float) -> None:
+        await super().ready(timeout)  # a fresh server that never reached the meta leader started again
         # the MQTT listener needs JetStream: a meta leader before the first CONNECT
         async def look():
             for n in self.node_names:

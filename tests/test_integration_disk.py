@@ -316,8 +316,9 @@ def test_bisect_finds_the_nats_release_that_fixed_power_cut_loss_with_sync_alway
     path.write_text(yaml.safe_dump(doc))
     code = main(["bisect", str(path), "--versions", "2.10.22,2.10.23", "--runs", "1",
                  "--out", str(tmp_path / "out")])
-    out = capsys.readouterr().out
-    assert code == 0, out[-3000:]
+    said = capsys.readouterr()
+    out = said.out
+    assert code == 0, out[-3000:] + said.err[-1500:]  # an error is said on stderr
     (root,) = (tmp_path / "out").glob("bisect-it-bisect-nats-*")
     found = json.loads((root / "bisect.json").read_text())
     assert found["boundary"] == {"before": "2.10.22", "after": "2.10.23", "direction": "fixed"}, found

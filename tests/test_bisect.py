@@ -66,6 +66,24 @@ def test_a_probe_is_decided_only_by_decided_runs():
     assert bs.Probe("1.0.0").outcome == "undecided"
 
 
+def test_a_release_whose_cluster_never_served_is_undecided_with_why_not_an_error(tmp_path, monkeypatch):
+    """A stand-in session that fails as a cluster that never started does (SystemError_)."""
+    from brokerchaos import runner
+    from brokerchaos.systems import SystemError_
+
+    class NeverServes:
+        def __init__(self, s, root, **kw):
+            self.dir = root / f"{s.name}-x"
+
+        def run(self):
+            raise SystemError_("n1 never served: stream placement said 'no suitable peers'")
+
+    monkeypatch.setattr(runner, "Session", NeverServes)
+    p = bs.probe(_nats("2.10.23"), "2.10.23", bs.check_of("no-loss"), 2, tmp_path, None, None)
+    assert p.outcome == "undecided" and p.dir == "b-2.10.23-x", p
+    assert p.unsure == ["the session did not run: n1 never served: stream placement said 'no suitable peers'"]
+
+
 def _nats(version):
     return sc.build({"name": "b", "system": "nats", "runs": 1, "cluster": {"version": version}})
 

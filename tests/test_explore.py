@@ -7,6 +7,7 @@ import json
 import pytest
 
 from brokerchaos import explore as ex
+from brokerchaos import fault_space as fs
 from brokerchaos import validation as sc
 from brokerchaos.cli import main
 from brokerchaos.errors import ScenarioError
@@ -14,30 +15,30 @@ from brokerchaos.faults import FAULTS
 
 
 def test_the_space_is_what_the_system_offers_and_flags_narrow_it():
-    redis, kafka = ex.offered("redis"), ex.offered("kafka")
+    redis, kafka = fs.offered("redis"), fs.offered("kafka")
     assert "kill" in redis and "isolate-from" in redis and "none" not in redis and "command" not in redis
     assert "reassign" in kafka and "reassign" not in redis  # Redis has no partition reassignment
     assert all(FAULTS.get(a).family for a in kafka)
-    doc = ex.base_doc("redis")
+    doc = fs.base_doc("redis")
     assert doc == {"name": "explore-redis", "system": "redis"}
-    sp = ex.space_of(doc, ["kill", "pause"], ["leader"], 1)
+    sp = fs.space_of(doc, ["kill", "pause"], ["leader"], 1)
     assert (sp.actions, sp.targets, sp.max_faults) == (("kill", "pause"), ("leader",), 1)
     with pytest.raises(ScenarioError, match="redis does not offer 'reassign'"):
-        ex.space_of(doc, ["reassign"])
+        fs.space_of(doc, ["reassign"])
     with pytest.raises(ScenarioError, match="no target 'leaders'"):
-        ex.space_of(doc, None, ["leaders"])
+        fs.space_of(doc, None, ["leaders"])
     with pytest.raises(ScenarioError, match="--max-faults"):
-        ex.space_of(doc, None, None, 0)
+        fs.space_of(doc, None, None, 0)
 
 
 @pytest.mark.parametrize("system", ["redis", "kafka", "nats", "pulsar", "rabbitmq"])
 def test_a_seed_draws_the_same_schedules_and_each_is_one_the_harness_runs(system):
-    doc = ex.base_doc(system)
-    sp = ex.space_of(doc)
+    doc = fs.base_doc(system)
+    sp = fs.space_of(doc)
     messages = sc.build(doc).workload.messages
-    drawn = [ex.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
-    assert drawn == [ex.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
-    assert drawn != [ex.draw(doc, sp, 8, i, messages, sc.accepts) for i in range(12)]
+    drawn = [fs.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
+    assert drawn == [fs.draw(doc, sp, 7, i, messages, sc.accepts) for i in range(12)]
+    assert drawn != [fs.draw(doc, sp, 8, i, messages, sc.accepts) for i in range(12)]
     for d in drawn:
         assert sc.accepts(d) and 1 <= len(d["faults"]) <= sp.max_faults and "fault" not in d
         for f in d["faults"]:
@@ -45,18 +46,40 @@ def test_a_seed_draws_the_same_schedules_and_each_is_one_the_harness_runs(system
             assert f["trigger"]["after_acks"] / messages in sp.moments
             assert f.get("duration") in sp.durations
     assert len({f["action"] for d in drawn for f in d["faults"]}) > 3  # the space is explored, not one corner
-    assert ex.cells(drawn[0], messages)[0][2].endswith("%")
+    assert fs.cells(drawn[0], messages)[0][2].endswith("%")
+
+
+def test_coverage_first_every_pair_the_base_runs_is_drawn_once_before_any_twice():
+    doc = fs.base_doc("kafka")
+    sp = fs.space_of(doc)
+    messages = sc.build(doc).workload.messages
+    among = fs.pairs(doc, sp, messages, sc.accepts)
+    assert ("reassign", "leader") not in among and ("kill", "leader") in among  # three brokers: nowhere to move
+    # what destroys stored data is drawn on some nodes, never on every one: that loss is the fault's
+    assert ("corrupt", "leader") in among and ("power-off", "all") in among
+    assert not {("corrupt", "all"), ("truncate", "all"), ("kill-wipe", "all")} & set(among)
+    entries, i = [], 0
+    while sum(len(e["cells"]) for e in entries) < len(among):
+        d = fs.draw(doc, sp, 3, i, messages, sc.accepts, fs.drawn_so_far(entries))
+        entries.append({"cells": fs.cells(d, messages)})
+        i += 1
+    seen = fs.drawn_so_far(entries)
+    # every pair once; only the last schedule's second fault may have started the next round
+    assert set(seen) == set(among) and sum(seen.values()) - len(among) == sum(n - 1 for n in seen.values()) <= 1
+    # a pair drawn is drawn again only once all the others were
+    d = fs.draw(doc, sp, 3, i, messages, sc.accepts, seen)
+    assert all(seen[(f["action"], f["target"])] <= 1 for f in d["faults"])
 
 
 def test_a_base_file_keeps_its_settings_and_loses_its_faults():
     doc = sc.load_document("scenarios/redis-split-brain.yaml")
-    sp = ex.space_of(doc, ["kill"], ["leader"], 1)
-    d = ex.draw(doc, sp, 0, 4, 60_000, sc.accepts)
+    sp = fs.space_of(doc, ["kill"], ["leader"], 1)
+    d = fs.draw(doc, sp, 0, 4, 60_000, sc.accepts)
     assert d["options"] == doc["options"] and d["workload"] == doc["workload"]
     assert d["name"] == "redis-split-brain-x005" and [f["action"] for f in d["faults"]] == ["kill"]
     # an action no target of the space can run is said, not drawn for ever
-    with pytest.raises(ScenarioError, match="no schedule of"):
-        ex.draw(doc, ex.space_of(doc, ["kill"], ["coordinator"], 1), 0, 0, 60_000, sc.accepts)
+    with pytest.raises(ScenarioError, match="no fault of the space is one redis can run"):
+        fs.draw(doc, fs.space_of(doc, ["kill"], ["coordinator"], 1), 0, 0, 60_000, sc.accepts)
 
 
 def _v(result, **kw):
@@ -95,7 +118,7 @@ def test_the_journal_survives_a_cut_last_line_and_the_coverage_counts_explored_a
 
 def test_the_exploration_is_written_with_its_violation_as_a_scenario_to_shrink(tmp_path):
     head = {"scenario": "b", "system": "redis", "seed": 3, "check": "the policy",
-            "space": ex.Space(("kill", "pause")).to_json(), "command": "brokerchaos explore b.yaml",
+            "space": fs.Space(("kill", "pause")).to_json(), "command": "brokerchaos explore b.yaml",
             "base": {"name": "b", "system": "redis", "options": {"wait_replicas": 0}, "fault": {"action": "kill"}}}
     entries = [_entry(1, "holds", [["kill", "leader", "10%"]]),
                _entry(2, "fails", [["pause", "all", "50%"]])]
@@ -127,29 +150,34 @@ def test_bad_input_is_one_line_and_exit_2(argv, said, capsys):
 def test_a_setting_varied_is_drawn_with_the_faults_and_kept_in_the_violation(tmp_path):
     doc = {"name": "k", "system": "kafka", "options": {"acks": "all"}}
     with pytest.raises(ScenarioError, match="--vary: 'acks=1'"):
-        ex.vary_of(["acks=1"])
+        fs.vary_of(["acks=1"])
     with pytest.raises(ScenarioError, match="--vary: acks=2"):
-        ex.space_of(doc, ["kill"], ["leader"], 1, ex.vary_of(["acks=1,2"]))
-    sp = ex.space_of(doc, ["kill"], ["leader"], 1, ex.vary_of(["acks=1,all"]))
-    assert ex.Space.from_json(json.loads(json.dumps(sp.to_json()))) == sp
-    drawn = [ex.draw(doc, sp, 0, i, 100_000, sc.accepts)["options"]["acks"] for i in range(12)]
+        fs.space_of(doc, ["kill"], ["leader"], 1, fs.vary_of(["acks=1,2"]))
+    sp = fs.space_of(doc, ["kill"], ["leader"], 1, fs.vary_of(["acks=1,all"]))
+    assert fs.Space.from_json(json.loads(json.dumps(sp.to_json()))) == sp
+    drawn = [fs.draw(doc, sp, 0, i, 100_000, sc.accepts)["options"]["acks"] for i in range(12)]
     assert set(drawn) == {1, "all"}, drawn
     entry = {**_entry(1, "fails", [["kill", "leader", "10%"]]), "drawn": {"acks": 1}}
     head = {"scenario": "k", "system": "kafka", "seed": 0, "check": "no-loss", "space": sp.to_json(), "base": doc}
-    found = ex._written(tmp_path, head, [entry], "1 violation found")
+    other = {**_entry(2, "fails", [["kill", "leader", "30%"]]), "drawn": {"acks": "all"}}
+    found = ex._written(tmp_path, head, [entry, other], "2 violations found")
     assert sc.load_document(found["violation_file"])["options"] == {"acks": 1}
+    # each violation collected is a file of its own, the page naming the others too
+    assert found["violation_files"] == [str(tmp_path / "violation-001.yaml"), str(tmp_path / "violation-002.yaml")]
+    assert sc.load_document(found["violation_files"][1])["options"] == {"acks": "all"}
+    assert "Also failed:</b> schedule 2" in (tmp_path / "report.html").read_text()
     assert "[acks=1]" in ex.table(found) and "acks: 1" in (tmp_path / "report.html").read_text()
 
 
 def test_an_action_the_base_cannot_run_is_left_out_and_said_unless_asked_for_by_name(tmp_path):
     doc = {"name": "k", "system": "kafka", "options": {"acks": 1}}  # 3 nodes: no node to move a replica to
-    sp = ex.space_of(doc)
-    kept, firsts = ex.runnable(doc, sp, 0, 100_000, named=False)
+    sp = fs.space_of(doc)
+    kept, firsts = fs.runnable(doc, sp, 0, 100_000, named=False)
     assert "reassign" in sp.actions and "reassign" not in kept.actions and len(firsts) == len(kept.actions)
     assert "no node to move a replica to" in dict(kept.left_out)["reassign"], kept.left_out
-    assert ex.Space.from_json(kept.to_json()) == kept
+    assert fs.Space.from_json(kept.to_json()) == kept
     with pytest.raises(ScenarioError, match="--actions: reassign: not on this scenario: .*no node to move"):
-        ex.runnable(doc, ex.space_of(doc, ["reassign", "kill"]), 0, 100_000, named=True)
+        fs.runnable(doc, fs.space_of(doc, ["reassign", "kill"]), 0, 100_000, named=True)
     found = ex._written(tmp_path, {"scenario": "k", "system": "kafka", "seed": 0, "check": "no-loss",
                                    "space": kept.to_json(), "base": doc}, [], "the budget of 1 runs was spent")
     assert "Left out: reassign" in (tmp_path / "report.html").read_text() and found["violations"] == []
@@ -168,9 +196,26 @@ def _stand_in(fails_on: str, log: list, interrupt_at: int = 0):
     return session
 
 
+def test_a_schedule_whose_session_did_not_run_is_tried_with_why_and_two_in_a_row_stop_the_search(tmp_path):
+    doc = {"name": "b", "system": "redis", "workload": {"messages": 10_000}}
+    space = fs.space_of(doc, ["pause", "kill", "delay"], ["leader"], 1)
+    calls: list = []
+
+    def never(cand, runs, stop):
+        calls.append(cand)
+        raise ex.NotRun(f"s{len(calls)}", "the cluster never served: n2 exited")
+
+    found = ex.search(doc, space, ex.PolicyCheck(), 5, ex.Terms(budget_runs=10), tmp_path, never)
+    assert len(calls) == 2 == found["runs"] and found["explored"] == 0, found
+    assert found["stopped"] == "the last 2 schedules' sessions did not run: the cluster never served: n2 exited"
+    e = ex.read_journal(tmp_path)[0]
+    assert e["outcome"] == "undecided" and e["dir"] == "s1" and e["runs"] == 1
+    assert e["undecided_why"] == ["the session did not run: the cluster never served: n2 exited"]
+
+
 def test_a_search_killed_mid_schedule_resumes_with_the_same_draws_and_stops_at_its_terms(tmp_path):
     doc = {"name": "b", "system": "redis", "workload": {"messages": 10_000}}
-    space = ex.space_of(doc, ["pause", "kill", "delay"], ["leader"], 1)
+    space = fs.space_of(doc, ["pause", "kill", "delay"], ["leader"], 1)
     check = ex.PolicyCheck()
     first: list = []
     with pytest.raises(KeyboardInterrupt):

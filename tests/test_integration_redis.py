@@ -279,7 +279,7 @@ def test_explore_draws_schedules_until_one_loses_acked_writes_and_resumes_where_
                                                                                           capsys):
     """`explore` on Redis with asynchronous replication and the producer pinned to its node
     (the split brain's settings, its fault replaced): seed 14 draws a follower cut off for
-    10 s and the leader delayed for 2 s (both hold), then the leader cut off from its peers for
+    2 s and a follower delayed for 2 s (both hold), then the leader cut off from its peers for
     10 s, which the sentinels fail over while the old primary acks alone: a violation at the
     third schedule, within a budget of 3 runs. Resumed, the search draws nothing more."""
     import json
@@ -300,7 +300,8 @@ def test_explore_draws_schedules_until_one_loses_acked_writes_and_resumes_where_
     (root,) = tmp_path.glob("explore-it-redis-explore-*")
     entries = ex.read_journal(root)
     assert [(e["cells"][0][:2], e["outcome"]) for e in entries] == [
-        (["isolate-from", "follower"], "holds"), (["delay", "leader"], "holds"), (["isolate-from", "leader"], "fails")]
+        (["isolate-from", "follower"], "holds"), (["delay", "follower"], "holds"),
+        (["isolate-from", "leader"], "fails")]
     assert "acked messages missing" in entries[2]["why"][0], entries[2]
     found = json.loads((root / ex.EXPLORE_FILE).read_text())
     assert found["stopped"] == "1 violation found" and found["explored"] == 3 and found["runs"] == 3, found

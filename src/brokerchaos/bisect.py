@@ -172,12 +172,19 @@ class StopAtFailure:
 def probe(scenario: "Scenario", version: str, check: expect.Expectation, runs: int, root: Path,
           spark_master: Optional[str], observer) -> Probe:
     """One release: a session stopped at the first run the check fails or at `runs` runs it
-    decided; a run it cannot decide is replaced by another, up to `runs` more."""
+    decided; a run it cannot decide is replaced by another, up to `runs` more. A release whose
+    session could not run (its cluster never served) is undecided, with the error as why."""
     from .runner import Session
+    from .sandbox import SandboxError
+    from .systems import SystemError_
 
     s = on_release(scenario, version, 2 * runs)
-    result = Session(s, root, spark_master=spark_master, observer=observer, report=True,
-                     stop_when=StopAtFailure(check, version, runs)).run()
+    session = Session(s, root, spark_master=spark_master, observer=observer, report=True,
+                      stop_when=StopAtFailure(check, version, runs))
+    try:
+        result = session.run()
+    except (SystemError_, SandboxError) as e:  # its cluster never served: undecided, and why
+        return Probe(version, dir=session.dir.name, wanted=runs, unsure=[f"the session did not run: {e}"])
     p = Probe(version, dir=result.dir.name, wanted=runs)
     for v in result.verdicts:
         status, why = check.check(v)

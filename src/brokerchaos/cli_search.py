@@ -96,6 +96,7 @@ def _resumed(path: str):
 
     from . import bisect as bs
     from . import explore as ex
+    from . import fault_space as fs
     from .errors import ScenarioError
 
     head = Path(path) / ex.EXPLORE_FILE
@@ -104,7 +105,7 @@ def _resumed(path: str):
     old = json.loads(head.read_text())
     check = ex.PolicyCheck() if old["check"] == ex.PolicyCheck.text else bs.check_of(old["check"])
     terms = ex.Terms(**{k: old[k] for k in ("budget_runs", "runs_each", "minutes", "collect")})
-    return old["base"], old["seed"], ex.Space.from_json(old["space"]), check, terms
+    return old["base"], old["seed"], fs.Space.from_json(old["space"]), check, terms
 
 
 def _explore_setup(args):
@@ -113,6 +114,7 @@ def _explore_setup(args):
     (its terms, unless a flag names new ones)."""
     from . import bisect as bs
     from . import explore as ex
+    from . import fault_space as fs
     from . import validation as sc
 
     for flag, n in (("--budget", args.budget), ("--runs-each", args.runs_each), ("--collect", args.collect)):
@@ -123,14 +125,14 @@ def _explore_setup(args):
     elif not args.base:
         raise sc.ScenarioError("explore: give a scenario file or a system's name (or --resume DIR)")
     else:
-        doc, seed, old = ex.base_doc(args.base), args.seed, ex.Terms()
-        space = ex.space_of(doc, _listed(args.actions), _listed(args.targets), args.max_faults,
-                            ex.vary_of(args.vary))
+        doc, seed, old = fs.base_doc(args.base), args.seed, ex.Terms()
+        space = fs.space_of(doc, _listed(args.actions), _listed(args.targets), args.max_faults,
+                            fs.vary_of(args.vary))
         check = bs.check_of(args.check) if args.check else ex.PolicyCheck()
     given = {"budget_runs": args.budget, "runs_each": args.runs_each, "collect": args.collect,
              "minutes": args.minutes}
     terms = dataclasses.replace(old, **{k: v for k, v in given.items() if v is not None})
-    space, firsts = ex.runnable(doc, space, seed, sc.build(doc).workload.messages,
+    space, firsts = fs.runnable(doc, space, seed, sc.build(doc).workload.messages,
                                 named=bool(args.actions) and not args.resume)
     for a, why in space.left_out:
         print(f"explore: {a} left out: {why}")
@@ -160,7 +162,8 @@ def cmd_explore(args) -> int:
     print("\n" + ex.table(found))
     print(f"Results: {found['dir']}")
     if found["violations"]:
-        print(f"Violation: {found['violation_file']}  (cut it down: brokerchaos shrink {found['violation_file']})")
+        for path in found["violation_files"]:
+            print(f"Violation: {path}  (cut it down: brokerchaos shrink {path})")
         from .report.expect import EXIT_VIOLATED
 
         return EXIT_VIOLATED

@@ -112,6 +112,9 @@ class Fault:
     machine: ClassVar[tuple[str, ...]] = ()
     # it may target workload.group's members (the `consumer` targets)
     acts_on_consumers: ClassVar[bool] = False
+    # it destroys what its target had stored (corrupt, truncate, kill-wipe): on every node at
+    # once, the loss is the fault's, not the system's, and explore does not draw it there
+    destroys_data: ClassVar[bool] = False
     # what `brokerchaos new` writes for it: values for the settings without a default, the
     # target, and the nodes where the action needs more than three
     example: ClassVar[dict[str, Any]] = {}

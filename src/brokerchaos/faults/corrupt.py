@@ -161,6 +161,7 @@ class Corrupt(_Restarting):
                    "each change (file, offset, bit)")
     family = "corrupt"
     example = {"bits": 64}
+    destroys_data = True
     observes = ("the target's process gone, the bytes recorded as changed read back changed before the restart "
                 "(a file cut to its recorded size), the system's own check where it has one, and a new process "
                 "running after it")

@@ -205,6 +205,7 @@ class KillWipe(_Restarting):
                    "(Pulsar bookies: bookies[2] is a whole write quorum with Qw 2)")
     family = "disk lost"
     needs = frozenset({"kill", "start", "wipe"})
+    destroys_data = True
 
     async def inject(self, target: Target) -> None:
         self.hold(target.nodes)

@@ -39,6 +39,7 @@ class Replace(Fault):
                    "others; a new, empty node joins under its name, in sync once it knows the receiver's subscription)")
     family = "membership"
     example_target = "follower"
+    destroys_data = True
     observes = ("the target gone from the members the cluster names during the window, and after the heal a new "
                 "member in its place holding everything (Redis: the primary's full resyncs one more; NATS: the new "
                 "server among the stream's peers, each current; Pulsar: the new bookie writable and no ledger "

@@ -56,6 +56,9 @@ def explore_page(doc: dict) -> str:
     found = (f"<p><b>Found:</b> schedule {v[0]['i']} failed {_e(doc['check'])} ({_e('; '.join(v[0]['why']))}). "
              f"Cut it down: <code>brokerchaos shrink {_e(doc.get('violation_file', ''))}</code></p>") if v else \
         f"<p><b>No violation</b> of {_e(doc['check'])} in the schedules explored.</p>"
+    found += "".join(f"<p><b>Also failed:</b> schedule {o['i']} ({_e('; '.join(o['why']))}): "
+                     f"<code>brokerchaos shrink {_e(path)}</code></p>"
+                     for o, path in zip(v[1:], doc.get("violation_files", [])[1:]))
     cov = _table(["action", "target", "moment", "tried", "explored", "failed"],
                  [[_e(c["action"]), _e(c["target"]), c["moment"], str(c["tried"]), str(c["explored"]),
                    str(c["failed"])] for c in doc["coverage"]],

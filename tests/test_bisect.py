@@ -64,6 +64,13 @@ def test_a_probe_is_decided_only_by_decided_runs():
     assert said[:2] == [None, None] and said[2] == "2 runs decided: 1.0.0 holds", said
     assert "fails" in bs.StopAtFailure(bs.check_of("no-loss"), "1.0.0", 2)({"acked_missing": 1, "read_complete": True})
     assert bs.Probe("1.0.0").outcome == "undecided"
+    # runs that decide nothing, none decided before them: the probe gives up at the third
+    stop = bs.StopAtFailure(bs.check_of("no-loss"), "1.0.0", 8)
+    said = [stop(unsure) for _ in range(bs.NONE_DECIDED)]
+    assert said[:-1] == [None] * (bs.NONE_DECIDED - 1) and said[-1].startswith("3 runs and none decided"), said
+    assert said[-1].endswith(": 1.0.0 undecided")
+    stop = bs.StopAtFailure(bs.check_of("no-loss"), "1.0.0", 8)  # one decided run first: it goes on
+    assert [stop(v) for v in [{"acked_missing": 0, "read_complete": True}] + [unsure] * 4] == [None] * 5
 
 
 def test_a_release_whose_cluster_never_served_is_undecided_with_why_not_an_error(tmp_path, monkeypatch):

@@ -99,6 +99,8 @@ def test_a_rare_failure_is_probed_long_enough_and_the_budget_bounds_the_search()
     assert held and all(s.decided == shrink.runs_to_see(3, 10) for s in held)
     tight = shrink.shrink(_doc(faults), rare, failed=3, runs=10, budget=5, valid=_valid)
     assert tight.runs <= 5 and tight.stopped == "the budget of 5 runs was spent"
+    # the last candidate passed the runs the budget left, fewer than a hold needs: undecided
+    assert tight.steps[-1].outcome == shrink.UNDECIDED and tight.steps[-1].decided < shrink.runs_to_see(3, 10)
 
 
 def test_a_cut_that_held_is_tried_once_per_pass():

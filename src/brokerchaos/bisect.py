@@ -153,20 +153,32 @@ def search(versions: list[str], look: Callable[[str], Probe]) -> dict:
 @dataclass
 class StopAtFailure:
     """A probe's stopping rule: its first run the check fails decides the release, and so do
-    `wanted` runs it decided (a value, not a closure: a session on another Python client
-    release takes it to its own interpreter)."""
+    `wanted` runs it decided; NONE_DECIDED runs with none decided leave it undecided (a value,
+    not a closure: a session on another Python client release takes it to its own interpreter)."""
 
     check: expect.Expectation
     version: str
     wanted: int
     decided: int = 0
+    seen: int = 0
 
     def __call__(self, v) -> Optional[str]:
         status, why = self.check.check(v)
         if status == "fail":
             return f"{self.check.text} fails ({why}): {self.version} fails"
+        self.seen += 1
         self.decided += status != "undecided"
-        return f"{self.decided} runs decided: {self.version} holds" if self.decided >= self.wanted else None
+        if self.decided >= self.wanted:
+            return f"{self.decided} runs decided: {self.version} holds"
+        if not self.decided and self.seen >= NONE_DECIDED:
+            return f"{self.seen} runs and none decided (the last: {why}): {self.version} undecided"
+        return None
+
+
+# runs in a row the check could not decide, none before them, after which a probe gives up:
+# a fault that never takes effect on this scenario (an election with nothing to move) will not
+# take effect at the fourth run either, and each run costs a minute
+NONE_DECIDED = 3
 
 
 def probe(scenario: "Scenario", version: str, check: expect.Expectation, runs: int, root: Path,

@@ -200,7 +200,8 @@ def shrink(doc: dict, probe: ProbeFn, failed: int, runs: int, budget: int,
            valid: Callable[[dict], bool] = lambda d: True) -> Shrunk:
     """Greedy delta debugging from `doc`, which failed `failed` of `runs` decided runs:
     each candidate `valid` accepts is probed for up to `runs_to_see` decided runs; the first
-    that fails replaces the scenario; ends when no candidate fails or `budget` runs are spent."""
+    that fails replaces the scenario; ends when no candidate fails or `budget` runs are spent
+    (a candidate that passed the fewer runs the budget left is undecided, not held)."""
     out = Shrunk(copy.deepcopy(doc))
     want = runs_to_see(failed, runs)
     # a pass tries each cut once: one that held is not tried again within the pass, though
@@ -215,6 +216,8 @@ def shrink(doc: dict, probe: ProbeFn, failed: int, runs: int, budget: int,
                 out.stopped = f"the budget of {budget} runs was spent"
                 return out
             outcome, f, decided, n, where = probe(cand, min(want, budget - out.runs))
+            if outcome == HOLDS and decided < want:  # passed the runs the budget left: not enough
+                outcome = UNDECIDED
             out.runs += n
             out.steps.append(Step(cut, outcome, f, decided, where))
             if outcome == FAILS:

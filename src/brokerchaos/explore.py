@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from .bisect import FAILS, HOLDS, UNDECIDED, StopAtFailure
-from .fault_space import Space, cells, draw, drawn_so_far
+from .fault_space import Space, bare, cells, draw, drawn_so_far
 
 EXPLORE_FILE, JOURNAL = "explore.json", "explore.jsonl"
 
@@ -211,11 +211,9 @@ def _written(root: Path, head: dict, entries: list[dict], stopped: str) -> dict:
              "violations": [e for e in entries if e["outcome"] == FAILS],
              "runs": sum(e["runs"] for e in entries),
              "explored": sum(e["outcome"] != UNDECIDED for e in entries)}
-    for n, v in enumerate(found["violations"]):  # each a scenario to shrink; the first is named
-        path = _reproducer(root, head, v)
-        found.setdefault("violation_files", []).append(str(path))
-        if n == 0:
-            found["violation_file"] = str(path)
+    found["violation_files"] = [str(_reproducer(root, head, v)) for v in found["violations"]]  # each to shrink
+    if found["violation_files"]:
+        found["violation_file"] = found["violation_files"][0]
     found["said"] = (f"{len(entries)} schedules tried ({found['explored']} explored, {found['runs']} runs), "
                      f"{len(found['violations'])} failed {head['check']}; stopped: {stopped}")
     (root / EXPLORE_FILE).write_text(json.dumps(found, indent=2, default=str))
@@ -230,8 +228,7 @@ def _reproducer(root: Path, head: dict, v: dict) -> Path:
     """Violation `v` as a plain scenario file: the base with the schedule's faults and draws."""
     import yaml
 
-    reproducer = {**{k: val for k, val in head["base"].items() if k not in ("fault", "faults")},
-                  "name": f"{head['scenario']}-x{v['i']:03d}"[:64], "faults": v["faults"]}
+    reproducer = {**bare(head["base"]), "name": f"{head['scenario']}-x{v['i']:03d}"[:64], "faults": v["faults"]}
     if v.get("drawn"):
         reproducer["options"] = {**(reproducer.get("options") or {}), **v["drawn"]}
     path = root / f"violation-{v['i']:03d}.yaml"

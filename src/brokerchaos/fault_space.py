@@ -6,9 +6,9 @@ supports (or `--actions`) x targets x trigger moments x windows, settings drawn 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -120,7 +120,8 @@ def _fault(pair: tuple[str, str], space: Space, rng: random.Random, messages: in
     return f
 
 
-def _bare(doc: dict) -> dict:
+def bare(doc: dict) -> dict:
+    """A copy of `doc` without its faults."""
     return {key: v for key, v in copy.deepcopy(doc).items() if key not in ("fault", "faults")}
 
 
@@ -135,7 +136,7 @@ def pairs(doc: dict, space: Space, messages: int, valid: Callable[[dict], bool])
         trigger = {"after_acks": max(1, messages // 2)}
 
         def alone(a: str, t: str) -> dict:
-            return {**_bare(doc), "faults": [{"action": a, "target": t, "trigger": trigger,
+            return {**bare(doc), "faults": [{"action": a, "target": t, "trigger": trigger,
                                               "params": copy.deepcopy(FAULTS.get(a).example)}]}
         _PAIRS[key] = [(a, t) for a in space.actions for t in space.targets
                        if not (t == "all" and FAULTS.get(a).destroys_data) and valid(alone(a, t))]
@@ -165,7 +166,7 @@ def draw(doc: dict, space: Space, seed: int, i: int, messages: int, valid: Calla
         raise ScenarioError(f"no fault of the space is one {doc['system']} can run: widen --actions or --targets")
     for _ in range(DRAWS):
         k = rng.randint(1, space.max_faults)
-        cand, drawn = _bare(doc), Counter(seen or ())
+        cand, drawn = bare(doc), Counter(seen or ())
         cand["faults"] = []
         for _ in range(k):
             pair = _pick(rng, among, drawn)
@@ -186,7 +187,7 @@ def why_not(doc: dict, action: str, targets: tuple[str, ...]) -> str:
 
     cls = FAULTS.get(action)
     try:
-        sc.build({**{k: v for k, v in doc.items() if k not in ("fault", "faults")},
+        sc.build({**bare(doc),
                   "fault": {"action": action, "target": targets[0], "params": copy.deepcopy(cls.example)}})
     except ScenarioError as e:
         return str(e).split(": ", 1)[-1]

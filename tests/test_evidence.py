@@ -6,7 +6,7 @@ mechanism that did not occur: each leaves the run unknown (never a pass), named 
 from histories import H
 
 from brokerchaos.analysis.policy import BY_NAME, rates
-from brokerchaos.report import console, expect
+from brokerchaos.report import console, expect, session_table
 from brokerchaos.report.html import _evidence_html
 from brokerchaos.report.files import summarize, wilson
 
@@ -23,14 +23,15 @@ def _run(name, *evidence, acked=(1, 2, 3), read=(1, 2, 3), dups=()):
 
 SEEN = ("effect", 1, "observed: kill leader: gone: n2 (pid 11); running again: n2 as pid 12")
 WHOLE = ("whole", 0, "whole after 0.4 s: serving n1, n2, n3")
+READY = ("ready", None, "kill leader: stream served again")
 
 
 def test_a_run_passes_only_on_the_evidence_that_its_fault_happened_and_the_cluster_came_back(spark_analyze, tmp_path):
-    rows = (_run("clean", SEEN, WHOLE)
+    rows = (_run("clean", SEEN, READY, WHOLE)
             + _run("failed", ("effect", 0, "failed: command n2: inject: HookError: hook 'cut' exited 1"), WHOLE)
             + _run("no-effect", ("effect", 0, "not observed: partition n2|n3: none of the cluster's packets "
                                               "crossed the cut (0 dropped)"), WHOLE)
-            + _run("not-back", ("effect", 0, "not healed: kill leader: gone: n2; not running again: n2"),
+            + _run("not-back", ("effect", 0, "not healed: kill leader: gone: n2; not running again: n2"), READY,
                    ("whole", 1, "not whole after 90 s: n2: not running"))
             + _run("unknowable", ("effect", None, "not known: pause n2: no pid held"), WHOLE)
             + _run("lossy", ("effect", 0, "failed: kill leader: never injected: trigger not reached"), WHOLE,
@@ -69,6 +70,12 @@ def test_a_run_passes_only_on_the_evidence_that_its_fault_happened_and_the_clust
     assert "Result: UNKNOWN  (fault not in effect: window 1: not observed: partition" in block, block
     assert "Fault effect:                 not observed: partition n2|n3" in block, block
     assert "fault not in effect" in summarize(list(v.values()))["verdicts"]
+    # a downtime ends when the cluster is whole: one never whole again has none, whatever a
+    # heal's "ready" said (the stream served by the others)
+    assert session_table.columns(v["clean"])["downtime_s"] > 0
+    assert session_table.columns(v["not-back"])["downtime_s"] is None
+    back = console.run_block({**v["not-back"], **session_table.columns(v["not-back"])})
+    assert "Downtime (fault to cluster whole): none: the cluster was not whole before the read" in back, back
 
 
 def test_a_required_mechanism_that_did_not_occur_leaves_the_run_unknown(spark_analyze, tmp_path):

@@ -58,6 +58,15 @@ def test_coverage_first_every_pair_the_base_runs_is_drawn_once_before_any_twice(
     # what destroys stored data is drawn on some nodes, never on every one: that loss is the fault's
     assert ("corrupt", "leader") in among and ("power-off", "all") in among
     assert not {("corrupt", "all"), ("truncate", "all"), ("kill-wipe", "all")} & set(among)
+    # a step-down of nodes holding no leadership is no pair; an isolation drawn with settings
+    # that leave something to cut (`from` the peers, or for every node the clients)
+    nats = fs.base_doc("nats")
+    on_nats = fs.pairs(nats, fs.space_of(nats), sc.build(nats).workload.messages, sc.accepts)
+    assert ("stepdown", "leader") in on_nats and not {("stepdown", "followers"), ("stepdown", "all")} & set(on_nats)
+    assert ("isolate-from", "followers") in on_nats and ("isolate-from", "all") in on_nats
+    assert fs.FAULTS.get("isolate-from").example_for("followers") == {"from": "peers"}
+    assert fs.FAULTS.get("isolate-from").example_for("all") == {"from": "clients"}
+    assert fs.FAULTS.get("isolate-from").example_for("leader") == {"from": "followers"}
     entries, i = [], 0
     while sum(len(e["cells"]) for e in entries) < len(among):
         d = fs.draw(doc, sp, 3, i, messages, sc.accepts, fs.drawn_so_far(entries))

@@ -212,6 +212,42 @@ def test_service_hosts_are_targets_of_their_system_only():
             sc.build({"system": system, "options": options, "fault": {"action": "pause", "target": host}})
 
 
+@pytest.mark.parametrize("action, target, params, why", [
+    ("stepdown", "followers", {}, "a follower holds no leadership"),
+    ("stepdown", "follower", {}, "a follower holds no leadership"),
+    ("stepdown", "all", {}, "'all' names the others too"),
+    ("isolate-from", "all", {"from": "followers"}, "leaves no node to cut it from"),
+    ("isolate-from", "all", {"from": "peers"}, "leaves no node to cut it from"),
+])
+def test_a_target_the_fault_can_never_act_on_is_refused_before_the_run(action, target, params, why):
+    with pytest.raises(sc.ScenarioError, match=rf"^scenario field 'fault.target': .*{why}"):
+        sc.build({"system": "nats", "fault": {"action": action, "target": target, "params": params}})
+
+
+@pytest.mark.parametrize("action, target, why", [
+    ("kill", "followers", "a stream with 1 replica has no follower"),
+    ("kill", "minority", "1 nodes have no minority"),
+    ("partition", "leader", "a partition needs at least 2 nodes"),
+])
+def test_a_one_node_cluster_refuses_targets_it_does_not_have(action, target, why):
+    one = {"system": "mqtt", "cluster": {"nodes": 1, "replicas": 1}, "options": {"broker": "mosquitto"}}
+    with pytest.raises(sc.ScenarioError, match=rf"^scenario field 'fault.target': {why}"):
+        sc.build({**one, "fault": {"action": action, "target": target}})
+    sc.build({**one, "fault": {"action": "kill", "target": "leader"}})
+
+
+@pytest.mark.parametrize("action, target, params", [
+    ("stepdown", "leader", {}), ("stepdown", "n2", {}), ("stepdown", "client-node", {}),
+    ("stepdown", "followers", {"role": "coordinator"}), ("stepdown", "all", {"every": True}),
+    ("isolate-from", "all", {"from": "clients"}), ("isolate-from", "followers", {"from": "leader"}),
+    ("isolate-from", "leader", {"from": "followers"}), ("isolate-from", "n1,n2", {"from": "peers,clients"}),
+    # nothing to cut, found at the inject: the failed-fault control (kafka-no-effect-controls.yaml)
+    ("isolate-from", "leader", {"from": "leader"}),
+])
+def test_targets_a_fault_may_act_on_pass_the_same_check(action, target, params):
+    sc.build({"system": "nats", "fault": {"action": action, "target": target, "params": params}})
+
+
 @pytest.mark.parametrize("text, extra, field", [
     ("nodes: {n1: {address: 'h:1'}, n2: {address: 'h:2'}, n3: {address: 'h'}}", {}, "external.nodes.n3.address"),
     ("nodes: {n1: {address: 'h:1'}, n3: {address: 'h:2'}}", {}, "external.nodes"),

@@ -112,8 +112,9 @@ def _fault(pair: tuple[str, str], space: Space, rng: random.Random, messages: in
     cls = FAULTS.get(action)
     f = {"action": action, "target": target,
          "trigger": {"after_acks": max(1, int(messages * rng.choice(space.moments)))}}
-    if cls.example:
-        f["params"] = copy.deepcopy(cls.example)
+    params = cls.example_for(target)
+    if params:
+        f["params"] = params
     duration = rng.choice(space.durations) if cls.recoverable else None
     if duration is not None:
         f["duration"] = duration
@@ -137,7 +138,7 @@ def pairs(doc: dict, space: Space, messages: int, valid: Callable[[dict], bool])
 
         def alone(a: str, t: str) -> dict:
             return {**bare(doc), "faults": [{"action": a, "target": t, "trigger": trigger,
-                                              "params": copy.deepcopy(FAULTS.get(a).example)}]}
+                                              "params": FAULTS.get(a).example_for(t)}]}
         _PAIRS[key] = [(a, t) for a in space.actions for t in space.targets
                        if not (t == "all" and FAULTS.get(a).destroys_data) and valid(alone(a, t))]
     return _PAIRS[key]
@@ -188,7 +189,7 @@ def why_not(doc: dict, action: str, targets: tuple[str, ...]) -> str:
     cls = FAULTS.get(action)
     try:
         sc.build({**bare(doc),
-                  "fault": {"action": action, "target": targets[0], "params": copy.deepcopy(cls.example)}})
+                  "fault": {"action": action, "target": targets[0], "params": cls.example_for(targets[0])}})
     except ScenarioError as e:
         return str(e).split(": ", 1)[-1]
     return f"no target of {', '.join(targets)}"

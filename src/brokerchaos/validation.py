@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from .errors import ScenarioError, first_error
 from .faults import FAULTS, TARGETS
 from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
+from .faults.targets import names as names_in
 from .faults.targets import parse as parse_target
 from .history.schema import MECHANISMS
 from .scenario import Scenario, check_cross_fields, load_document, split_fault
@@ -171,12 +172,16 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
     try:
         check_expression(f.target, names, have, groups=cls.takes_groups)
         cls.check(params, names, have, s)
+        cls.check_target(params, f.target)
     except TargetError as e:
         raise ScenarioError(f"scenario field '{path}.{e.field}': {e}") from None
     _check_consumer_target(s, path, f)
     _check_coordinator_targets(s, path, f)
-    if f.target == "follower" and s.cluster.replicas < 2:
+    named = names_in(f.target)
+    if named & {"follower", "followers"} and s.cluster.replicas < 2:
         raise ScenarioError(f"scenario field '{path}.target': a stream with 1 replica has no follower")
+    if "minority" in named and len(names) < 3:
+        raise ScenarioError(f"scenario field '{path}.target': {len(names)} nodes have no minority (of 1 or more)")
     if f.repeat is not None and f.duration is None and cls.recoverable:
         raise ScenarioError(
             f"scenario field '{path}.duration': a repeated {f.action!r} needs a duration to heal each window"

@@ -3,6 +3,7 @@ context it acts in (a deployment's cluster and roles, the sandbox, a seeded gene
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
@@ -164,6 +165,18 @@ class Fault:
     @classmethod
     def check(cls, params: Any, node_names: list[str], offers: frozenset[str], scenario: "Scenario") -> None:
         """Static checks beyond the params model and the capabilities (raise targets.TargetError)."""
+
+    @classmethod
+    def check_target(cls, params: Any, target: str) -> None:
+        """Static checks of the target expression with these settings: one this fault can
+        never act on (a follower's step-down of a leadership it does not hold) is refused
+        here (raise targets.TargetError), not drawn and found undecided at run time."""
+
+    @classmethod
+    def example_for(cls, target: str) -> dict:
+        """Settings that fit `target`, for a fault drawn rather than written (explore):
+        `example` unless the plugin knows better."""
+        return copy.deepcopy(cls.example)
 
     @classmethod
     def before_write(cls, params: Any, cluster: Any) -> None:

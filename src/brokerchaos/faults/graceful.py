@@ -15,6 +15,7 @@ from .base import Fault, Target
 from .effect import INJECTED
 from .process import _Restarting
 from .registry import FAULTS
+from .targets import TargetError, names
 
 
 class StepdownParams(BaseModel):
@@ -51,6 +52,21 @@ class Stepdown(Fault):
         if not getattr(self.ctx.roles, "stepdown_moves", True):
             return effect.judge(before != after, f"the stream's description {before} -> {after}")
         return effect.not_observed(f"the {self.p.role} stayed on {target} for {self.effect.get('moved_s')} s")
+
+    @classmethod
+    def check_target(cls, params, target: str) -> None:
+        """A step-down moves a role off the node holding it: a target that names nodes
+        holding none asks a system's step-down what it refuses (NATS, Redis, RabbitMQ and
+        Pulsar all do)."""
+        if params.every:
+            return
+        named = names(target)
+        if "all" in named:
+            raise TargetError("a step-down moves a role one node holds, and 'all' names the others too "
+                              "(params.every: true steps down whatever each node leads)", "target")
+        if params.role == "leader" and named & {"follower", "followers"}:
+            raise TargetError("a follower holds no leadership to step down (target the leader or a node)",
+                              "target")
 
     @classmethod
     def needs_for(cls, params) -> frozenset[str]:

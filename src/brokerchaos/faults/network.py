@@ -21,7 +21,7 @@ from . import effect
 from .base import Fault, Target
 from .effect import HEALED, HEALING, INJECTED
 from .registry import FAULTS
-from .targets import TargetError, check_expression, parse, resolve_set
+from .targets import TargetError, check_expression, names, parse, resolve_set
 
 DEV = "eth0"
 # a rule that only the harness's own probes match, so that their packets are counted apart
@@ -197,6 +197,12 @@ class Partition(Cut):
     family = "network"
     takes_groups = True
 
+    @classmethod
+    def check(cls, params, node_names, offers, scenario) -> None:
+        super().check(params, node_names, offers, scenario)
+        if len(node_names) < 2:
+            raise TargetError("a partition needs at least 2 nodes", "target")
+
     def links(self, target: Target) -> set[tuple[str, str]]:
         out = set()
         for g1, g2 in combinations(target.groups, 2):
@@ -227,6 +233,24 @@ class IsolateFrom(Cut):
     family = "network"
     example = {"from": "followers"}
     Params = FromParams
+
+    @classmethod
+    def check_target(cls, params, target: str) -> None:
+        """A target of every node leaves none to cut it from, only the clients. (One that
+        merely names the nodes `from` names, `leader` from `leader`, fails at its inject:
+        the positive control of a failed fault, scenarios/kafka-no-effect-controls.yaml.)"""
+        if "all" in names(target) and "clients" not in names(params.from_):
+            raise TargetError("isolate-from 'all' leaves no node to cut it from (give params.from: clients, "
+                              "or use isolate)", "target")
+
+    @classmethod
+    def example_for(cls, target: str) -> dict:
+        """The example's `from`, unless the target holds every node it names: then its peers
+        (or, for `all`, the clients)."""
+        held = names(target)
+        if "all" in held:
+            return {"from": "clients"}
+        return {"from": "peers"} if names(cls.example["from"]) <= held else dict(cls.example)
 
     async def compute_links(self, target: Target) -> set[tuple[str, str]]:
         expr = self.p.from_

@@ -172,6 +172,11 @@ def parse(expr: str, groups: bool = False) -> list[list[tuple[str, Optional[int]
     return out
 
 
+def names(expr: str) -> set[str]:
+    """The names an expression uses, in any of its groups (`followers[1]` is `followers`)."""
+    return {name for part in parse(expr, groups=True) for name, _ in part}
+
+
 def check_expression(expr: str, node_names: list[str], offers: frozenset[str], groups: bool = False,
                      relative: bool = False, field: str = "target") -> None:
     """Static check: every name exists and the deployment offers the roles it names."""

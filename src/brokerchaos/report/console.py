@@ -56,7 +56,9 @@ def run_block(v: Verdict, meta: Optional[dict] = None) -> str:
                      f"{v['live_duplicates']:,} duplicates ({v['live_redeliveries']:,} redelivered), "
                      f"{v.get('live_read_status')}"))
     rows += _evidence_rows(v)
-    if v.get("downtime_s") is not None:
+    if v.get("not_whole"):
+        rows.append(("Downtime (fault to cluster whole)", "none: the cluster was not whole before the read"))
+    elif v.get("downtime_s") is not None:
         rows.append(("Downtime (fault to cluster whole)", f"{v['downtime_s']:.1f} s"))
     if v.get("rx_downtime_s") is not None:
         rows.append(("Receiver gap in the fault", f"{v['rx_downtime_s']:.1f} s"))

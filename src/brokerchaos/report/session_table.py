@@ -44,6 +44,9 @@ def columns(v: Verdict) -> dict[str, Any]:
     def sec(a: Optional[int], b: Optional[int]) -> Optional[float]:
         return None if a is None or b is None else (b - a) / 1e9
 
+    # a cluster not whole before the read was never whole again: a "ready" of one fault's
+    # heal (the stream served) is no end of the downtime
+    ready = None if v.get("not_whole") else f["t_ready"]
     hit = set(re.split(r"[,|]", killed)) if killed else set()
     outages = v["fault_outages_ms"]
     tx_down = None
@@ -52,10 +55,10 @@ def columns(v: Verdict) -> dict[str, Any]:
     return {
         "seq_ix": int(digits.group(1)) if digits else f["position"],
         "killed_node": killed,
-        "runtime_s": sec(f["t_first_send"], f["t_ready"]),
+        "runtime_s": sec(f["t_first_send"], ready),
         "txtime_s": sec(f["t_first_send"], f["t_last_ack"]),
         "gaptime_s": sec(f["t_fault"], f["t_last_ack"]),
-        "downtime_s": sec(f["t_fault"], f["t_ready"]),
+        "downtime_s": sec(f["t_fault"], ready),
         "tx_downtime_s": tx_down,
         "rx_downtime_s": None if f["rx_down_ns"] is None else f["rx_down_ns"] / 1e9,
         "rx_error": rx_error(v),

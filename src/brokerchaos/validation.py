@@ -15,7 +15,6 @@ from .errors import ScenarioError, first_error
 from .faults import FAULTS, TARGETS
 from .faults.targets import CONSUMER_TARGETS, TargetError, check_expression
 from .faults.targets import names as names_in
-from .faults.targets import parse as parse_target
 from .history.schema import MECHANISMS
 from .scenario import Scenario, check_cross_fields, load_document, split_fault
 from .scenario import build as build_model
@@ -191,7 +190,7 @@ def _check_fault(s: Scenario, path: str, f, names: list[str], have: frozenset[st
 def _check_consumer_target(s: Scenario, path: str, f) -> None:
     """The `consumer` targets are workload.group's members: processes of the harness's, which
     a kill, a stop (the member leaves the group), a restart or a pause acts on."""
-    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
+    named = names_in(f.target)
     if not named & set(CONSUMER_TARGETS):
         return
     if s.workload.group is None:
@@ -217,7 +216,7 @@ COORDINATOR_TARGETS = {
 def _check_coordinator_targets(s: Scenario, path: str, f) -> None:
     """`group-coordinator` needs workload.group, `txn-coordinator` workload.transactions, and
     each a system whose roles can name it."""
-    named = {name for part in parse_target(f.target, groups=True) for name, _ in part}
+    named = names_in(f.target)
     for target in sorted(named & set(COORDINATOR_TARGETS)):
         what, field, method = COORDINATOR_TARGETS[target]
         if getattr(s.workload, field) is None:

@@ -36,6 +36,7 @@ TEST_WORKERS ?= 2
 test: setup
 	@$(VENV)/bin/brokerchaos fetch --from tests/releases.txt >/dev/null
 	BROKERCHAOS_NO_DOWNLOAD="make test fetched tests/releases.txt; a test's release belongs in it" \
+	BROKERCHAOS_BROKER_JIT=quick \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: setup

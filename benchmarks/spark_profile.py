@@ -1,7 +1,8 @@
 """Where an analysis's time goes, step by step, from Spark's own event log: the driver
 between jobs (planning, AQE's re-planning between stages, Python), the jobs with no task
 running (scheduling, stage boundaries, broadcasts) and the tasks themselves (run time,
-deserialisation, garbage collection).
+deserialisation, garbage collection, CPU), and within the tasks the operators' own timing
+metrics (a whole stage's duration, sorts, aggregations' builds, broadcasts).
 
     .venv/bin/python benchmarks/spark_profile.py [--kind plain|group|txn] [--runs 20] [--messages 1000]
                                                  [--rounds 3] [--dir /tmp/brokerchaos-bench] [--conf K=V]
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -27,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 SQL_START = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart"
 SQL_END = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd"
+SQL_AQE = "org.apache.spark.sql.execution.ui.SparkListenerSQLAdaptiveExecutionUpdate"
+SQL_DRIVER = "org.apache.spark.sql.execution.ui.SparkListenerDriverAccumUpdates"
 
 
 def _conf_dir(logs: Path, conf: list[str]) -> str:
@@ -48,11 +52,30 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def _plan_metrics(info: dict, into: dict) -> None:
+    """accumulator id -> (operator, metric, type) over a plan tree (sparkPlanInfo)."""
+    for m in info.get("metrics", ()):
+        into[m["accumulatorId"]] = (info["nodeName"], m["name"], m.get("metricType"))
+    for child in info.get("children", ()):
+        _plan_metrics(child, into)
+
+
+def _timed(into: dict, ids: dict, at: float, updates) -> None:
+    """(at, operator: metric, seconds) of every timing metric among `updates` (id, value)."""
+    for aid, value in updates:
+        name = ids.get(aid)
+        if name and name[2] in ("timing", "nsTiming") and value:
+            into.append((at, f"{name[0]}: {name[1]}", int(value) / (1e9 if name[2] == "nsTiming" else 1e3)))
+
+
 def read_log(path: Path) -> dict[str, list]:
-    """The jobs, stages and tasks of an event log, as (start, end) epoch seconds with metrics."""
+    """The jobs, stages and tasks of an event log, as (start, end) epoch seconds with metrics;
+    the operators' timing metrics (`ops`: time, operator: metric, seconds) and each task's
+    CPU time."""
     jobs: dict[int, list] = {}
     queries: dict[int, list] = {}
-    out: dict[str, list] = {"jobs": [], "stages": [], "tasks": [], "queries": []}
+    ids: dict[int, tuple] = {}
+    out: dict[str, list] = {"jobs": [], "stages": [], "tasks": [], "queries": [], "ops": []}
     # Spark 4 writes a directory of rolled files (eventlog_v2_*: events_1_*, events_2_*, …)
     files = sorted(path.glob("events_*"), key=lambda f: int(f.name.split("_")[1])) if path.is_dir() else [path]
     for line in (x for f in files for x in f.read_text().splitlines()):
@@ -69,9 +92,17 @@ def read_log(path: Path) -> dict[str, list]:
         elif kind == "SparkListenerTaskEnd":
             i, m = e["Task Info"], e.get("Task Metrics") or {}
             out["tasks"].append((i["Launch Time"] / 1e3, i["Finish Time"] / 1e3, m.get("Executor Run Time", 0) / 1e3,
-                                 m.get("Executor Deserialize Time", 0) / 1e3, m.get("JVM GC Time", 0) / 1e3))
-        elif kind == SQL_START:  # posted once the query's physical plan is made
-            queries[e["executionId"]] = [e["time"] / 1e3, None]
+                                 m.get("Executor Deserialize Time", 0) / 1e3, m.get("JVM GC Time", 0) / 1e3,
+                                 m.get("Executor CPU Time", 0) / 1e9))
+            _timed(out["ops"], ids, i["Launch Time"] / 1e3,
+                   ((a["ID"], a.get("Update")) for a in i.get("Accumulables", ()) if "ID" in a))
+        elif kind in (SQL_START, SQL_AQE):  # a plan, and each plan AQE makes of it
+            _plan_metrics(e["sparkPlanInfo"], ids)
+            if kind == SQL_START:  # posted once the query's physical plan is made
+                queries[e["executionId"]] = [e["time"] / 1e3, None]
+        elif kind == SQL_DRIVER:  # the driver's own metrics (a broadcast's build and collect)
+            at = queries.get(e["executionId"], [0])[0]
+            _timed(out["ops"], ids, at, e.get("accumUpdates", ()))
         elif kind == SQL_END and e["executionId"] in queries:
             queries[e["executionId"]][1] = e["time"] / 1e3
     out["jobs"] = [tuple(j) for j in jobs.values() if j[1] is not None]
@@ -97,7 +128,18 @@ def breakdown(log: dict[str, list], a: float, b: float) -> dict:
             "jobs_no_task_running_s": round(in_jobs - in_tasks, 3),
             "tasks_running_s": round(in_tasks, 3), "task_run_sum_s": round(sum(t[2] for t in tasks), 3),
             "task_deserialize_sum_s": round(sum(t[3] for t in tasks), 3),
-            "task_gc_sum_s": round(sum(t[4] for t in tasks), 3)}
+            "task_gc_sum_s": round(sum(t[4] for t in tasks), 3), "task_cpu_sum_s": round(sum(t[5] for t in tasks), 3),
+            "operators_s": _top_ops(log["ops"], a, b)}
+
+
+def _top_ops(ops: list, a: float, b: float, n: int = 8) -> dict:
+    """The operators' timing metrics summed between a and b, the largest first. They overlap
+    (a whole-stage pipeline's `duration` holds its sorts and aggregations) and are not wall time."""
+    total: dict[str, float] = {}
+    for at, name, sec in ops:
+        if a <= at < b:
+            total[name] = total.get(name, 0.0) + sec
+    return {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]}
 
 
 def main() -> None:
@@ -142,6 +184,8 @@ def main() -> None:
     spark.stop()
     (path,) = list(logs.iterdir())
     log = read_log(path)
+    for tmp in (logs, Path(os.environ["SPARK_CONF_DIR"])):  # read: nothing left behind in /tmp
+        shutil.rmtree(tmp, ignore_errors=True)
     for i, (t0, t1, steps) in enumerate(rounds):
         out = {"round": "cold" if i == 0 else f"warm {i}", "conf": args.conf, "kind": args.kind, "runs": args.runs,
                "messages_per_run": args.messages, "total": breakdown(log, t0, t1), "steps": {}}

@@ -81,3 +81,18 @@ def test_a_jvm_s_clock_is_read_from_the_output_it_was_started_with(tmp_path):
         assert said == time.mktime(time.strptime("2026-12-05 07:00:00", "%Y-%m-%d %H:%M:%S"))
     finally:
         process.terminate(proc, grace=2.0)
+
+
+def test_the_quick_jit_is_c1_alone_and_a_value_it_does_not_know_is_refused(monkeypatch, capsys):
+    """`make test`'s servers compile with C1 alone; a user's keep both tiers; a misspelt
+    value is one line and exit 2 before anything starts."""
+    from brokerchaos.cli import main
+
+    monkeypatch.setenv(jvm.JIT, "quick")
+    assert "-XX:TieredStopAtLevel=1" in jvm.argv("cp", "Main", 256)
+    monkeypatch.setenv(jvm.JIT, "full")
+    assert not any("Tiered" in a for a in jvm.argv("cp", "Main", 256))
+    monkeypatch.setenv(jvm.JIT, "fast")
+    assert main(["faults"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "brokerchaos: BROKERCHAOS_BROKER_JIT='fast': expected one of full, quick", err

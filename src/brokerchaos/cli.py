@@ -357,6 +357,11 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from .systems.jvm import jit_error
+
+    if jit_error():
+        print(f"brokerchaos: {jit_error()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # as typed, for the report's header (the session's scenario.json is what reproduces it)
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])
     from .cli_search import cmd_bisect, cmd_explore, cmd_shrink

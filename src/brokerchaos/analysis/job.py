@@ -14,7 +14,6 @@ availability.py and facts.py; the frame helpers in frames.py.
 from __future__ import annotations
 
 import collections
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -145,9 +144,16 @@ MEMBER_COLUMNS = ("run", "client", "seq", "t_ns", "type", "producer", "value", "
 LITERAL_CLIENTS = 64
 
 
+# joins (run, client) into one string; no run or client name holds it
+_SEP = "\u0001"
+
+
 def _is(pairs, column: str = "client") -> Column:
-    return functools.reduce(lambda a, b: a | b, [(F.col("run") == r) & (F.col(column) == c)
-                                                 for r, c in sorted(pairs)])
+    """A row of one of these (run, client) pairs: its (run, client) looked up among them as
+    one string (`isin`, a hash set past ten). Not an OR of a comparison per pair: every
+    query of the analysis filters every row through it, and at 40 pairs (20 runs of a group
+    of two) those comparisons were half the analysis's time (profile: docs/benchmarks/history.md)."""
+    return F.concat_ws(_SEP, F.col("run"), F.col(column)).isin(sorted(f"{r}{_SEP}{c}" for r, c in pairs))
 
 
 def _clients(spark: SparkSession, df: DataFrame, pairs: set, keep: bool = True) -> DataFrame:
@@ -159,9 +165,14 @@ def _clients(spark: SparkSession, df: DataFrame, pairs: set, keep: bool = True) 
 
 
 def _group_of(member_of: dict) -> Column:
+    """A member's row's group: one lookup per group (a session's runs name few), not a
+    comparison per member."""
+    by_group: dict[str, set] = {}
+    for key, g in member_of.items():
+        by_group.setdefault(g, set()).add(key)
     out = F.lit(None).cast("string")
-    for (r, c), g in sorted(member_of.items()):
-        out = F.when((F.col("run") == r) & (F.col("client") == c), F.lit(g)).otherwise(out)
+    for g, pairs in sorted(by_group.items()):
+        out = F.when(_is(pairs), F.lit(g)).otherwise(out)
     return out
 
 

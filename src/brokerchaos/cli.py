@@ -359,8 +359,9 @@ def main(argv=None) -> int:
         return 0
     from .systems.jvm import jit_error
 
-    if jit_error():
-        print(f"brokerchaos: {jit_error()}", file=sys.stderr)
+    bad = jit_error()
+    if bad:
+        print(f"brokerchaos: {bad}", file=sys.stderr)
         return EXIT_BAD_INPUT
     # as typed, for the report's header (the session's scenario.json is what reproduces it)
     args.command_line = shlex.join(["brokerchaos", *(sys.argv[1:] if argv is None else argv)])

@@ -144,7 +144,7 @@ MEMBER_COLUMNS = ("run", "client", "seq", "t_ns", "type", "producer", "value", "
 LITERAL_CLIENTS = 64
 
 
-# joins (run, client) into one string; no run or client name holds it
+# joins (run, client) into one string: a control character, in no name the harness writes
 _SEP = "\u0001"
 
 

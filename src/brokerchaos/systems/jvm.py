@@ -145,9 +145,13 @@ JIT = "BROKERCHAOS_BROKER_JIT"
 JIT_OPTIONS = {"full": [], "quick": ["-XX:TieredStopAtLevel=1"]}
 
 
+def _jit() -> str:
+    return os.environ.get(JIT, "full")
+
+
 def jit_error() -> Optional[str]:
     """The line that says $BROKERCHAOS_BROKER_JIT is none of its values, or None."""
-    v = os.environ.get(JIT, "full")
+    v = _jit()
     return None if v in JIT_OPTIONS else f"{JIT}={v!r}: expected one of {', '.join(JIT_OPTIONS)}"
 
 
@@ -155,7 +159,7 @@ def argv(cp: str, main: str, heap_mb: int, *args: str, props: Optional[dict] = N
     """A JVM command line: a fixed heap (the whole cluster and Spark share 24 GB and 2 cores)."""
     out = [java(), f"-Xms{heap_mb // 2}m", f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError",
            "-Djava.net.preferIPv4Stack=true", "-Djava.awt.headless=true"]
-    out += JIT_OPTIONS.get(os.environ.get(JIT, "full"), [])
+    out += JIT_OPTIONS.get(_jit(), [])
     out += [f"-D{k}={v}" for k, v in (props or {}).items()]
     return out + ["-cp", cp, main, *args]
 

@@ -13,7 +13,9 @@ import statistics
 import threading
 import time
 
+import nats.errors
 import pytest
+from nats.js.errors import NoStreamResponseError
 from observers import Quiet, descendants, namespaces_not_of_others
 
 from brokerchaos import validation as sc
@@ -122,19 +124,31 @@ class Cluster:
     def heal(self, fault):
         self.sb.run_client(fault.heal, timeout=60)
 
-    def healthy(self):
-        """The stream has a leader with every replica current, and a publish is acked."""
+    def healthy(self, within: float = 45.0):
+        """The stream serves again within `within` s: a leader with every replica current, then
+        a publish acked. The two are asked again until then, not once: a node back from a
+        partition may win an election after the first look says ready (it campaigned on a
+        higher term while cut off; seen here, a 5-12 s cut moving the leader to the node cut
+        off once healed), and the publish in between finds no leader to answer it."""
         dep = self.dep
 
         async def go():
             await dep.client.connect(timeout=30)
+            deadline = time.monotonic() + within
+            last = "the stream was never ready"
             try:
-                ready = await dep.roles.wait_stream_ready(timeout=45)
-                ack = await dep.client.js.publish(f"{dep.client.stream_name}.probe", b"x", timeout=10)
-                return ready and ack.seq > 0
+                while time.monotonic() < deadline:
+                    if await dep.roles.wait_stream_ready(timeout=max(0.1, deadline - time.monotonic())):
+                        try:
+                            ack = await dep.client.js.publish(f"{dep.client.stream_name}.probe", b"x", timeout=10)
+                            return ack.seq > 0
+                        except (NoStreamResponseError, nats.errors.TimeoutError) as e:
+                            last = f"ready, then a publish unanswered: {e!r}"
+                            await asyncio.sleep(0.5)
+                raise AssertionError(f"the stream does not serve {within:.0f} s after the heal: {last}")
             finally:
                 await dep.client.close()
-        return self.sb.run_client(go, timeout=120)
+        return self.sb.run_client(go, timeout=within + 75)
 
     def no_rules_left(self):
         for n in self.dep.cluster.node_names:

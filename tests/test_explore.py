@@ -188,7 +188,7 @@ def test_an_action_the_base_cannot_run_is_left_out_and_said_unless_asked_for_by_
     with pytest.raises(ScenarioError, match="--actions: reassign: not on this scenario: .*no node to move"):
         fs.runnable(doc, fs.space_of(doc, ["reassign", "kill"]), 0, 100_000, named=True)
     found = ex._written(tmp_path, {"scenario": "k", "system": "kafka", "seed": 0, "check": "no-loss",
-                                   "space": kept.to_json(), "base": doc}, [], "the budget of 1 runs was spent")
+                                   "space": kept.to_json(), "base": doc}, [], "the budget of 1 run was spent")
     assert "Left out: reassign" in (tmp_path / "report.html").read_text() and found["violations"] == []
 
 

@@ -124,7 +124,7 @@ class Terms:
         if sum(e["outcome"] == FAILS for e in entries) >= self.collect:
             return f"{self.collect} violation{'s' * (self.collect > 1)} found"
         if sum(e["runs"] for e in entries) >= self.budget_runs:
-            return f"the budget of {self.budget_runs} runs was spent"
+            return f"the budget of {self.budget_runs} run{'s' * (self.budget_runs != 1)} was spent"
         if self.minutes is not None and time.monotonic() - started >= self.minutes * 60:
             return f"{self.minutes:g} minutes passed"
         if len(entries) >= NOT_RUN_STOP and all(e.get("not_run") for e in entries[-NOT_RUN_STOP:]):

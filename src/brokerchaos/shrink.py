@@ -213,7 +213,7 @@ def shrink(doc: dict, probe: ProbeFn, failed: int, runs: int, budget: int,
             if cut in held or not valid(cand):
                 continue
             if out.runs >= budget:
-                out.stopped = f"the budget of {budget} runs was spent"
+                out.stopped = f"the budget of {budget} run{'s' * (budget != 1)} was spent"
                 return out
             outcome, f, decided, n, where = probe(cand, min(want, budget - out.runs))
             if outcome == HOLDS and decided < want:  # passed the runs the budget left: not enough

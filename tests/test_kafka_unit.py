@@ -172,6 +172,21 @@ def test_a_library_call_past_its_timeout_is_taken_for_hung_and_left_behind():
         release.set()
 
 
+def test_a_transforming_member_waits_out_another_member_s_transaction_before_calling_the_group_stuck(monkeypatch):
+    """read_idle (10 s) is shorter than a transaction may take through a killed coordinator:
+    CI's idle member called the group stuck while the other's commit was in hand."""
+    from brokerchaos.systems.kafka import ctp, group
+
+    asked = []
+    monkeypatch.setattr(group.KafkaGroupMember, "run", lambda self, finishing, idle: asked.append(idle) or "complete")
+    member = object.__new__(ctp.KafkaTransformMember)
+    member._producer = lambda: "producer"
+    assert member.run(None, 10.0) == "complete" and member.p == "producer"
+    assert asked == [ctp.TXN_BOUND_S] and ctp.TXN_BOUND_S >= 2 * (ctp.COMMIT_S + ctp.HANG_GRACE_S), asked
+    member.run(None, 600.0)
+    assert asked[-1] == 600.0, "a longer read_idle is kept"
+
+
 def test_a_member_slot_keeps_its_transactional_id_across_incarnations():
     from brokerchaos.systems.kafka.ctp import slot_of
 

@@ -84,6 +84,9 @@ def test_the_meta_group_is_judged_by_its_leader_s_own_view(monkeypatch):
     assert not _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": lagging})[0]
     one = {**LEADER, "replicas": LEADER["replicas"][:1]}
     assert not _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": one})[0]
+    # a fresh meta group's size is its servers' configured routes (2 of 3): a leader that never
+    # heard from n2 counts a group of 2 whole (nats-server's bootstrapRaftNode); we started 3
+    assert not _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": {**one, "cluster_size": 2}})[0]
     # a follower's view alone (no peers listed) passed before; the leader that no longer leads does not
     ok, said = _meta(monkeypatch, {"n1": FOLLOWER, "n2": FOLLOWER, "n3": {**FOLLOWER, "leader": "n2"}})
     assert not ok and "n3 is named the meta leader" in said, said
@@ -168,6 +171,11 @@ def test_a_fresh_server_its_meta_leader_does_not_count_is_started_again_once(mon
     assert servers.log == [("kill", "n1"), ("start", "n1")], servers.log
     assert servers.start_notes["n1"].startswith("started again: no contact with the JetStream meta leader"), \
         servers.start_notes
+    # the leader's own count of its group (cluster_size) is its configured routes, 2: the CI run of
+    # 2026-12-07 on 2.10.23 passed such a view as whole, nothing restarted, placement failed
+    small = _Servers({**RACED, "n2": {**RACED["n2"], "cluster_size": 2}})
+    _ready(monkeypatch, small)
+    assert small.log == [("kill", "n1"), ("start", "n1")], small.log
     # a whole meta group, or a cluster not started by this object (reused): nothing restarted
     whole = _Servers({"n1": FOLLOWER, "n2": FOLLOWER, "n3": LEADER})
     _ready(monkeypatch, whole)

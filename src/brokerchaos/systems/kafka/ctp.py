@@ -38,6 +38,8 @@ ON_PURPOSE = "aborted: on purpose (group abort share)"  # a commit row's failure
 
 
 HANG_GRACE_S = 5.0  # past its own timeout, a library call is taken for hung
+# the longest a member may stay in one transaction: its calls, then a replaced producer's init
+TXN_BOUND_S = 2 * (COMMIT_S + HANG_GRACE_S)
 
 
 class TxnFailed(Exception):
@@ -103,8 +105,12 @@ class KafkaTransformMember(KafkaGroupMember):
         return p  # incarnation, ends what it left open
 
     def run(self, finishing, idle: float) -> str:
+        """As a group member's, but the group is called stuck only once it has not moved for
+        longer than one transaction may take: a member inside its commit, retrying a killed
+        coordinator, is within its own bound for up to TXN_BOUND_S (CI: the other member,
+        idle, called the group stuck after read_idle's 10 s while the commit was in hand)."""
         self.p = self._producer()
-        return super().run(finishing, idle)
+        return super().run(finishing, max(idle, TXN_BOUND_S))
 
     def _handle(self, msgs: list) -> None:
         good = [m for m in msgs if m.error() is None]

@@ -63,6 +63,14 @@ def test_only_small_histories_analysed_once_run_the_first_tier_only():
     assert one_shot_options(QUICK_JIT_BYTES + 1) == []
 
 
+def test_a_run_of_one_small_run_starts_spark_with_the_first_tier_only():
+    """`brokerchaos run` of one run: its verdict comes after one warm-up round, which C1
+    alone reaches sooner; several runs, or a large one, keep both tiers."""
+    assert sp.one_run_options(1, 20_000) == one_shot_options(0) and one_shot_options(0)
+    assert sp.one_run_options(1, sp.QUICK_JIT_MESSAGES + 1) == []
+    assert sp.one_run_options(2, 1_000) == []
+
+
 def test_the_session_jvm_maps_the_archive_make_setup_built(spark):
     """`make setup` builds the archive; the tests' JVM, started after it, must map it (the
     JVM leaves out an archive it cannot use, quietly: only its memory map tells)."""

@@ -180,13 +180,16 @@ def cmd_run(args) -> int:
     lacks = machine_lacks([scenario])
     if lacks is not None or args.dry_run:
         return lacks if lacks is not None else dry_run(scenario, args.out)
+    from .analysis.spark import one_run_options
     from .runner import Session
 
+    w = scenario.workload
     bars = _observer()
     try:
         result = _guarded([scenario], args.spark_master, "run",
                           lambda: Session(scenario, Path(args.out), spark_master=args.spark_master, observer=bars,
-                                          command=args.command_line, verdicts=args.verdicts).run())
+                                          command=args.command_line, verdicts=args.verdicts,
+                                          java_options=one_run_options(scenario.runs, w.messages * w.producers)).run())
     finally:
         if bars is not None:
             bars.close()

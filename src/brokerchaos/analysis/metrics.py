@@ -36,6 +36,15 @@ __all__ = ["DEFAULT", "MS", "Analysis", "analyze", "read_history", "pair_windows
 _in_memory = in_memory
 
 
+# analyses ended in this process, whoever asked (a run, a session, a warm-up round): the
+# warm-up's cap counts them all (warmup.py), as the JIT warms on each alike
+_ended = 0
+
+
+def ended() -> int:
+    return _ended
+
+
 @dataclass
 class Analysis:
     verdicts: list[Verdict]
@@ -105,6 +114,8 @@ def analyze(spark: SparkSession, df: DataFrame, timing: bool = True, tuning: Tun
     if any(v.get("group_skips") for v in verdicts):
         def skips():
             return skipped(rows.checked, rows.members, rows.groups)
+    global _ended
+    _ended += 1
     return Analysis(verdicts, parts.ordering.jumps, parts.latency_exact, parts.counts.duplicates,
                     parts.counts.losses, meta={"seconds": clock.laps, "send_ns_runs": send_ns_runs},
                     kept=cache.kept, build_skips=skips or (lambda: None), divergence=parts.replicas.log)

@@ -108,8 +108,24 @@ def one_shot_options(history_bytes: int) -> list[str]:
     reserves 48 MB of code cache (240 MB with both tiers), which the per-topic passes of
     many-topic sessions filled ("CodeCache is full. Compiler has been disabled", analysing
     sessions of 10 and 100 topics one after the other): it gets 240 MB too."""
-    quick = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+    from .warmup import C1_ONLY
+
+    quick = [C1_ONLY, "-XX:ReservedCodeCacheSize=240m"]
     return quick if fast_start() and history_bytes <= QUICK_JIT_BYTES else []
+
+
+QUICK_JIT_MESSAGES = 1_000_000
+
+
+def one_run_options(runs: int, messages: int) -> list[str]:
+    """JVM options for a process that runs one session of `runs` runs of `messages` messages
+    (`brokerchaos run`): C1 alone for one run of up to QUICK_JIT_MESSAGES, whose verdict comes
+    after a single warm-up round. Measured on an idle machine (2026-12-07, two alternated
+    pairs): the write waits for the JVM and its first analysis, 15.3 s with C1 against 21.6 s
+    with both tiers, and the next three analyses take 11.1 against 18.0 s. More runs keep
+    both tiers: from a few analyses on, C2's code is faster (1.2 against 1.64 s a small
+    analysis, docs/benchmarks/history.md)."""
+    return one_shot_options(0) if runs == 1 and messages <= QUICK_JIT_MESSAGES else []
 
 
 def _environment(master: str) -> None:
@@ -191,9 +207,10 @@ class WarmUp(threading.Thread):
     TAG = "brokerchaos-warm-up"
 
     def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS,
-                 history: Optional[str] = None) -> None:
+                 history: Optional[str] = None, java_options: Sequence[str] = ()) -> None:
         super().__init__(name="spark-warm-up", daemon=True)
         self.master, self.analysis, self.rounds, self.history = master, analysis, rounds, history
+        self.java_options = java_options  # for the JVM, if this thread starts it
         self._enough = threading.Event()
 
     def enough(self) -> None:
@@ -201,7 +218,7 @@ class WarmUp(threading.Thread):
 
     def run(self) -> None:
         try:
-            spark = get_spark(self.master)
+            spark = get_spark(self.master, self.java_options)
             if self.analysis:
                 from .warmup import warm_up
 
@@ -239,12 +256,12 @@ class WarmUp(threading.Thread):
 
 
 def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS,
-                  history: Optional[str] = None) -> WarmUp:
+                  history: Optional[str] = None, java_options: Sequence[str] = ()) -> WarmUp:
     """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
     it with small analyses, so that the first runs' verdicts come at the warm speed; called
     again after a run's verdict, the gap before the next write warms it further. The write
     phase calls stop(). `history`: warm on that run's history instead of the small one."""
-    w = WarmUp(master, analysis, rounds, history)
+    w = WarmUp(master, analysis, rounds, history, java_options)
     w.start()
     return w
 

@@ -21,10 +21,31 @@ from typing import Optional
 from ..history import Recorder
 
 _lock = threading.Lock()
-_rounds = 0  # analyses run so far in this process
 # the JIT keeps compiling Spark's planner for about this many analyses (-XX:+CITime, session
-# 17); a session's gaps are not spent on warming past it
+# 17); a session's gaps are not spent on warming past it. Every analysis the process ran
+# counts (metrics.ended): a run's warms the JIT as a round does, and a process that analyses
+# many sessions (a campaign's, a test run's) stops warming once it has analysed enough
 CAP = 32
+# with C1 alone (a test run's JVM, spark.one_shot_options) the third analysis already runs at
+# the speed of the tenth (a consume-transform-produce run's history, warm rounds: 34, 12, 10,
+# 7.9, 9.5, 9.7 s on a loaded machine): a few rounds, not dozens
+C1_CAP = 3
+
+
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JVM option (spark.one_shot_options)
+
+
+def cap(spark) -> int:
+    """How many analyses warm this session's JVM: C1_CAP when it compiles with C1 alone."""
+    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "") or ""
+    return C1_CAP if C1_ONLY in opts.split() else CAP
+
+
+def _rounds() -> int:
+    """Analyses ended so far in this process, the runs' own and the warm-up's alike."""
+    from . import metrics
+
+    return metrics.ended()
 
 MESSAGES = 2_000  # the small history's
 
@@ -59,7 +80,7 @@ def _history(path: Path, messages: int = MESSAGES) -> None:
 
 def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
             history: Optional[str] = None) -> int:
-    """Up to `rounds` analyses, until `enough` is set, never more than CAP in a process; the
+    """Up to `rounds` analyses, until `enough` is set, never more than cap(spark) in a process; the
     process's first always (it is several times slower than the next: a run must not wait
     for it). Returns how many ran.
 
@@ -75,21 +96,19 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
     is not (a 100,000-message run's ordering walk after the small one's rounds: 0.45-0.75
     s; in a loop over histories of its size: 0.11-0.19). A round cut short (spark.WarmUp
     cancels its jobs when a write is about to begin) raises."""
-    global _rounds
     from . import metrics
     from .tuning import Tuning
 
     ran = 0
     with _lock:
-        if _rounds >= CAP:
+        if _rounds() >= cap(spark):
             return 0
         with _source(history) as path:
-            while ran < rounds and _rounds < CAP:
-                if _rounds and enough is not None and enough.is_set():
+            while ran < rounds and _rounds() < cap(spark):
+                if _rounds() and enough is not None and enough.is_set():
                     break
-                tuning = Tuning(small_bytes=0) if history is None and _rounds % 2 == 0 else Tuning()
+                tuning = Tuning(small_bytes=0) if history is None and _rounds() % 2 == 0 else Tuning()
                 metrics.analyze(spark, metrics.read_history(spark, path), tuning=tuning).release()
-                _rounds += 1
                 ran += 1
     return ran
 
@@ -117,4 +136,4 @@ _small: Optional[str] = None
 
 def first_done() -> bool:
     """The process's first analysis is behind it."""
-    return _rounds > 0
+    return _rounds() > 0

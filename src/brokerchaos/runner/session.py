@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..analysis import metrics, spark as spark_mod, warmup
 from ..report import console, session_table
@@ -61,12 +61,14 @@ class Session:
                  observer: Optional[Observer] = None, resume: Optional[Path] = None,
                  duration: Optional[float] = None, soak: bool = False, command: Optional[str] = None,
                  report: bool = True, verdicts: str = "auto", pool: Optional[ClusterPool] = None,
-                 stop_when: Optional[Callable[[Verdict], Optional[str]]] = None) -> None:
+                 stop_when: Optional[Callable[[Verdict], Optional[str]]] = None,
+                 java_options: Sequence[str] = ()) -> None:
         self.s = scenario
         # what a child interpreter is given to run the same session (interpreter.py)
         self.args = dict(scenario=scenario, out=out, spark_master=spark_master, observer=observer, resume=resume,
                          duration=duration, soak=soak, command=command, report=report, verdicts=verdicts,
-                         stop_when=stop_when)
+                         stop_when=stop_when, java_options=java_options)
+        self.java_options = java_options  # the Spark JVM's, if this session starts it (spark.one_run_options)
         # a stopping rule (bisect: a release's first failing run decides it): given each run's
         # verdict, why no further run is needed, or None; verdicts are then judged run by run
         self.stop_when = stop_when
@@ -131,7 +133,8 @@ class Session:
     def _run(self) -> SessionResult:
         result = SessionResult(self.dir)
         first = self._begin(result)
-        self._warm = spark_mod.warm_up_async(self.spark_master, analysis=self.verdicts == "each")
+        self._warm = spark_mod.warm_up_async(self.spark_master, analysis=self.verdicts == "each",
+                                             java_options=self.java_options)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread() else None
         try:
             self._runs(result, first)

@@ -25,6 +25,7 @@ from brokerchaos.faults.targets import resolve
 from brokerchaos.runner import Session
 from brokerchaos.sandbox import Sandbox, netfilter, netns
 from brokerchaos.systems import SYSTEMS, Deployment
+from brokerchaos.systems.base import SystemError_
 
 pytestmark = [
     pytest.mark.integration,
@@ -183,6 +184,35 @@ def cluster(tmp_path_factory):
             yield Cluster(sb, dep)
         finally:
             dep.stop()
+
+
+def test_a_stream_is_made_only_once_every_server_routes_a_publish_to_it(cluster):
+    """The run's stream is made once a publish through each server is answered (only its
+    leader subscribes; a server the interest has not reached yet answers "no responders").
+    A stream never made is answered nowhere: the wait ends at its bound naming a server."""
+    c = cluster
+    made = c.dep.client
+    never = made.for_topic("never-made")
+    assert never.stream_name != made.stream_name
+
+    async def go():
+        await made.connect(timeout=30)
+        try:
+            before = (await made.info()).state.messages
+            t0 = time.monotonic()
+            await made._answered_everywhere(time.monotonic() + 10)
+            answered_s = time.monotonic() - t0
+            t0 = time.monotonic()
+            with pytest.raises(SystemError_, match=r"n1 still has no route to its subjects"):
+                await never._answered_everywhere(time.monotonic() + 1.5)
+            return answered_s, time.monotonic() - t0, before, (await made.info()).state.messages
+        finally:
+            await made.close()
+
+    answered_s, refused_s, before, after = c.sb.run_client(go, timeout=60)
+    assert answered_s < 5 and 1.5 <= refused_s < 5, (answered_s, refused_s)
+    # the probe names another stream: three publishes answered, each refused before it was stored
+    assert after == before, (before, after)
 
 
 def test_partition_cuts_exactly_the_links_between_groups(cluster):

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Optional
 
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
@@ -85,6 +86,7 @@ class NatsClient(Client):
                     storage=api.StorageType.FILE,
                     duplicate_window=120.0,
                 )
+                await self._answered_everywhere(deadline)
                 return self.stream_name
             except (APIError, NatsTimeout, asyncio.TimeoutError) as e:
                 # right after start-up the meta leader may not yet know every peer
@@ -99,6 +101,31 @@ class NatsClient(Client):
             meta = f"the meta group's view not read: {e!r}"
         raise SystemError_(f"could not create stream {self.stream_name} within {timeout}s: "
                            f"{type(last).__name__}: {last} ({meta})")
+
+    async def _answered_everywhere(self, deadline: float) -> None:
+        """Every server has a route to the stream's subjects. Only the stream's leader
+        subscribes to them; the others learn it over the routes, and until then a publish
+        there is answered "no responders" (once in CI: a fresh 2.15.1 cluster's routes still
+        being paired off nacked the first 490 ms of the write on n2). The probe names another
+        stream (Nats-Expected-Stream), which every release refuses before storing anything."""
+        subject, pending = f"{self.stream_name}._ready", list(self.cluster.node_names)
+        while pending:
+            url = "nats://{}:{}".format(*self.cluster.address(pending[0]))
+            nc = await _connect([url], "brokerchaos-ready", max(1.0, deadline - time.monotonic()))
+            try:
+                while True:
+                    try:
+                        await nc.request(subject, b"", timeout=1, headers={"Nats-Expected-Stream": "-"})
+                        break
+                    except (NoRespondersError, NatsTimeout, asyncio.TimeoutError) as e:
+                        if time.monotonic() >= deadline:
+                            said = "no responders" if isinstance(e, NoRespondersError) else "no answer within 1 s"
+                            raise SystemError_(f"stream {self.stream_name} made, but {pending[0]} still has no "
+                                               f"route to its subjects (a publish there: {said})") from None
+                        await asyncio.sleep(0.05)
+            finally:
+                await _close(nc)
+            pending.pop(0)
 
     async def drop_stream(self) -> None:
         try:

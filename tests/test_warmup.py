@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from brokerchaos.analysis import metrics, warmup
-from brokerchaos.analysis.spark import WarmUp, warm_up_async
+from brokerchaos.analysis.warmup import WarmUp, warm_up_async
 
 
 def test_stop_waits_for_the_process_first_round_and_starts_no_other(spark, monkeypatch):

@@ -103,13 +103,20 @@ def fast_start() -> bool:
     return os.environ.get("BROKERCHAOS_SPARK_FAST_START", "1") != "0"
 
 
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JIT's first tier alone
+
+
+def c1_only(spark) -> bool:
+    """This session's JVM compiles with C1 alone (one_shot_options)."""
+    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "") or ""
+    return C1_ONLY in opts.split()
+
+
 def one_shot_options(history_bytes: int) -> list[str]:
     """JVM options for a process that analyses one history of this size, once. C1 alone
     reserves 48 MB of code cache (240 MB with both tiers), which the per-topic passes of
     many-topic sessions filled ("CodeCache is full. Compiler has been disabled", analysing
     sessions of 10 and 100 topics one after the other): it gets 240 MB too."""
-    from .warmup import C1_ONLY
-
     quick = [C1_ONLY, "-XX:ReservedCodeCacheSize=240m"]
     return quick if fast_start() and history_bytes <= QUICK_JIT_BYTES else []
 
@@ -195,75 +202,6 @@ def get_spark(master: Optional[str] = None, java_options: Sequence[str] = ()):
                 spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1000000")
         _session, _master = spark, master
         return spark
-
-
-class WarmUp(threading.Thread):
-    """The JVM's start and (`analysis`) small analyses in the background (analysis/warmup.py):
-    while the first cluster starts, and between runs. `stop()` says a write is about to begin:
-    the process's first analysis is waited for (a run's verdict must not be the cold one),
-    any later one is cut short by cancelling its Spark jobs."""
-
-    ROUNDS = 4  # while the first cluster starts
-    TAG = "brokerchaos-warm-up"
-
-    def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS,
-                 history: Optional[str] = None, java_options: Sequence[str] = ()) -> None:
-        super().__init__(name="spark-warm-up", daemon=True)
-        self.master, self.analysis, self.rounds, self.history = master, analysis, rounds, history
-        self.java_options = java_options  # for the JVM, if this thread starts it
-        self._enough = threading.Event()
-
-    def enough(self) -> None:
-        self._enough.set()
-
-    def run(self) -> None:
-        try:
-            spark = get_spark(self.master, self.java_options)
-            if self.analysis:
-                from .warmup import warm_up
-
-                sc = spark.sparkContext
-                sc.addJobTag(self.TAG)  # this thread's jobs, for the canceller
-                done = threading.Event()
-                # started from here, in the root namespace where the JVM listens: stop() is
-                # called from the client namespace's threads, which cannot reach it
-                threading.Thread(target=self._canceller, args=(sc, done), name="spark-warm-up-cancel",
-                                 daemon=True).start()
-                try:
-                    warm_up(spark, self.rounds, self._enough, self.history)
-                finally:
-                    done.set()
-                    sc.removeJobTag(self.TAG)
-        except Exception:  # a round cancelled by stop(); else the real call reports it
-            pass
-
-    def _canceller(self, sc, done: threading.Event) -> None:
-        from .warmup import first_done
-
-        while not done.wait(0.02):
-            if self._enough.is_set() and first_done():
-                # a job submitted after a cancel is not cancelled by it: again until the
-                # round gives up (at its first cancelled job, ~0.1 s of planning apart)
-                try:
-                    sc.cancelJobsWithTag(self.TAG)
-                except Exception:  # the session is stopping: nothing left to cancel
-                    return
-
-    def stop(self, timeout: float) -> None:
-        """Return when the thread has ended, or after `timeout` seconds (it is a daemon)."""
-        self.enough()
-        self.join(timeout)
-
-
-def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS,
-                  history: Optional[str] = None, java_options: Sequence[str] = ()) -> WarmUp:
-    """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
-    it with small analyses, so that the first runs' verdicts come at the warm speed; called
-    again after a run's verdict, the gap before the next write warms it further. The write
-    phase calls stop(). `history`: warm on that run's history instead of the small one."""
-    w = WarmUp(master, analysis, rounds, history, java_options)
-    w.start()
-    return w
 
 
 def stop() -> None:

@@ -16,9 +16,12 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..history import Recorder
+from . import metrics
+from .spark import c1_only, get_spark
+from .tuning import Tuning
 
 _lock = threading.Lock()
 # the JIT keeps compiling Spark's planner for about this many analyses (-XX:+CITime, session
@@ -32,20 +35,12 @@ CAP = 32
 C1_CAP = 3
 
 
-C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JVM option (spark.one_shot_options)
 
 
 def cap(spark) -> int:
     """How many analyses warm this session's JVM: C1_CAP when it compiles with C1 alone."""
-    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "") or ""
-    return C1_CAP if C1_ONLY in opts.split() else CAP
+    return C1_CAP if c1_only(spark) else CAP
 
-
-def _rounds() -> int:
-    """Analyses ended so far in this process, the runs' own and the warm-up's alike."""
-    from . import metrics
-
-    return metrics.ended()
 
 MESSAGES = 2_000  # the small history's
 
@@ -94,20 +89,17 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
     than the small one), that history's: the next run's is most likely of its size and
     shape, and the JIT compiles what runs often, which on 2,000 messages the per-row code
     is not (a 100,000-message run's ordering walk after the small one's rounds: 0.45-0.75
-    s; in a loop over histories of its size: 0.11-0.19). A round cut short (spark.WarmUp
+    s; in a loop over histories of its size: 0.11-0.19). A round cut short (WarmUp
     cancels its jobs when a write is about to begin) raises."""
-    from . import metrics
-    from .tuning import Tuning
-
     ran = 0
     with _lock:
-        if _rounds() >= cap(spark):
+        if metrics.ended() >= cap(spark):
             return 0
         with _source(history) as path:
-            while ran < rounds and _rounds() < cap(spark):
-                if _rounds() and enough is not None and enough.is_set():
+            while ran < rounds and metrics.ended() < cap(spark):
+                if metrics.ended() and enough is not None and enough.is_set():
                     break
-                tuning = Tuning(small_bytes=0) if history is None and _rounds() % 2 == 0 else Tuning()
+                tuning = Tuning(small_bytes=0) if history is None and metrics.ended() % 2 == 0 else Tuning()
                 metrics.analyze(spark, metrics.read_history(spark, path), tuning=tuning).release()
                 ran += 1
     return ran
@@ -136,4 +128,69 @@ _small: Optional[str] = None
 
 def first_done() -> bool:
     """The process's first analysis is behind it."""
-    return _rounds() > 0
+    return metrics.ended() > 0
+
+
+class WarmUp(threading.Thread):
+    """The JVM's start and (`analysis`) small analyses in the background (warm_up):
+    while the first cluster starts, and between runs. `stop()` says a write is about to begin:
+    the process's first analysis is waited for (a run's verdict must not be the cold one),
+    any later one is cut short by cancelling its Spark jobs."""
+
+    ROUNDS = 4  # while the first cluster starts
+    TAG = "brokerchaos-warm-up"
+
+    def __init__(self, master: Optional[str], analysis: bool, rounds: int = ROUNDS,
+                 history: Optional[str] = None, java_options: Sequence[str] = ()) -> None:
+        super().__init__(name="spark-warm-up", daemon=True)
+        self.master, self.analysis, self.rounds, self.history = master, analysis, rounds, history
+        self.java_options = java_options  # for the JVM, if this thread starts it
+        self._enough = threading.Event()
+
+    def enough(self) -> None:
+        self._enough.set()
+
+    def run(self) -> None:
+        try:
+            spark = get_spark(self.master, self.java_options)
+            if self.analysis:
+                sc = spark.sparkContext
+                sc.addJobTag(self.TAG)  # this thread's jobs, for the canceller
+                done = threading.Event()
+                # started from here, in the root namespace where the JVM listens: stop() is
+                # called from the client namespace's threads, which cannot reach it
+                threading.Thread(target=self._canceller, args=(sc, done), name="spark-warm-up-cancel",
+                                 daemon=True).start()
+                try:
+                    warm_up(spark, self.rounds, self._enough, self.history)
+                finally:
+                    done.set()
+                    sc.removeJobTag(self.TAG)
+        except Exception:  # a round cancelled by stop(); else the real call reports it
+            pass
+
+    def _canceller(self, sc, done: threading.Event) -> None:
+        while not done.wait(0.02):
+            if self._enough.is_set() and first_done():
+                # a job submitted after a cancel is not cancelled by it: again until the
+                # round gives up (at its first cancelled job, ~0.1 s of planning apart)
+                try:
+                    sc.cancelJobsWithTag(self.TAG)
+                except Exception:  # the session is stopping: nothing left to cancel
+                    return
+
+    def stop(self, timeout: float) -> None:
+        """Return when the thread has ended, or after `timeout` seconds (it is a daemon)."""
+        self.enough()
+        self.join(timeout)
+
+
+def warm_up_async(master: Optional[str] = None, analysis: bool = True, rounds: int = WarmUp.ROUNDS,
+                  history: Optional[str] = None, java_options: Sequence[str] = ()) -> WarmUp:
+    """Start the JVM in the background while the first cluster starts, and (`analysis`) warm
+    it with small analyses, so that the first runs' verdicts come at the warm speed; called
+    again after a run's verdict, the gap before the next write warms it further. The write
+    phase calls stop(). `history`: warm on that run's history instead of the small one."""
+    w = WarmUp(master, analysis, rounds, history, java_options)
+    w.start()
+    return w

@@ -133,7 +133,7 @@ class Session:
     def _run(self) -> SessionResult:
         result = SessionResult(self.dir)
         first = self._begin(result)
-        self._warm = spark_mod.warm_up_async(self.spark_master, analysis=self.verdicts == "each",
+        self._warm = warmup.warm_up_async(self.spark_master, analysis=self.verdicts == "each",
                                              java_options=self.java_options)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread() else None
         try:
@@ -220,7 +220,7 @@ class Session:
         if rec.index < self.s.runs:
             w = self.s.workload
             own = w.messages * w.producers > warmup.MESSAGES
-            self._warm = spark_mod.warm_up_async(self.spark_master, rounds=self.GAP_ROUNDS,
+            self._warm = warmup.warm_up_async(self.spark_master, rounds=self.GAP_ROUNDS,
                                                  history=str(self.dir / rec.run / "history") if own else None)
 
     def _finish(self, result: SessionResult) -> None:

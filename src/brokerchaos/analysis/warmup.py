@@ -35,8 +35,6 @@ CAP = 32
 C1_CAP = 3
 
 
-
-
 def cap(spark) -> int:
     """How many analyses warm this session's JVM: C1_CAP when it compiles with C1 alone."""
     return C1_CAP if c1_only(spark) else CAP
@@ -91,12 +89,12 @@ def warm_up(spark, rounds: int = 1, enough: Optional[threading.Event] = None,
     is not (a 100,000-message run's ordering walk after the small one's rounds: 0.45-0.75
     s; in a loop over histories of its size: 0.11-0.19). A round cut short (WarmUp
     cancels its jobs when a write is about to begin) raises."""
-    ran = 0
+    ran, limit = 0, cap(spark)
     with _lock:
-        if metrics.ended() >= cap(spark):
+        if metrics.ended() >= limit:
             return 0
         with _source(history) as path:
-            while ran < rounds and metrics.ended() < cap(spark):
+            while ran < rounds and metrics.ended() < limit:
                 if metrics.ended() and enough is not None and enough.is_set():
                     break
                 tuning = Tuning(small_bytes=0) if history is None and metrics.ended() % 2 == 0 else Tuning()

@@ -134,7 +134,7 @@ class Session:
         result = SessionResult(self.dir)
         first = self._begin(result)
         self._warm = warmup.warm_up_async(self.spark_master, analysis=self.verdicts == "each",
-                                             java_options=self.java_options)
+                                          java_options=self.java_options)
         old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread() else None
         try:
             self._runs(result, first)
@@ -221,7 +221,7 @@ class Session:
             w = self.s.workload
             own = w.messages * w.producers > warmup.MESSAGES
             self._warm = warmup.warm_up_async(self.spark_master, rounds=self.GAP_ROUNDS,
-                                                 history=str(self.dir / rec.run / "history") if own else None)
+                                              history=str(self.dir / rec.run / "history") if own else None)
 
     def _finish(self, result: SessionResult) -> None:
         """The session's analysis (a session of one run: that run's own), its files and page."""

@@ -108,24 +108,25 @@ class NatsClient(Client):
         there is answered "no responders" (once in CI: a fresh 2.15.1 cluster's routes still
         being paired off nacked the first 490 ms of the write on n2). The probe names another
         stream (Nats-Expected-Stream), which every release refuses before storing anything."""
-        subject, pending = f"{self.stream_name}._ready", list(self.cluster.node_names)
-        while pending:
-            url = "nats://{}:{}".format(*self.cluster.address(pending[0]))
+        for node, url in zip(self.cluster.node_names, self.servers()):
             nc = await _connect([url], "brokerchaos-ready", max(1.0, deadline - time.monotonic()))
             try:
-                while True:
-                    try:
-                        await nc.request(subject, b"", timeout=1, headers={"Nats-Expected-Stream": "-"})
-                        break
-                    except (NoRespondersError, NatsTimeout, asyncio.TimeoutError) as e:
-                        if time.monotonic() >= deadline:
-                            said = "no responders" if isinstance(e, NoRespondersError) else "no answer within 1 s"
-                            raise SystemError_(f"stream {self.stream_name} made, but {pending[0]} still has no "
-                                               f"route to its subjects (a publish there: {said})") from None
-                        await asyncio.sleep(0.05)
+                await self._answered(nc, node, deadline)
             finally:
                 await _close(nc)
-            pending.pop(0)
+
+    async def _answered(self, nc, node: str, deadline: float) -> None:
+        """A probe published through `nc` (to `node`) is answered, asked again until `deadline`."""
+        while True:
+            try:
+                await nc.request(f"{self.stream_name}._ready", b"", timeout=1, headers={"Nats-Expected-Stream": "-"})
+                return
+            except (NoRespondersError, NatsTimeout, asyncio.TimeoutError) as e:
+                if time.monotonic() >= deadline:
+                    said = "no responders" if isinstance(e, NoRespondersError) else "no answer within 1 s"
+                    raise SystemError_(f"stream {self.stream_name} made, but {node} still has no "
+                                       f"route to its subjects (a publish there: {said})") from None
+                await asyncio.sleep(0.05)
 
     async def drop_stream(self) -> None:
         try:

@@ -97,6 +97,8 @@ def _typed_columns(t: Tuning) -> list:
         F.max(ts - F.col("intended_ns")).alias("_lag"),
         # a read that names the partition it read from (ordering.by_partition)
         F.max(F.col("partition").isNotNull().cast("int")).alias("_pt"),
+        # a transactional producer's rows (format 1.7): transactions.py looks at these runs only
+        F.count("txn").alias("_tx"),
     ]
 
 
@@ -133,6 +135,7 @@ def _block_columns() -> list:
         F.coalesce(of("send", "_late", F.sum), F.lit(0).cast("long")).alias("late"),
         of("send", "_lag", F.max).alias("lag"),
         F.coalesce(of("recv", "_pt", F.max), F.lit(0)).alias("pt"),
+        F.coalesce(of(("ack", "nack", "unknown"), "_tx", F.sum), F.lit(0).cast("long")).alias("tx"),
     ]
 
 
@@ -170,6 +173,7 @@ def _rollup_columns() -> list:
         F.sum("late").alias("late"),
         F.max("lag").alias("lag"),
         (F.max("pt") > 0).alias("partitioned"),
+        F.sum("tx").alias("txn_outcomes"),
     ]
 
 

@@ -412,9 +412,9 @@ def consumer_groups(rows: Rows, counts: Counts, t: Tuning, clock: Clock) -> Grou
 
 # -- transactions -------------------------------------------------------------------------------
 
-def transactions(rows: Rows, clock: Clock) -> dict[str, dict]:
+def transactions(rows: Rows, counts: Counts, clock: Clock) -> dict[str, dict]:
     """Per run with transactions (format 1.7), its figures (transactions.py)."""
-    out = analyze_txns(rows.checked)
+    out = analyze_txns(rows.checked, sorted(run for run, f in counts.frames.items() if f["txn_outcomes"]))
     if rows.outputs is not None:
         for run, x in exactly_once(rows.checked, rows.outputs, rows.output_ends).items():
             out.setdefault(run, {}).update(x)

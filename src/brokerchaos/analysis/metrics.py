@@ -138,7 +138,7 @@ def _concerns(spark: SparkSession, df: DataFrame, timing: bool, tuning: Tuning, 
         avail = planned.availability(rows, counts, plan, windows, lat, live, clock)
     facts = planned.facts(spark, rows, counts, plan, windows, clock)
     gout = planned.group_outages(rows, windows, plan, clock)
-    txns = job.transactions(rows, clock)
+    txns = job.transactions(rows, counts, clock)
     reps = replica_reads.analyze(spark, rows.df, rows.replicas, rows.replica_ends, cache.keep)
     clock.lap("replicas")
     return Parts(rows, counts, live, plan, ordering, windows, lat, avail, facts, groups, gout, txns, reps)

@@ -16,8 +16,8 @@ else *aborted* when one is a `nack`, else *unknown*.
   reader read, in the same partition, a message of a later transaction of that producer
   (its transactions end one before the next begins: the log may not mix them, KAFKA-17754's
   shape).
-Only the rows with a `txn` are grouped message by message: a run without transactions costs
-one filtered pass.
+Only the runs with a `txn` on an outcome row are looked at (the counts say which): a history
+without transactions costs nothing here.
 
 Exactly once (`exactly_once`): what a consume-transform-produce group wrote to its output,
 as the end read of that output found it (clients whose subscribe detail is `output`), held
@@ -43,13 +43,15 @@ TXN_KEYS = ("txns", "txns_committed", "txns_aborted", "txns_unknown", "aborted_r
 _MSG = ["run", "producer", "value"]
 
 
-def analyze(checked: DataFrame) -> dict[str, dict]:
-    """Per run with transactions, TXN_KEYS; {} for a history without any."""
+def analyze(checked: DataFrame, runs: list[str]) -> dict[str, dict]:
+    """Per run with transactions, TXN_KEYS; {} for a history without any. `runs`: those
+    whose outcome rows name a transaction (the counts found them: no job of its own)."""
+    if not runs:
+        return {}
+    checked = checked.where(F.col("run").isin(runs))
     t = F.col("type")
     outcome = F.col("txn").isNotNull() & t.isin("ack", "nack", "unknown")
     recv = (t == "recv") & F.col("value").isNotNull()
-    if not checked.where(outcome).take(1):  # no transactions: one filtered pass, nothing grouped
-        return {}
     # a message's outcomes and whether the read found it, from one grouping of both kinds of row
     msgs = checked.where(outcome | recv).groupBy(*_MSG).agg(
         F.max(F.when(outcome, F.col("txn"))).alias("txn"), F.max((t == "ack").cast("int")).alias("a"),
@@ -65,9 +67,8 @@ def analyze(checked: DataFrame) -> dict[str, dict]:
     ).collect()}
     if not per:
         return {}
-    mine = checked.where(F.col("run").isin(sorted(per)))
-    conflicts = _offset_conflicts(mine)
-    backwards, mixed = _out_of_order(mine, msgs)
+    conflicts = _offset_conflicts(checked)
+    backwards, mixed = _out_of_order(checked, msgs)
     for run, x in per.items():
         x.pop("run", None)
         x["offset_conflicts"] = conflicts.get(run, 0)

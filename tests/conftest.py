@@ -11,8 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 # lucky draw; BROKERCHAOS_HYPOTHESIS=explore draws many fresh ones to hunt for mismatches.
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                                       HealthCheck.data_too_large])
-# 8: each example is a whole Spark analysis (about 7 s here), and `make test` must stay
-# under 30 minutes with real Kafka and Pulsar clusters and the disk faults in it; the
+# 8: each example is a whole Spark analysis of every concern (17-23 s warm with C1 alone,
+# 2026-12-07: Spark's price per job, not its 400 rows), and `make test` must stay
+# under 45 minutes with real Kafka and Pulsar clusters and the disk faults in it; the
 # unit tests of the jump classes and the recorded histories cover the named cases, and
 # `explore` draws many more
 settings.register_profile("ci", max_examples=8, derandomize=True, **_common)

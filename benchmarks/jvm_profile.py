@@ -3,7 +3,8 @@ sampling of the driver and executor threads, each sample given to the first mech
 stack shows (closure cleaning, task serialisation, code generation, the plan's description,
 analysis, optimisation, planning, broadcasts, the tasks' own work, scheduling, listeners),
 next to the number of Spark jobs and stages per analysis and the JVM's CPU by thread kind
-(the JIT compilers and the garbage collector are not sampled by JFR: /proc counts them).
+(the JIT compilers and the garbage collector are not sampled by JFR: /proc counts them,
+benchmarks/analysis.py's reading).
 
     .venv/bin/python benchmarks/jvm_profile.py [--kind plain|group|txn] [--runs 20] [--messages 1000]
                                                [--warm 3] [--rounds 2] [--quick-jit] [--dir /tmp/brokerchaos-bench]
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -49,23 +49,6 @@ def mechanism(frames: list[str]) -> str:
         if any(k in f for f in frames for k in keys):
             return name
     return "other"
-
-
-def _jvm_pid() -> str:
-    return subprocess.check_output(["pgrep", "-P", str(os.getpid()), "java"]).split()[0].decode()
-
-
-def threads_cpu(pid: str) -> dict[str, float]:
-    """CPU seconds so far per thread kind (its name without the trailing number)."""
-    tick, out = os.sysconf("SC_CLK_TCK"), collections.Counter()
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (t / "comm").read_text().strip().rstrip("0123456789#")
-            f = (t / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # a thread that ended meanwhile
-            continue
-        out[name] += (int(f[11]) + int(f[12])) / tick
-    return out
 
 
 def samples(jfr: Path, since: float) -> list[list[str]]:
@@ -106,6 +89,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/brokerchaos-bench")
     args = ap.parse_args()
     import many_runs
+    from analysis import _jvm_thread_cpu, thread_profile
 
     d = Path(args.dir) / f"session-{args.kind}-{args.runs}x{args.messages}"
     if not d.exists():
@@ -119,7 +103,7 @@ def main() -> None:
     jfr = Path(tempfile.mkdtemp(prefix="brokerchaos-jfr-")) / "p.jfr"
     spark = get_spark(java_options=[*options, "-XX:FlightRecorderOptions:stackdepth=1024",
                                     "-XX:StartFlightRecording=name=bc,settings=default", "-Xlog:jfr+startup=error"])
-    pid = _jvm_pid()
+    pid = str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
     def analyse(group: str) -> None:
         spark.sparkContext.setJobGroup(group, group)
@@ -127,10 +111,10 @@ def main() -> None:
 
     for i in range(args.warm):
         analyse(f"warm-{i}")
-    before, t0 = threads_cpu(pid), time.time()
+    before, t0 = _jvm_thread_cpu(), time.time()
     for i in range(args.rounds):
         analyse(f"round-{i}")
-    wall, after = time.time() - t0, threads_cpu(pid)
+    wall, after = time.time() - t0, _jvm_thread_cpu()
     subprocess.run(["jcmd", pid, "JFR.dump", "name=bc", f"filename={jfr}"], check=True, capture_output=True)
     jobs = [_jobs(spark, f"round-{i}") for i in range(args.rounds)]
     spark.stop()
@@ -138,8 +122,7 @@ def main() -> None:
     jfr.unlink()
     jfr.parent.rmdir()
     share = collections.Counter(mechanism(s) for s in stacks)
-    used = {k: (after[k] - before.get(k, 0)) / args.rounds for k in after}
-    cpu = {k: round(v, 2) for k, v in used.items() if v > 0.02}
+    cpu = {k: round(v / args.rounds, 2) for k, v in thread_profile(before, after).items()}
     print(json.dumps({
         "kind": args.kind, "runs": args.runs, "messages_per_run": args.messages, "quick_jit": args.quick_jit,
         "wall_s_per_analysis": round(wall / args.rounds, 2),

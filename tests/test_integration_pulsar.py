@@ -16,6 +16,9 @@ from observers import Quiet, started, until
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    # the partitioned-topic test runs on the kill-bookie control's cluster; every other
+    # Apache session here is configured unlike the one before it and starts its own
+    pytest.mark.usefixtures("cluster_pool"),
 ]
 
 

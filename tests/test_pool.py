@@ -58,6 +58,8 @@ def test_pulsars_brokers_are_configured_for_dedup_and_transactions_so_those_keep
     base = {"system": "pulsar"}
     assert ClusterPool.key(_s(**base)) != ClusterPool.key(_s(**base, workload={"dedup": True}))
     assert ClusterPool.key(_s(**base)) == ClusterPool.key(_s(**base, options={"batching": True}))
+    # the bookies' copies are read from their files by the harness, whatever they were configured with
+    assert ClusterPool.key(_s(**base)) == ClusterPool.key(_s(**base, workload={"read_replicas": True}))
 
 
 def test_no_pool_for_an_external_cluster_or_without_reuse(tmp_path):

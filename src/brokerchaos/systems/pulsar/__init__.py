@@ -131,7 +131,9 @@ class Pulsar(System):
                    "broker deduplication with workload.dedup; options.broker lite: one pulsar-lite broker")
     client_options = frozenset({"batching", "batching_max_messages", "batching_max_publish_delay_ms", "client",
                                 "client_version", "partitions", "send_timeout_ms"})
-    client_workload = frozenset({"group"})  # dedup and transactions are the brokers' settings
+    # dedup and transactions are the brokers' settings; the replicas are read from the bookies'
+    # files by the harness (entries.py), which no server is configured for
+    client_workload = frozenset({"group", "read_replicas"})
     client_cluster = frozenset({"replicas"})  # the stream's, set by the client that creates it
     Options = PulsarOptions
     LocalCluster = ApachePulsar

@@ -11,6 +11,9 @@ losses, a redelivered block and reordered blocks: about 3 rows per message), the
     --repeat runs: every verdict, and with timing=False (`analyze --no-timing`: the seeds'
     figures, no latency, gaps or outages), which is what the loop computes.
 Prints one JSON line with both times, the ratio, and peak memory of each side.
+`--cold-profile` (with `--keep`) times only the cold `brokerchaos analyze` and takes its CPU
+apart: the JVM's by thread kind (tasks, JIT C1 and C2, GC, the rest), and what the command
+reaped (its Python, Spark's launcher).
 """
 from __future__ import annotations
 
@@ -221,6 +224,55 @@ def cold_command(directory: Path, timing: bool, fast_start: bool = True) -> floa
     return took
 
 
+def _javas_below(pid: int) -> list[int]:
+    """The java processes among `pid`'s descendants (Spark's launcher, then its JVM)."""
+    parent, javas = {}, []
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text() if d.name.isdigit() else ""
+        except OSError:
+            continue
+        if stat:
+            parent[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            if stat[stat.index("(") + 1:stat.rindex(")")] == "java":
+                javas.append(int(d.name))
+    below = []
+    for j in javas:
+        q = j
+        while q > 1 and q != pid:
+            q = parent.get(q, 0)
+        if q == pid:
+            below.append(j)
+    return below
+
+
+def cold_profile(directory: Path) -> dict:
+    """`brokerchaos analyze DIR` as cold_command runs it, its CPU taken apart: the JVMs' by
+    thread kind (each java process below the command read from /proc every 0.2 s while it
+    runs, each thread's last reading counted: an ended JVM is not reaped by the command, so
+    its CPU is not in the rusage), and the processes the command reaped (its Python, Spark's
+    scripts)."""
+    exe = Path(sys.executable).with_name("brokerchaos")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    last: dict[tuple[int, int], tuple[str, float]] = {}
+    with tempfile.TemporaryDirectory() as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen([str(exe), "analyze", str(directory), "--out", out], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        while proc.poll() is None:
+            for java in _javas_below(proc.pid):
+                last.update({(java, tid): x for tid, x in _threads_cpu(java).items()})
+            time.sleep(0.2)
+        took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in (0, 3, 4):
+        raise SystemExit(f"brokerchaos analyze failed ({proc.returncode})")
+    jvm = thread_profile({}, {i: x for i, x in enumerate(last.values())})
+    reaped = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"seconds": round(took, 2), "jvm_cpu_s": jvm, "jvm_total_cpu_s": round(sum(jvm.values()), 1),
+            "reaped_cpu_s": round(reaped, 1)}
+
+
 def spark_on(directory: Path, master: str, timing: bool = True) -> dict:
     """The every-verdict job twice in a process of its own on `master` (local[1], local[2]...):
     the faster one's seconds, steps, and the JVM's CPU seconds by kind of thread during it."""
@@ -239,10 +291,18 @@ def _jvm_thread_cpu() -> dict[int, tuple[str, float]]:
     """Every thread of this process's JVM: tid -> (kind, CPU seconds so far), from /proc."""
     from brokerchaos.analysis.spark import get_spark
 
-    pid = get_spark().sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    return _threads_cpu(get_spark().sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def _threads_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Every thread of process `pid` (a JVM): tid -> (kind, CPU seconds so far)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
-    for t in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # it ended
+        return out
+    for t in tasks:
         try:
             name = (t / "comm").read_text().strip()
             stat = (t / "stat").read_text()
@@ -318,6 +378,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="reuse a history already generated in --dir")
     ap.add_argument("--no-cold", action="store_true", help="leave out the cold `brokerchaos analyze` command")
     ap.add_argument("--no-cores", action="store_true", help="leave out the local[1] / local[2] comparison")
+    ap.add_argument("--cold-profile", action="store_true",
+                    help="only the cold command, its CPU taken apart (the JVM's by thread kind, the rest)")
     ap.add_argument("--old-format", action="store_true",
                     help="acks without send_ns (format 1.3): latency pairs every send with its ack")
     ap.add_argument("--once", action="store_true",
@@ -339,6 +401,9 @@ def main() -> None:
         t = time.perf_counter()
         rows = generate(d, args.messages, with_send_ns=not args.old_format)
         print(f"generated {rows:,} rows in {time.perf_counter() - t:.1f}s at {d}", file=sys.stderr)
+    if args.cold_profile:
+        print(json.dumps({"messages": args.messages, **cold_profile(d)}))
+        return
     if args.once:
         from brokerchaos.analysis import metrics
         from brokerchaos.analysis.spark import get_spark
@@ -379,7 +444,9 @@ def main() -> None:
             (duck, loop)
     cold = {}
     if not args.no_cold:
-        cold = {"analyze_cold_s": round(cold_command(d, True), 2),
+        prof = cold_profile(d)
+        print(f"brokerchaos analyze, cold, taken apart: {prof}", file=sys.stderr)
+        cold = {"analyze_cold_s": round(cold_command(d, True), 2), "analyze_cold_profile": prof,
                 "analyze_cold_no_timing_s": round(cold_command(d, False), 2),
                 "analyze_cold_no_fast_start_s": round(cold_command(d, True, fast_start=False), 2)}
         print(f"brokerchaos analyze, cold: {cold}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The producer is never the bottleneck: the recorded producer against the bare client.
 
-    sudo .venv/bin/python benchmarks/producer.py [--systems nats,redis,rabbitmq,mqtt,kafka,pulsar]
+    sudo .venv/bin/python benchmarks/producer.py [--systems nats,redis,rabbitmq,mqtt,kafka,pulsar,kafka-java]
                                                  [--messages 100000] [--rounds 3] [--processes 1]
                                                  [--switch 0.0005]
 
@@ -29,7 +29,10 @@ Both loops run with the interpreter's switch interval a run's write phase has
 one JSON line per system: the best and median of each and their ratio (target >= 0.9), and
 the median CPU time the benchmark's process spent per message on each side in one process
 (all its threads: the client library's own included; connecting and the recorder's writes
-too), which on this 2-core machine is taken from the brokers.
+too), which on this 2-core machine is taken from the brokers. `kafka-java` is Kafka with
+`options.client: java`: the recorded side drives the Java client over its line protocol
+(systems/jclient.py), the bare side is librdkafka's loop; its `children` CPU is the Java
+client's process (its JVM's start and JIT included), reaped at the phase's end.
 BC_PROFILE=1 prints where the recorded producer's thread spent its time (cProfile).
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -61,7 +65,11 @@ from brokerchaos.workload.producer import SWITCH_S, ProducerLoop  # noqa: E402
 SCENARIOS = {
     "nats": "nats-no-fault.yaml", "redis": "redis-kill-primary.yaml", "rabbitmq": "rabbitmq-kill-leader.yaml",
     "mqtt": "mosquitto-kill.yaml", "kafka": "kafka-acksall-kill-leader.yaml", "pulsar": "pulsar-no-fail.yaml",
+    "kafka-java": "kafka-acksall-kill-leader.yaml",
 }
+# a case that is a system with other options: its recorded side through another client (the
+# bare side stays the system's own library: Kafka's Java client against librdkafka's bare loop)
+OPTIONS = {"kafka-java": {"client": "java"}}
 TIMEOUT = 300.0
 _KEPT: list = []
 
@@ -416,7 +424,7 @@ async def rounds(dep, s, rounds_n: int, hist: Path, procs: int = 1) -> dict:
         r.record("send", "p1", 1)
     sides = ("bare", "recorded") if procs == 1 else ("bare", "recorded", f"bare-{procs}", f"recorded-{procs}")
     out: dict = {which: [] for which in sides}
-    cpu: dict = {which: [] for which in ("bare", "recorded")}
+    cpu: dict = {which: [] for which in ("bare", "recorded", "children")}
     try:
         for k in range(rounds_n):
             order = sides if k % 2 == 0 else sides[::-1]
@@ -424,7 +432,7 @@ async def rounds(dep, s, rounds_n: int, hist: Path, procs: int = 1) -> dict:
                 # a fresh stream each time, by a name of its own (Kafka deletes topics lazily)
                 dep.begin_run(f"bench-{k}-{which}", dep.ctx.logdir)
                 await dep.client.create_stream(timeout=60)
-                cpu0 = time.process_time()
+                cpu0, kids0 = time.process_time(), _children_cpu()
                 try:
                     if which == "bare":
                         rate = await BARE[s.system](dep, w.messages, w.in_flight, w.message_size)
@@ -438,6 +446,8 @@ async def rounds(dep, s, rounds_n: int, hist: Path, procs: int = 1) -> dict:
                     out[which].append(round(rate))
                     if which in cpu:  # this process's threads, the client library's included
                         cpu[which].append(round((time.process_time() - cpu0) / w.messages * 1e6, 1))
+                    if which == "recorded":  # a Java client's process, reaped at the phase's end (its start included)
+                        cpu["children"].append(round((_children_cpu() - kids0) / w.messages * 1e6, 1))
                 finally:
                     await dep.client.drop_stream()
     finally:
@@ -445,8 +455,15 @@ async def rounds(dep, s, rounds_n: int, hist: Path, procs: int = 1) -> dict:
     return out, cpu
 
 
-def bench(system: str, messages: int, rounds_n: int, procs: int = 1) -> dict:
-    doc = sc.load_document(ROOT / "scenarios" / SCENARIOS[system])
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def bench(case: str, messages: int, rounds_n: int, procs: int = 1) -> dict:
+    doc = sc.load_document(ROOT / "scenarios" / SCENARIOS[case])
+    system = doc["system"]
+    doc["options"] = {**(doc.get("options") or {}), **OPTIONS.get(case, {})}
     doc.pop("faults", None)
     doc["fault"] = {"action": "none"}
     doc["runs"] = 1
@@ -469,10 +486,10 @@ def bench(system: str, messages: int, rounds_n: int, procs: int = 1) -> dict:
             dep.stop()
     want = rounds_n * (messages + (messages // procs * procs if procs > 1 else 0))
     if rows.get("acked") != want or rows.get("sent") != want:
-        raise SystemExit(f"{system}: the recorded rounds wrote {rows}, expected {want} messages sent and acked")
+        raise SystemExit(f"{case}: the recorded rounds wrote {rows}, expected {want} messages sent and acked")
     best = {k: max(v) for k, v in got.items()}
     med = {k: statistics.median(v) for k, v in got.items()}
-    out = {"system": system, "scenario": SCENARIOS[system], "messages": messages, "in_flight": s.workload.in_flight,
+    out = {"system": case, "scenario": SCENARIOS[case], "messages": messages, "in_flight": s.workload.in_flight,
            "processes": procs, "msgs_per_s": got, "best": best, "median": med,
            "cpu_us_per_msg": {k: statistics.median(v) for k, v in cpu.items()},
            "ratio_best": round(best["recorded"] / best["bare"], 3),

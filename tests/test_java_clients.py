@@ -74,6 +74,41 @@ SPEAKER = textwrap.dedent("""
 """)
 
 
+# the same, answering a delivered send as the bridges do: a record of a binary block
+BINARY_SPEAKER = textwrap.dedent("""
+    import struct, sys
+    print("ready\\t1.2.3", flush=True)
+    for line in sys.stdin:
+        f = line.rstrip("\\n").split("\\t")
+        if f[0] == "x":
+            break
+        if f[0] == "s" and f[2] != "bad":
+            sys.stdout.buffer.write(b"B\\x02" + struct.pack("<i3q", 1, int(f[1]), 0, int(f[1]) + 99))
+            sys.stdout.flush()
+        elif f[0] == "s":
+            print("d\\t%s\\tE\\tX_NAME\\twhy" % f[1], flush=True)
+        else:
+            print("r\\t%s\\tok" % f[1], flush=True)
+""")
+
+
+def test_answers_are_framed_whole_across_any_cut():
+    """Text lines and binary blocks, in order, whatever the chunks the pipe hands over."""
+    import struct
+
+    block = b"B\x02" + struct.pack("<i", 3) + struct.pack("<9q", 1, 0, 100, 2, 0, 101, 3, 1, -1)
+    pulsar = b"B\x04" + struct.pack("<i5q", 1, 4, 29, 0, -1, 3)
+    stream = b"ready\t1.2\n" + block + b"d\t4\tE\tNAME\twhy\n" + pulsar + b"r\t1\tok\n"
+    want = [["ready", "1.2"], (1, 0, 100), (2, 0, 101), (3, 1, -1), ["d", "4", "E", "NAME", "why"], (4, 29, 0, -1, 3),
+            ["r", "1", "ok"]]
+    assert jclient.frames(stream) == (want, b"")
+    for cut in range(1, len(stream)):
+        first, rest = jclient.frames(stream[:cut])
+        second, left = jclient.frames(rest + stream[cut:])
+        assert first + second == want and left == b"", cut
+    assert position(jclient.Written((29, 0, -1, 3))) == "(29,0,-1,3)"
+
+
 def _speaker(tmp_path, code=SPEAKER):
     argv = [sys.executable, "-c", code]
     return jclient.Bridge("t", argv, tmp_path / "t.log", lambda f: None)
@@ -97,11 +132,12 @@ def test_the_bridge_answers_calls_and_deliveries_in_the_protocol(tmp_path, monke
     assert h.bridge.proc.returncode == 0
 
 
-def test_sends_go_out_in_batches_and_every_outcome_comes_back_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("speaker", [SPEAKER, BINARY_SPEAKER], ids=["text", "binary"])
+def test_sends_go_out_in_batches_and_every_outcome_comes_back_once(tmp_path, monkeypatch, speaker):
     # more sends than one batch holds, the rest written by a poll; the answers read in
-    # chunks that split lines: each delivery once, to its own callback
+    # chunks that split lines and blocks: each delivery once, to its own callback
     monkeypatch.setattr(jclient, "classpath", lambda s, m: "")
-    monkeypatch.setattr(jclient.jvm, "argv", lambda cp, main, heap, *a, props=None: [sys.executable, "-c", SPEAKER])
+    monkeypatch.setattr(jclient.jvm, "argv", lambda cp, main, heap, *a, props=None: [sys.executable, "-c", speaker])
     h = jclient.Handle("x.Main", "set", [], {}, tmp_path / "h.log")
     n = 3 * jclient.PUSH_BATCH + 7
     got: dict[int, int] = {}

@@ -118,6 +118,46 @@ def test_retries_resend_until_acked(tmp_path):
     assert all(r["send_ns"] is None for r in rows if r["type"] != "ack")
 
 
+def test_a_send_that_never_waits_and_its_fallbacks(tmp_path):
+    """A client's `send_now` takes most sends without a coroutine; one it declines (False)
+    goes through the awaited `send`, one it refuses (raises) is a nack: every message has
+    its send row and one outcome, as through `send` alone."""
+    class Now(Scripted):
+        handed, awaited = 0, 0
+
+        def send_now(self, value, payload):
+            if value % 11 == 0:
+                raise ValueError("refused")
+            if value % 5 == 0:
+                return False
+            Now.handed += 1
+            asyncio.ensure_future(Scripted.send(self, value, payload))
+            return True
+
+        async def send(self, value, payload):
+            Now.awaited += 1
+            await Scripted.send(self, value, payload)
+
+    w = WorkloadSpec(messages=200, in_flight=20, ack_timeout=0.2)
+    client = Now(lambda v, n: "ack")
+    rec = Recorder(tmp_path, "r", "p1", time.monotonic_ns())
+    loop = ProducerLoop("p1", client, rec, w)
+    client.loop = loop
+    asyncio.run(loop.run(time.monotonic() + 30))
+    rec.close()
+    rows = ds.dataset(str(tmp_path), format="parquet").to_table().to_pylist()
+    refused = {v for v in range(1, 201) if v % 11 == 0}
+    assert Now.awaited == len({v for v in range(1, 201) if v % 5 == 0} - refused) == 37
+    assert Now.handed == 200 - 37 - len(refused)
+    assert loop.acct.pos == 200 - len(refused) and loop.acct.neg == len(refused)
+    assert sorted(r["value"] for r in rows if r["type"] == "send") == list(range(1, 201))
+    nacks = [r for r in rows if r["type"] == "nack"]
+    assert {r["value"] for r in nacks} == refused and all(r["detail"] == "send failed: ValueError: refused"
+                                                           for r in nacks)
+    acks = {r["value"]: r for r in rows if r["type"] == "ack"}
+    assert set(acks) == set(range(1, 201)) - refused and all(a["send_ns"] is not None for a in acks.values())
+
+
 def test_retries_run_out_and_the_last_outcome_stays(tmp_path):
     loop, client, rows = _run(tmp_path, lambda v, n: "nack", messages=10, retries=1)
     assert loop.acct.neg == 10 and loop.acct.pos == 0
@@ -309,3 +349,28 @@ def test_producer_processes_keep_each_producer_s_topics_together():
     groups = spread(names, 2, lambda n: n.split(".")[0])
     assert groups == [["p1.t1", "p1.t2", "p3.t1", "p3.t2"], ["p2.t1", "p2.t2"]]
     assert spread(["p1", "p2", "p3"], 3, lambda n: n) == [["p1"], ["p2"], ["p3"]]
+
+
+def test_a_transactional_producer_never_sends_without_waiting():
+    """A transactional send may begin or end a transaction first: no `send_now`, and its
+    `send` still reaches the library (the plain class's own path, not `send_now`)."""
+    from brokerchaos.systems.kafka.producer import KafkaProducer
+    from brokerchaos.systems.kafka.txn import KafkaTxnProducer
+    from brokerchaos.systems.pulsar.java import PulsarJavaProducer, PulsarJavaTxnProducer
+
+    assert KafkaTxnProducer.send_now is None and PulsarJavaTxnProducer.send_now is None
+    assert callable(KafkaProducer.send_now) and callable(PulsarJavaProducer.send_now)
+
+    class Lib:
+        sent: list = []
+
+        def produce(self, topic, payload, on_delivery=None):
+            Lib.sent.append(payload)
+
+    p = PulsarJavaTxnProducer.__new__(PulsarJavaTxnProducer)
+    p.p, p.system = Lib(), type("S", (), {"topic": "t"})()
+    asyncio.run(PulsarJavaProducer.send(p, 1, b"p1:1"))
+    k = KafkaTxnProducer.__new__(KafkaTxnProducer)
+    k.p, k.topic = Lib(), "t"
+    asyncio.run(KafkaProducer.send(k, 2, b"p1:2"))
+    assert Lib.sent == [b"p1:1", b"p1:2"]

@@ -165,10 +165,18 @@ def test_a_topic_recorder_names_its_topic_and_prefixes_its_offsets(tmp_path):
     rec.record("ack", "p1", 2, "17")
     rec.for_topic("t2").close()  # a view's close flushes, the recorder stays open
     rec.record("send", "p1", 3)
+    # the producer's two rows (send_row, outcome_row) alike, through a view or not
+    rec.for_topic("t2").send_row("p1.t2", 4, "n1", None, 9)
+    rec.for_topic("t2").outcome_row("ack", "p1.t2", 4, "18", "n1", None, 7, None)
+    rec.outcome_row("nack", "p1", 3, None, "n2", "why", None, 2)
     rec.close()
     rows = sorted(pq.read_table(tmp_path).to_pylist(), key=lambda r: r["seq"])
     assert [(r["seq"], r["topic"], r["offset"]) for r in rows] == [
-        (1, "t2", "t2/17"), (2, "t3", None), (3, None, "17"), (4, None, None)]
+        (1, "t2", "t2/17"), (2, "t3", None), (3, None, "17"), (4, None, None), (5, "t2", None),
+        (6, "t2", "t2/18"), (7, None, None)]
+    assert [(r["type"], r["value"], r["node"], r["intended_ns"], r["send_ns"], r["txn"], r["detail"])
+            for r in rows[4:]] == [("send", 4, "n1", 9, None, None, None), ("ack", 4, "n1", None, 7, None, None),
+                                   ("nack", 3, "n2", None, None, 2, "why")]
     assert rec.for_topic(None) is rec
 
 

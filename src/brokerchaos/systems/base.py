@@ -332,6 +332,11 @@ class Cluster(abc.ABC):
 # -- the client driver ---------------------------------------------------------------------
 
 class Producer(Protocol):
+    """A client's producer as the producer loop drives it (workload/producer.py). It may also
+    have `send_now(value, payload) -> bool`: the message handed to the library without
+    waiting, True when it was (False: the loop awaits `send` instead), for a library whose
+    send never blocks in the common case: one or two coroutines less per message."""
+
     async def open(self, on_outcome: OutcomeCallback) -> None: ...
     async def send(self, value: int, payload: bytes) -> None: ...
     def node(self) -> Optional[str]: ...

@@ -29,6 +29,7 @@ ABORTED = "aborted"  # begins the detail of an aborted transaction's nack (docs/
 
 class TxnProducer:
     call_errors: tuple = (Exception,)
+    send_now = None  # a send may have to begin or end a transaction first: always awaited
 
     def _txn_setup(self, ctx, name: str) -> None:
         self.spec = ctx.scenario.workload.transactions

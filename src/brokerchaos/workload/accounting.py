@@ -49,6 +49,10 @@ class Accounting:
 
     def on_ack(self, value: int) -> bool:
         """True when this is the message's first ack."""
+        if self.state[value] == SENT:  # the common case, without _move's call
+            self.state[value] = ACK
+            self.pos += 1
+            return True
         return self._move(value, ACK)
 
     def on_nack(self, value: int) -> bool:

@@ -81,6 +81,8 @@ class ProducerLoop:
         # a driver whose library reports its connection's life calls this (systems/base.py:
         # ClientEvents); on the others it stays unused
         client.on_event = self._client_event
+        # a send that never waits, where the client has one (systems/base.py: Producer.send_now)
+        self._now: Optional[Callable[[int, bytes], bool]] = getattr(client, "send_now", None)
 
     def _client_event(self, kind: str, node: Optional[str], detail: Optional[str], t: Optional[int] = None) -> None:
         self.rec.record(kind, self.name, None, None, node, detail, t_ns=None if t is None else t - self.rec.origin)
@@ -89,8 +91,8 @@ class ProducerLoop:
     def on_outcome(self, value: int, kind: str, offset, node, detail, txn: Optional[int] = None) -> None:
         """The client's answer for `value`; a transactional producer's (format 1.7) names the
         transaction, whose outcome it is."""
-        self.rec.record(kind, self.name, value, offset, node, detail,
-                        send_ns=self._start.pop(value, None) if kind == "ack" else None, txn=txn)
+        self.rec.outcome_row(kind, self.name, value, offset, node, detail,
+                             self._start.pop(value, None) if kind == "ack" else None, txn)
         if kind == "ack":
             if self.acct.on_ack(value):
                 self.on_first_ack()
@@ -149,21 +151,44 @@ class ProducerLoop:
             self.rec.maybe_flush()
 
     # -- sending ---------------------------------------------------------------
-    async def _send(self, value: int, attempt: int, intended: Optional[int] = None) -> None:
+    def _hand(self, value: int, attempt: int, intended: Optional[int] = None) -> Optional[bytes]:
+        """A send's bookkeeping and row, then the message handed to the client's `send_now`
+        where it has one (a library call that never waits: one coroutine less per message,
+        two with the client's); the payload back when the client's `send` must be awaited."""
         self.acct.on_send(value)
         self.attempts[value] = attempt
-        t = self.rec.record("send", self.name, value, None, self.client.node(),
-                            None if attempt == 1 else f"retry {attempt - 1}", intended=intended)
+        t = self.rec.send_row(self.name, value, self.client.node(), None if attempt == 1 else f"retry {attempt - 1}",
+                              intended)
         if attempt == 1:
             self._start[value] = t if intended is None else intended
         if intended is not None and t - intended > LATE_NS:
             self.late += 1
         self._expiry.append((time.monotonic() + self.spec.ack_timeout, value, attempt))
+        payload = encode(self.name, value, self.spec.message_size)
+        now = self._now
+        if now is None:
+            return payload
         try:
-            await self.client.send(value, encode(self.name, value, self.spec.message_size))
-        except Exception as e:  # the client refused it: it never left us
-            if self.attempts.get(value) == attempt:
-                self.on_outcome(value, "nack", None, self.client.node(), f"send failed: {type(e).__name__}: {e}")
+            return None if now(value, payload) else payload
+        except Exception as e:
+            self._refused(value, attempt, e)
+            return None
+
+    async def _send(self, value: int, attempt: int, intended: Optional[int] = None) -> None:
+        payload = self._hand(value, attempt, intended)
+        if payload is not None:
+            await self._send_waiting(value, attempt, payload)
+
+    async def _send_waiting(self, value: int, attempt: int, payload: bytes) -> None:
+        try:
+            await self.client.send(value, payload)
+        except Exception as e:
+            self._refused(value, attempt, e)
+
+    def _refused(self, value: int, attempt: int, e: Exception) -> None:
+        """The client refused the send: it never left us."""
+        if self.attempts.get(value) == attempt:
+            self.on_outcome(value, "nack", None, self.client.node(), f"send failed: {type(e).__name__}: {e}")
 
     async def _drain_resends(self, deadline: float) -> None:
         """Send the due retries, until `deadline`: a client whose sends block (RabbitMQ's while
@@ -216,7 +241,9 @@ class ProducerLoop:
                 # past write_timeout, one message every ack_timeout (seen: 13 min of 10)
                 self.stopped_early = f"write_timeout reached after {value - 1} messages"
                 return
-            await self._send(value, 1, intended)
+            payload = self._hand(value, 1, intended)
+            if payload is not None:
+                await self._send_waiting(value, 1, payload)
             if value % 32 == 0:
                 # publish rarely blocks, so without this the nemesis and the reply
                 # handler starve and the fault lands late

@@ -106,7 +106,7 @@ public final class KafkaBridge {
         try {
             p.send(new ProducerRecord<>(topic, payload.getBytes(StandardCharsets.UTF_8)), (md, e) -> {
                 if (e == null) {
-                    say("d\t" + id + "\t" + md.partition() + "\t" + md.offset());
+                    Protocol.delivered(Long.parseLong(id), md.partition(), md.offset());
                 } else {
                     say("d\t" + id + "\tE\t" + error(e));
                 }

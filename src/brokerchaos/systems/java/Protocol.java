@@ -1,14 +1,19 @@
-// The line protocol both bridges speak (docs/java-clients.md): stdout is the protocol alone,
-// one tab-separated line per answer; stdin is read line by line until `x` or its end.
+// The protocol both bridges speak (docs/java-clients.md): stdin is read line by line until
+// `x` or its end; stdout is the protocol alone: tab-separated text lines, and a delivered
+// send's answer as a record of a binary block (`B`, the fields per record, the records'
+// count, then each record's id and fields as little-endian longs), parsed in bulk.
 package brokerchaos;
 
 import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
 import java.io.FileDescriptor;
 import java.io.FileInputStream;
 import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
-import java.io.PrintStream;
+import java.io.OutputStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.Properties;
 
@@ -19,10 +24,14 @@ final class Protocol {
         void control(String op, String req, long timeoutMs);
     }
 
-    private static PrintStream out;
-    // lines wait here for the writer thread, which writes what has gathered at once: one
-    // write and flush per batch, not per line (the producer's I/O thread never blocks on it)
-    private static final StringBuilder pending = new StringBuilder();
+    private static OutputStream out;
+    // what was said waits here for the writer thread, which writes what has gathered at once:
+    // one write and flush per batch, not per answer (the producer's I/O thread never blocks on
+    // it). Deliveries gather in `block` until a text line or the write closes it.
+    private static final ByteArrayOutputStream pending = new ByteArrayOutputStream(1 << 16);
+    private static ByteBuffer block = ByteBuffer.allocate(1 << 16).order(ByteOrder.LITTLE_ENDIAN);
+    private static int blockCount = 0;
+    private static int blockFields = 0;
     private static final Object writing = new Object();
 
     private Protocol() {
@@ -30,7 +39,7 @@ final class Protocol {
 
     /** The protocol's stdout kept; whatever logs to System.out goes to stderr (the log). */
     static void open() {
-        out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
+        out = new FileOutputStream(FileDescriptor.out);
         System.setOut(System.err);
         Thread w = new Thread(Protocol::writeLoop, "protocol-writer");
         w.setDaemon(true);
@@ -39,16 +48,53 @@ final class Protocol {
 
     static void say(String line) {
         synchronized (pending) {
-            pending.append(line).append('\n');
+            closeBlock();
+            pending.writeBytes((line + "\n").getBytes(StandardCharsets.UTF_8));
             pending.notify();
         }
+    }
+
+    /** Send `id` delivered, at the place `fields` name (Kafka: partition, offset): one record. */
+    static void delivered(long id, long... fields) {
+        synchronized (pending) {
+            if (blockCount > 0 && blockFields != fields.length) {
+                closeBlock();
+            }
+            int size = 8 * (1 + fields.length);
+            if (block.remaining() < size) {
+                ByteBuffer bigger = ByteBuffer.allocate(2 * block.capacity() + size).order(ByteOrder.LITTLE_ENDIAN);
+                block.flip();
+                bigger.put(block);
+                block = bigger;
+            }
+            block.putLong(id);
+            for (long f : fields) {
+                block.putLong(f);
+            }
+            blockFields = fields.length;
+            blockCount++;
+            pending.notify();
+        }
+    }
+
+    /** The gathered records into `pending` as one block (under its lock). */
+    private static void closeBlock() {
+        if (blockCount == 0) {
+            return;
+        }
+        ByteBuffer head = ByteBuffer.allocate(6).order(ByteOrder.LITTLE_ENDIAN);
+        head.put((byte) 'B').put((byte) blockFields).putInt(blockCount);
+        pending.write(head.array(), 0, 6);
+        pending.write(block.array(), 0, block.position());
+        block.clear();
+        blockCount = 0;
     }
 
     private static void writeLoop() {
         try {
             while (true) {
                 synchronized (pending) {
-                    while (pending.length() == 0) {
+                    while (pending.size() == 0 && blockCount == 0) {
                         pending.wait();
                     }
                 }
@@ -62,14 +108,18 @@ final class Protocol {
     /** What has gathered, written in the order said (taken and written under one lock). */
     private static void writeOut() {
         synchronized (writing) {
-            String chunk;
+            byte[] chunk;
             synchronized (pending) {
-                chunk = pending.toString();
-                pending.setLength(0);
+                closeBlock();
+                chunk = pending.toByteArray();
+                pending.reset();
             }
-            if (!chunk.isEmpty()) {
-                out.print(chunk);
-                out.flush();
+            if (chunk.length > 0) {
+                try {
+                    out.write(chunk);
+                    out.flush();
+                } catch (IOException e) {  // the harness is gone: nothing is left to tell
+                }
             }
         }
     }

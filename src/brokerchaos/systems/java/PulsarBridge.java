@@ -50,11 +50,6 @@ public final class PulsarBridge {
                 ? "retriable" : "abortable";
     }
 
-    private static String id(MessageId m) {
-        MessageIdAdv a = (MessageIdAdv) m;
-        return a.getLedgerId() + "\t" + a.getEntryId() + "\t" + a.getPartitionIndex() + "\t" + a.getBatchIndex();
-    }
-
     public static void main(String[] args) throws Exception {
         Protocol.open();
         Properties c = Protocol.load(args[0]);
@@ -106,7 +101,15 @@ public final class PulsarBridge {
             byte[] v = payload.getBytes(StandardCharsets.UTF_8);
             Transaction t = txn;
             CompletableFuture<MessageId> f = t == null ? p.sendAsync(v) : p.newMessage(t).value(v).sendAsync();
-            f.whenComplete((m, e) -> say(e == null ? "d\t" + mid + "\t" + id(m) : "d\t" + mid + "\tE\t" + error(e)));
+            f.whenComplete((m, e) -> {
+                if (e == null) {
+                    MessageIdAdv a = (MessageIdAdv) m;
+                    Protocol.delivered(Long.parseLong(mid), a.getLedgerId(), a.getEntryId(), a.getPartitionIndex(),
+                                       a.getBatchIndex());
+                } else {
+                    say("d\t" + mid + "\tE\t" + error(e));
+                }
+            });
         } catch (Exception e) {
             say("d\t" + mid + "\tE\t" + error(e));
         }

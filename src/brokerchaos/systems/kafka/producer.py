@@ -155,14 +155,21 @@ class KafkaProducer(ClientEvents):
         offset = f"{msg.partition()}:{off}" if kind == "ack" and off is not None and off >= 0 else None
         self.on_outcome(value, kind, offset, self._node, detail if detail else self.detail)
 
+    def _produce(self, value: int, payload: bytes) -> bool:
+        try:
+            self.p.produce(self.topic, payload, on_delivery=lambda err, msg, v=value: self._report(v, err, msg))
+            return True
+        except BufferError:  # the local queue is full: `send` waits for reports to drain
+            self.p.poll(0)
+            return False
+
+    # the producer loop's send without a coroutine (a transactional producer has none: its
+    # sends may begin or end a transaction)
+    send_now = _produce
+
     async def send(self, value: int, payload: bytes) -> None:
-        while True:
-            try:
-                self.p.produce(self.topic, payload, on_delivery=lambda err, msg, v=value: self._report(v, err, msg))
-                return
-            except BufferError:  # the local queue is full: let reports drain
-                self.p.poll(0)
-                await asyncio.sleep(0.005)
+        while not self._produce(value, payload):
+            await asyncio.sleep(0.005)
 
     def node(self) -> Optional[str]:
         return self._node

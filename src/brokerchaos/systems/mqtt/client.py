@@ -393,14 +393,21 @@ class MqttProducer(_Failover):
                 if time.monotonic() > deadline:
                     raise ConnectionError("not connected to any node")
                 await asyncio.sleep(0.01)
+        if not self.send_now(value, payload):
+            raise ConnectionError("not connected to any node")
+
+    def send_now(self, value: int, payload: bytes) -> bool:
         conn = self.conn
+        if conn is None:  # failing over: `send` waits for the next connection
+            return False
         info = conn.client.publish(self.system.topic, payload, qos=self.system.options.qos)
         if info.rc != 0:
             raise ConnectionError(f"publish refused: {_paho().error_string(info.rc)}")
         if self.system.options.qos == 0:
             self.on_outcome(value, "unknown", None, conn.node, "QoS 0: no acknowledgement")
-            return
-        self.pending[(id(conn), info.mid)] = (value, conn.node)
+        else:
+            self.pending[(id(conn), info.mid)] = (value, conn.node)
+        return True
 
     def node(self) -> Optional[str]:
         return self.conn.node if self.conn is not None else None

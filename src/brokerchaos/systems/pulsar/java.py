@@ -41,7 +41,7 @@ def outcome_of(err) -> tuple[str, Optional[str]]:
 
 def position(w: jclient.Written) -> Optional[str]:
     """A Java message id (ledger, entry, partition, batch index) as the Python client writes one."""
-    return f"({','.join(w.fields[:4])})" if len(w.fields) >= 4 else None
+    return f"({','.join(map(str, w.fields[:4]))})" if len(w.fields) >= 4 else None
 
 
 class PulsarJavaProducer:
@@ -96,8 +96,14 @@ class PulsarJavaProducer:
         kind, detail = outcome_of(err)
         self.on_outcome(value, kind, position(written) if kind == "ack" else None, self.node(), detail)
 
-    async def send(self, value: int, payload: bytes) -> None:
+    def _produce(self, value: int, payload: bytes) -> bool:
         self.p.produce(self.system.topic, payload, lambda err, w, v=value: self._record(v, err, w))
+        return True
+
+    send_now = _produce  # as Kafka's: a transactional producer has none
+
+    async def send(self, value: int, payload: bytes) -> None:
+        self._produce(value, payload)
 
     def node(self) -> Optional[str]:
         return self.system.owner_now or self.system.cluster.node_names[0]

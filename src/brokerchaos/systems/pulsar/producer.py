@@ -154,6 +154,9 @@ class PulsarProducer(ClientEvents):
                         detail)
 
     async def send(self, value: int, payload: bytes) -> None:
+        self.send_now(value, payload)
+
+    def send_now(self, value: int, payload: bytes) -> bool:
         # The client's I/O thread calls back with the interpreter lock taken, which the
         # sending thread then waits for: the callback is the hand-off itself (no Python
         # frame of ours there) and the message id is formatted on the loop. The message is
@@ -162,6 +165,7 @@ class PulsarProducer(ClientEvents):
         if self.dedup:
             b.sequence_id(value)
         self._send_async(b.build(), functools.partial(self.handoff.put, self._report, value))
+        return True
 
     def node(self) -> Optional[str]:
         if self.p is None or not self.p.is_connected():

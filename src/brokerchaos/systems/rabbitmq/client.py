@@ -325,9 +325,16 @@ class RabbitProducer(ClientEvents):
                 await asyncio.wait_for(self.ready.wait(), self.system.ctx.scenario.workload.ack_timeout)
             except asyncio.TimeoutError:
                 raise ConnectionError("not connected to any node") from None
+        if not self.send_now(value, payload):
+            raise ConnectionError("not connected to any node")
+
+    def send_now(self, value: int, payload: bytes) -> bool:
+        if not self.ready.is_set():  # failing over: `send` waits for the next connection
+            return False
         t = asyncio.ensure_future(self._publish(value, payload, self.exchange, self.current, self.generation))
         self.tasks.add(t)
         t.add_done_callback(self.tasks.discard)
+        return True
 
     async def _publish(self, value: int, payload: bytes, exchange, node: str, generation: int) -> None:
         ap = _aio_pika()

@@ -34,8 +34,12 @@ class RedisProducer(ClientEvents):
         self.tasks = [asyncio.create_task(self._writer()) for _ in range(self.o.connections)]
 
     async def send(self, value: int, payload: bytes) -> None:
+        self.send_now(value, payload)
+
+    def send_now(self, value: int, payload: bytes) -> bool:
         self.queue.append((value, payload))
         self.wake.set()
+        return True
 
     def node(self) -> Optional[str]:
         return self.system.cluster.node_at(*self.addr) if self.addr and self.connected else None

@@ -78,9 +78,9 @@ class Scripted:
         pass
 
 
-def _run(tmp_path, rule, **spec):
+def _run(tmp_path, rule, client_class=None, **spec):
     w = WorkloadSpec(**{"messages": 200, "in_flight": 20, "ack_timeout": 0.2, "retry_backoff": 0.01, **spec})
-    client = Scripted(rule)
+    client = (client_class or Scripted)(rule)
     rec = Recorder(tmp_path, "r", "p1", time.monotonic_ns())
     loop = ProducerLoop("p1", client, rec, w)
     client.loop = loop
@@ -138,14 +138,7 @@ def test_a_send_that_never_waits_and_its_fallbacks(tmp_path):
             Now.awaited += 1
             await Scripted.send(self, value, payload)
 
-    w = WorkloadSpec(messages=200, in_flight=20, ack_timeout=0.2)
-    client = Now(lambda v, n: "ack")
-    rec = Recorder(tmp_path, "r", "p1", time.monotonic_ns())
-    loop = ProducerLoop("p1", client, rec, w)
-    client.loop = loop
-    asyncio.run(loop.run(time.monotonic() + 30))
-    rec.close()
-    rows = ds.dataset(str(tmp_path), format="parquet").to_table().to_pylist()
+    loop, client, rows = _run(tmp_path, lambda v, n: "ack", Now)
     refused = {v for v in range(1, 201) if v % 11 == 0}
     assert Now.awaited == len({v for v in range(1, 201) if v % 5 == 0} - refused) == 37
     assert Now.handed == 200 - 37 - len(refused)

@@ -86,6 +86,11 @@ class Recorder:
         if type_ not in _KNOWN:
             raise ValueError(f"unknown history event type {type_!r} (known: {', '.join(EVENT_TYPES)})")
         t = time.monotonic_ns() - self.origin if t_ns is None else t_ns
+        return self._append(t, (type_, producer, value, offset, node, detail, window, intended, send_ns, group,
+                                partition, position, epoch, txn, topic))
+
+    def _append(self, t: int, rest: tuple) -> int:
+        """The row (seq, t, *rest), in _ROW_COLUMNS' order; returns t."""
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"recorder {self.client} of run {self.run} is closed")
@@ -93,8 +98,7 @@ class Recorder:
             # one tuple per row, turned into columns at the flush: a row costs one append
             # (the producer records two per message; at 80,000 msg/s that is the budget)
             rows = self._rows
-            rows.append((self._seq, t, type_, producer, value, offset, node, detail, window, intended, send_ns,
-                         group, partition, position, epoch, txn, topic))
+            rows.append((self._seq, t, *rest))
             if len(rows) >= self.max_rows:
                 self._flush_locked()
         return t
@@ -103,34 +107,16 @@ class Recorder:
                  intended: Optional[int]) -> int:
         """`record("send", ...)` for the producer's hottest row: its fields in place, no
         keywords (a message costs two rows; this and `outcome_row` are a third of its time)."""
-        t = time.monotonic_ns() - self.origin
-        with self._lock:
-            if self.closed:
-                raise RuntimeError(f"recorder {self.client} of run {self.run} is closed")
-            self._seq += 1
-            rows = self._rows
-            rows.append((self._seq, t, "send", producer, value, None, node, detail, None, intended, None,
-                         None, None, None, None, None, None))
-            if len(rows) >= self.max_rows:
-                self._flush_locked()
-        return t
+        return self._append(time.monotonic_ns() - self.origin, ("send", producer, value, None, node, detail, None,
+                                                                 intended, None, None, None, None, None, None, None))
 
     def outcome_row(self, kind: str, producer: str, value: int, offset: Optional[str], node: Optional[str],
                     detail: Optional[str], send_ns: Optional[int], txn: Optional[int]) -> int:
         """`record(kind, ...)` for a send's answer (ack, nack or unknown), as `send_row`."""
         if kind not in _KNOWN:
             raise ValueError(f"unknown history event type {kind!r} (known: {', '.join(EVENT_TYPES)})")
-        t = time.monotonic_ns() - self.origin
-        with self._lock:
-            if self.closed:
-                raise RuntimeError(f"recorder {self.client} of run {self.run} is closed")
-            self._seq += 1
-            rows = self._rows
-            rows.append((self._seq, t, kind, producer, value, offset, node, detail, None, None, send_ns,
-                         None, None, None, None, txn, None))
-            if len(rows) >= self.max_rows:
-                self._flush_locked()
-        return t
+        return self._append(time.monotonic_ns() - self.origin, (kind, producer, value, offset, node, detail, None,
+                                                                 None, send_ns, None, None, None, None, txn, None))
 
     def maybe_flush(self) -> None:
         """Called periodically by the owner's loop; flushes if the interval elapsed."""
